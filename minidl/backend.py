@@ -1,0 +1,104 @@
+"""Devices: the CPU (NumPy) and CUDA (CuPy + cuDNN Frontend) backends.
+
+A `Device` bundles the array module `xp`, the kernel families of that backend, a seeded random
+generator and the compute dtype. CuPy is imported lazily so `import minidl` works without it.
+"""
+import importlib
+import types
+
+import numpy as np
+
+KERNEL_FAMILIES = ("conv", "dense", "activation", "merge", "pad", "pool", "norm", "lrn",
+                   "dropout", "softmax", "optim")
+
+
+class DeviceError(RuntimeError):
+    """The requested device cannot be used (missing package, no GPU, out of memory)."""
+
+
+def _load_kernels(backend):
+    ns = types.SimpleNamespace()
+    for family in KERNEL_FAMILIES:
+        try:
+            setattr(ns, family, importlib.import_module(f"minidl.kernels.{backend}.{family}"))
+        except ModuleNotFoundError as e:
+            if not e.name.startswith(f"minidl.kernels.{backend}"):
+                raise
+    return ns
+
+
+class Device:
+    """An array module, its kernels, a generator and a dtype: everything a layer needs to run."""
+
+    def __init__(self, name, dtype="float32", seed=0):
+        self.name, self.dtype = name, np.dtype(dtype)
+        if name == "cpu":
+            self.xp = np
+            self.rng = np.random.default_rng(seed)
+        elif name == "cuda":
+            cp = _import_cupy()
+            self.xp = cp
+            self.rng = cp.random.default_rng(seed)
+        else:
+            raise ValueError(f"unknown device {name!r}: expected 'cpu', 'cuda' or 'auto'")
+        self.kernels = _load_kernels("cpu" if name == "cpu" else "gpu")
+
+    def with_dtype(self, dtype):
+        """The same backend, computing in `dtype` (float64 for gradient checks)."""
+        d = object.__new__(Device)
+        d.__dict__.update(self.__dict__)
+        d.dtype = np.dtype(dtype)
+        return d
+
+    def asarray(self, a, dtype=None):
+        """Copy a host array (or scalar) to this device."""
+        return self.xp.asarray(a, dtype=dtype)
+
+    def to_host(self, a):
+        """A NumPy copy of a device array."""
+        return a if isinstance(a, np.ndarray) else a.get()
+
+    def sync(self):
+        if self.name == "cuda":
+            self.xp.cuda.get_current_stream().synchronize()
+
+    def __repr__(self):
+        return f"Device({self.name!r}, dtype={self.dtype.name})"
+
+
+def _import_cupy():
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # ImportError, or CUDA driver errors surfacing as several types
+        raise DeviceError(f"--device cuda needs CuPy and a CUDA GPU: {type(e).__name__}: {e}") from None
+    return cupy
+
+
+def cuda_status():
+    """(usable, reason): whether CuPy, a CUDA device and the cuDNN Frontend are all usable."""
+    try:
+        _import_cupy()
+    except DeviceError as e:
+        return False, str(e)
+    try:
+        import cudnn  # noqa: F401  the cuDNN Frontend Python API
+    except Exception as e:
+        return False, f"the cuDNN Frontend (import cudnn) is missing: {e}"
+    return True, "CuPy, a CUDA device and the cuDNN Frontend are usable"
+
+
+def get_device(spec="auto", dtype="float32", seed=0, verbose=False):
+    """Resolve 'auto', 'cpu', 'cuda' or a Device into a Device; 'auto' prefers a usable GPU."""
+    if isinstance(spec, Device):
+        return spec
+    if spec == "auto":
+        ok, why = cuda_status()
+        spec = "cuda" if ok else "cpu"
+        if verbose:
+            print(f"device: {spec} ({why})")
+    elif spec == "cuda":
+        ok, why = cuda_status()
+        if not ok:
+            raise DeviceError(why)
+    return Device(spec, dtype=dtype, seed=seed)

@@ -1,0 +1,257 @@
+"""The layer graph: Input, Node, Model, Sequential.
+
+`layer(node)` records an edge; `Model(inputs, outputs)` orders the DAG once, names layers the
+way the seed printed them, builds every layer (shape inference), and lays all parameters out in
+one flat buffer with their gradients in a second. Backward runs in reverse order and sums the
+gradients of nodes that feed several layers (ResNet shortcuts).
+"""
+import numpy as np
+
+from .backend import get_device
+from .layers.base import Layer, _fmt
+
+
+class Node:
+    """A tensor in the graph: the output of `layer` applied to `parents` (or a model input)."""
+
+    def __init__(self, layer, parents, shape=None):
+        self.layer, self.parents, self.shape = layer, tuple(parents), shape
+
+    @classmethod
+    def from_layer(cls, layer, parents):
+        for p in parents:
+            if not isinstance(p, Node):
+                raise TypeError(f"{type(layer).__name__} must be called on graph nodes, got {type(p).__name__}")
+        if getattr(layer, "_called", False):
+            raise ValueError(f"{type(layer).__name__} {layer.name or ''} is already used in a graph; "
+                             "create a new layer instead (weights are not shared)")
+        n = layer.n_inputs
+        if n is not None and len(parents) != n:
+            raise ValueError(f"{type(layer).__name__} takes {n} input(s), got {len(parents)}")
+        if n is None and len(parents) < 2:
+            raise ValueError(f"{type(layer).__name__} takes two or more inputs, got {len(parents)}")
+        layer._called = True
+        return cls(layer, parents)
+
+    def __repr__(self):
+        return f"Node({self.layer.name if self.layer else 'input'}, {self.shape})"
+
+
+def Input(shape, name=None):
+    """A model input of per-sample `shape` (e.g. (1, 28, 28)); the batch dimension is implicit."""
+    node = Node(None, (), (None, *(int(s) for s in shape)))
+    node.name = name or "input"
+    return node
+
+
+def _toposort(outputs):
+    order, seen = [], set()
+    for out in outputs:
+        stack = [(out, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+            elif id(node) not in seen:
+                seen.add(id(node))
+                stack.append((node, True))
+                stack.extend((p, False) for p in reversed(node.parents) if id(p) not in seen)
+    return order
+
+
+class Model:
+    """A DAG of layers from `inputs` to `outputs`, built on `device` in `dtype`.
+
+    forward(x, training) -> y;  backward(gy) -> gx, adding parameter gradients into `grads`.
+    """
+
+    def __init__(self, inputs, outputs, device="cpu", dtype="float32", seed=0, name="model"):
+        self.single_input = isinstance(inputs, Node)
+        self.single_output = isinstance(outputs, Node)
+        self.inputs = [inputs] if self.single_input else list(inputs)
+        self.outputs = [outputs] if self.single_output else list(outputs)
+        self.name, self.seed = name, seed
+        nodes = _toposort(self.outputs)
+        for node in nodes:
+            if node.layer is None and all(node is not i for i in self.inputs):
+                raise ValueError(f"{node.name} is reached from the outputs but is not among the model's inputs")
+        self.nodes = [n for n in nodes if n.layer is not None]
+        self.layers = [n.layer for n in self.nodes]
+        self._name_layers()
+        self.device = None
+        self.build(get_device(device, dtype=dtype, seed=seed))
+        self.init_weights(seed)
+
+    # -- construction ---------------------------------------------------------------------
+    def _name_layers(self):
+        taken = {layer.name for layer in self.layers if layer.name}
+        counters = {}
+        for layer in self.layers:
+            if layer.name:
+                continue
+            stem = layer.prefix or type(layer).__name__.lower()
+            i = counters.get(stem, layer.first_index)
+            while (name := stem if i == 0 else f"{stem}_{i}") in taken:
+                i += 1
+            layer.name, counters[stem] = name, i + 1
+            taken.add(name)
+        names = [layer.name for layer in self.layers]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"layer names must be unique in a model: {', '.join(sorted(dup))}")
+
+    def build(self, device):
+        """Infer every shape, declare parameters and make kernel plans on `device`."""
+        self.device = device
+        for node in self.nodes:
+            out = node.layer.build([p.shape for p in node.parents], device)
+            node.shape = tuple(out)
+        self.params = {f"{layer.name}/{k}": p for layer in self.layers for k, p in layer.params.items()}
+        self._allocate()
+
+    def _allocate(self):
+        xp, dtype = self.device.xp, self.device.dtype
+        trainable = [p for p in self.params.values() if p.trainable]
+        frozen = [p for p in self.params.values() if not p.trainable]
+        self.flat = xp.zeros(sum(p.size for p in trainable), dtype=dtype)
+        self.grads = xp.zeros_like(self.flat)
+        self.state_flat = xp.zeros(sum(p.size for p in frozen), dtype=dtype)
+        for arena, grads, group in ((self.flat, self.grads, trainable), (self.state_flat, None, frozen)):
+            offset = 0
+            for p in group:
+                p.data = arena[offset:offset + p.size].reshape(p.shape)
+                p.grad = None if grads is None else grads[offset:offset + p.size].reshape(p.shape)
+                offset += p.size
+
+    def init_weights(self, seed=0):
+        """Draw every parameter from its initializer with one seeded host generator."""
+        rng = np.random.default_rng(seed)
+        for p in self.params.values():
+            p.data[...] = self.device.asarray(p.initializer(rng, p.shape, *p.fan).astype(self.device.dtype))
+
+    def to(self, device, dtype=None):
+        """Rebuild on another device (or dtype), keeping the weights and running statistics."""
+        weights = self.get_weights()
+        dev = get_device(device, dtype=dtype or self.device.dtype, seed=self.seed)
+        self.build(dev)
+        self.set_weights(weights)
+        return self
+
+    # -- running --------------------------------------------------------------------------
+    @property
+    def ends_in_softmax(self):
+        from .layers.softmax import Softmax
+        return self.single_output and isinstance(self.layers[-1], Softmax) and self.nodes[-1] is self.outputs[0]
+
+    @property
+    def logits(self):
+        """The last forward's logits: the Softmax's input when the model ends in Softmax."""
+        node = self.nodes[-1].parents[0] if self.ends_in_softmax else self.outputs[0]
+        return self._values[id(node)]
+
+    def forward(self, *xs, training=False):
+        """Run the graph; returns the output (or a list of outputs)."""
+        if len(xs) != len(self.inputs):
+            raise ValueError(f"{self.name} takes {len(self.inputs)} input(s), got {len(xs)}")
+        values = {}
+        for node, x in zip(self.inputs, xs):
+            if tuple(x.shape[1:]) != node.shape[1:]:
+                raise ValueError(f"{self.name}: input {node.name} expects shape {_fmt(node.shape)}, "
+                                 f"got {tuple(x.shape)}")
+            values[id(node)] = x
+        for node in self.nodes:
+            values[id(node)] = node.layer.forward([values[id(p)] for p in node.parents], training)
+        self._values = values
+        outs = [values[id(o)] for o in self.outputs]
+        return outs[0] if self.single_output else outs
+
+    __call__ = forward
+
+    def backward(self, *gys, from_logits=False):
+        """Propagate output gradients back; returns the input gradient(s).
+
+        Parameter gradients are added into `grads` (call `zero_grad` between steps). With
+        from_logits=True, `gy` is the gradient of the final Softmax's input and that layer is
+        skipped: the stable path for cross-entropy on a model that ends in Softmax.
+        """
+        nodes = self.nodes
+        if from_logits:
+            if not self.ends_in_softmax:
+                raise ValueError(f"{self.name}: from_logits=True needs a model that ends in Softmax")
+            nodes, start = nodes[:-1], [self.nodes[-1].parents[0]]
+        else:
+            start = self.outputs
+        if len(gys) != len(start):
+            raise ValueError(f"{self.name}: backward takes {len(start)} output gradient(s), got {len(gys)}")
+        grads = {id(n): g for n, g in zip(start, gys)}
+        for node in reversed(nodes):
+            gy = grads.pop(id(node), None)
+            if gy is None:      # this node does not lead to the outputs
+                continue
+            gxs = node.layer.backward(gy)
+            for parent, gx in zip(node.parents, gxs):
+                prev = grads.get(id(parent))
+                grads[id(parent)] = gx if prev is None else prev + gx
+        gxs = [grads.get(id(i)) for i in self.inputs]
+        return gxs[0] if self.single_input else gxs
+
+    def zero_grad(self):
+        self.grads.fill(0)
+
+    # -- parameters by name -------------------------------------------------------------
+    def layer(self, name):
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(f"{self.name} has no layer {name!r}; layers: {', '.join(l.name for l in self.layers)}")
+
+    def get_weights(self):
+        """{'layer/param': NumPy array} for every parameter and running statistic."""
+        return {k: self.device.to_host(p.data).copy() for k, p in self.params.items()}
+
+    def get_grads(self):
+        """{'layer/param': NumPy array} of the trainable parameters' gradients."""
+        return {k: self.device.to_host(p.grad).copy() for k, p in self.params.items() if p.trainable}
+
+    def set_weights(self, weights, strict=True):
+        """Copy arrays into parameters by 'layer/param' name, checking names and shapes."""
+        unknown = sorted(set(weights) - set(self.params))
+        missing = sorted(set(self.params) - set(weights))
+        if unknown or (strict and missing):
+            raise ValueError(f"{self.name}: weights do not match the model: "
+                             f"unknown {unknown or 'none'}, missing {missing or 'none'}")
+        for k, a in weights.items():
+            p = self.params[k]
+            if tuple(a.shape) != p.shape:
+                raise ValueError(f"{self.name}: {k} has shape {p.shape}, got {tuple(a.shape)}")
+            p.data[...] = self.device.asarray(np.asarray(a, dtype=self.device.dtype))
+
+    @property
+    def n_params(self):
+        return int(self.flat.size)
+
+    def summary(self, print_fn=print):
+        """Print layer, output shape and parameter count, one row per layer, and the totals."""
+        rows = [("layer (type)", "output shape", "params")]
+        for node in self.nodes:
+            n = sum(p.size for p in node.layer.params.values() if p.trainable)
+            rows.append((f"{node.layer.name} ({type(node.layer).__name__})", _fmt(node.shape), f"{n:,}"))
+        w = [max(len(r[i]) for r in rows) for i in range(3)]
+        line = "-" * (w[0] + w[1] + w[2] + 4)
+        print_fn(line)
+        for i, r in enumerate(rows):
+            print_fn(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}")
+            if i == 0:
+                print_fn(line)
+        print_fn(line)
+        print_fn(f"total params: {self.n_params:,} trainable, {int(self.state_flat.size):,} non-trainable")
+
+
+def Sequential(layers, input_shape, **kwargs):
+    """A Model that chains `layers` from one input of per-sample `input_shape`."""
+    x = h = Input(input_shape)
+    for layer in layers:
+        if not isinstance(layer, Layer):
+            raise TypeError(f"Sequential takes layers, got {type(layer).__name__}")
+        h = layer(h)
+    return Model(x, h, **kwargs)

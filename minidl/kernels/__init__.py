@@ -1,0 +1,1 @@
+"""Kernel families per backend; see docs/kernels.md for the shared interface."""

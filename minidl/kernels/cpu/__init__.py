@@ -1,0 +1,1 @@
+"""NumPy reference kernels; `minidl/kernels/gpu/` mirrors these names (docs/kernels.md)."""

@@ -1,0 +1,41 @@
+"""Elementwise activations and their backward passes."""
+import numpy as np
+
+
+def relu_fprop(x, out=None):
+    """y = max(x, 0)."""
+    return np.maximum(x, 0, out=out)
+
+
+def relu_bprop(y, gy, out=None):
+    """gx = gy where y > 0 (the output tells where the input was positive)."""
+    return np.multiply(gy, y > 0, out=out)
+
+
+def leaky_relu_fprop(x, alpha, out=None):
+    """y = x if x > 0 else alpha x."""
+    return np.multiply(x, np.where(x > 0, 1.0, alpha).astype(x.dtype), out=out)
+
+
+def leaky_relu_bprop(x, gy, alpha, out=None):
+    return np.multiply(gy, np.where(x > 0, 1.0, alpha).astype(gy.dtype), out=out)
+
+
+def sigmoid_fprop(x, out=None):
+    """y = 1 / (1 + exp(-x)), written as (1 + tanh(x/2)) / 2 so no exp overflows."""
+    y = np.multiply(np.tanh(x * 0.5, out=out), 0.5, out=out)
+    return np.add(y, 0.5, out=y)
+
+
+def sigmoid_bprop(y, gy, out=None):
+    """gx = gy y (1 - y)."""
+    return np.multiply(gy, y * (1 - y), out=out)
+
+
+def tanh_fprop(x, out=None):
+    return np.tanh(x, out=out)
+
+
+def tanh_bprop(y, gy, out=None):
+    """gx = gy (1 - y^2)."""
+    return np.multiply(gy, 1 - y * y, out=out)

@@ -1,0 +1,135 @@
+"""The Layer contract, parameters, and the small helpers every layer family shares."""
+import numpy as np
+
+from .. import init as _init
+
+
+class Parameter:
+    """A named tensor of a layer: `data` and `grad` are views into the model's flat buffers.
+
+    Trainable parameters live in the model's parameter arena (updated by the optimizer);
+    non-trainable state (BN running statistics) lives in its state arena (saved, not updated).
+    """
+
+    def __init__(self, name, shape, initializer, trainable=True, fan=None):
+        self.name, self.shape, self.trainable = name, tuple(int(s) for s in shape), trainable
+        self.initializer = _init.get(initializer)
+        self.fan = fan or _fans(self.shape)
+        self.data = None
+        self.grad = None
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    def __repr__(self):
+        return f"Parameter({self.name!r}, {self.shape})"
+
+
+def _fans(shape):
+    """(fan_in, fan_out) for a dense (K, C) or conv (K, C, kH, kW) weight."""
+    if len(shape) < 2:
+        return (shape[0] if shape else 1,) * 2
+    receptive = int(np.prod(shape[2:]))
+    return shape[1] * receptive, shape[0] * receptive
+
+
+class Layer:
+    """Base class: `build` decides shapes and parameters once, `forward`/`backward` compute.
+
+    Subclasses implement `build(in_shapes, device) -> out_shape` (shapes carry the batch
+    dimension first, possibly None), `forward(xs, training) -> y` and
+    `backward(gy) -> tuple of gx, one per input`.
+    """
+
+    prefix = None          # the seed's layer-name stem, e.g. "conv2d", "fbn"
+    n_inputs = 1           # None: any number >= 2
+    first_index = 0        # the seed numbered adds from add_1
+
+    def __init__(self, name=None):
+        self.name = name
+        self.params = {}
+        self.saved = None
+
+    # -- parameters -----------------------------------------------------------------------
+    def param(self, name, shape, initializer, trainable=True, fan=None):
+        """Declare (or on a rebuild, re-find) a parameter; its arrays arrive after the model allocates."""
+        p = self.params.get(name)
+        if p is None or p.shape != tuple(shape):
+            p = self.params[name] = Parameter(name, shape, initializer, trainable, fan)
+        return p
+
+    def state(self, name, shape, initializer):
+        """Declare non-trainable state (running statistics), saved in checkpoints."""
+        return self.param(name, shape, initializer, trainable=False)
+
+    # -- the contract -------------------------------------------------------------------------
+    def build(self, in_shapes, device):
+        raise NotImplementedError
+
+    def forward(self, xs, training):
+        raise NotImplementedError
+
+    def backward(self, gy):
+        raise NotImplementedError
+
+    def __call__(self, *nodes):
+        from ..graph import Node
+        return Node.from_layer(self, nodes)
+
+    # -- helpers for subclasses -----------------------------------------------------------
+    def error(self, message):
+        """A ValueError naming this layer."""
+        return ValueError(f"layer {self.name or type(self).__name__} ({type(self).__name__}): {message}")
+
+    def expect_rank(self, shape, rank, what="input"):
+        if len(shape) != rank:
+            raise self.error(f"expects a {rank}-D {what} (with batch), got shape {_fmt(shape)}")
+
+    def config(self):
+        """The constructor arguments, for checkpoints (JSON-serialisable)."""
+        return dict(getattr(self, "_config", {}))
+
+    def __repr__(self):
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+def _fmt(shape):
+    return "(" + ", ".join("N" if s is None else str(s) for s in shape) + ")"
+
+
+def pair(v, what="value"):
+    """An int or a 2-sequence as a pair of ints."""
+    if isinstance(v, (int, np.integer)):
+        return int(v), int(v)
+    t = tuple(int(x) for x in v)
+    if len(t) != 2:
+        raise ValueError(f"{what} must be an int or a pair, got {v!r}")
+    return t
+
+
+def positive_pair(layer, v, what):
+    try:
+        p = pair(v, what)
+    except (TypeError, ValueError):
+        raise layer.error(f"{what} must be an int or a pair of ints, got {v!r}") from None
+    if min(p) <= 0:
+        raise layer.error(f"{what} must be positive, got {v!r}")
+    return p
+
+
+def record_config(init):
+    """Decorator for __init__: keep the constructor arguments (for checkpoints and summaries)."""
+    import functools
+    import inspect
+
+    sig = inspect.signature(init)
+
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        bound = sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        cfg = {k: v for k, v in bound.arguments.items() if k != "self"}
+        init(self, *args, **kwargs)
+        self._config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()}
+    return wrapper

@@ -1,0 +1,57 @@
+"""Dense (fully connected) and Flatten."""
+import numpy as np
+
+from .. import init
+from .base import Layer, record_config
+
+
+class Flatten(Layer):
+    """x (N, d1, d2, ...) -> (N, d1*d2*...): a view, no copy."""
+
+    prefix = "flatten"
+
+    def build(self, in_shapes, device):
+        shape, = in_shapes
+        self.in_shape = tuple(shape[1:])
+        return (shape[0], int(np.prod(self.in_shape)))
+
+    def forward(self, xs, training):
+        x, = xs
+        return x.reshape(x.shape[0], -1)                       # (N, C*H*W)
+
+    def backward(self, gy):
+        return (gy.reshape(gy.shape[0], *self.in_shape),)     # (N, C, H, W)
+
+
+class Dense(Layer):
+    """y = x w^T + b.   x (N, C), w (K, C), b (K,) -> y (N, K)."""
+
+    prefix = "dense"
+
+    @record_config
+    def __init__(self, units, bias=True, w_init="he_normal", name=None):
+        super().__init__(name)
+        if int(units) <= 0:
+            raise self.error(f"units must be positive, got {units!r}")
+        self.K, self.use_bias, self.w_init = int(units), bias, w_init
+
+    def build(self, in_shapes, device):
+        shape, = in_shapes
+        if len(shape) != 2:
+            raise self.error(f"expects a 2-D input (N, features), got shape {shape}; put a Flatten before it")
+        self.w = self.param("w", (self.K, shape[1]), self.w_init)
+        self.b = self.param("b", (self.K,), init.zeros) if self.use_bias else None
+        self.kern = device.kernels.dense
+        return (shape[0], self.K)
+
+    def forward(self, xs, training):
+        x, = xs
+        self.saved = x
+        return self.kern.dense_fprop(x, self.w.data, None if self.b is None else self.b.data)
+
+    def backward(self, gy):
+        x = self.saved
+        self.kern.dense_wgrad(x, gy, self.w.grad)
+        if self.b is not None:
+            self.kern.bias_grad(gy, self.b.grad)
+        return (self.kern.dense_dgrad(gy, self.w.data),)

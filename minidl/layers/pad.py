@@ -1,0 +1,37 @@
+"""Pad2D: constant padding of height and width."""
+from .base import Layer, record_config
+
+
+class Pad2D(Layer):
+    """y = x surrounded by `value`.  x (N, C, H, W) -> (N, C, H+top+bottom, W+left+right).
+
+    padding: an int (all sides), a pair (pH, pW), or (top, bottom, left, right).
+    """
+
+    prefix = "pad"
+
+    @record_config
+    def __init__(self, padding, value=0.0, name=None):
+        super().__init__(name)
+        p = (padding,) if not isinstance(padding, (tuple, list)) else tuple(padding)
+        if len(p) not in (1, 2, 4) or not all(isinstance(v, int) for v in p):
+            raise self.error(f"padding must be an int, a pair or (top, bottom, left, right), got {padding!r}")
+        if min(p) < 0:
+            raise self.error(f"padding must be non-negative, got {padding!r}")
+        self.pads = p * 4 if len(p) == 1 else (p[0], p[0], p[1], p[1]) if len(p) == 2 else p
+        self.value = float(value)
+
+    def build(self, in_shapes, device):
+        shape, = in_shapes
+        self.expect_rank(shape, 4)
+        t, b, l, r = self.pads
+        self.kern = device.kernels.pad
+        N, C, H, W = shape
+        return (N, C, H + t + b, W + l + r)
+
+    def forward(self, xs, training):
+        x, = xs
+        return self.kern.pad2d_fprop(x, self.pads, self.value)
+
+    def backward(self, gy):
+        return (self.kern.pad2d_bprop(gy, self.pads),)
