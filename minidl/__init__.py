@@ -1,6 +1,7 @@
 """minidl: a small deep-learning framework with explicit forward and backward passes."""
-from . import layers
+from . import checkpoint, data, layers, losses, metrics, optim
 from .backend import Device, get_device
 from .graph import Input, Model, Sequential
+from .trainer import Trainer, TrainingDiverged
 
 __version__ = "0.1.0"

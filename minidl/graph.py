@@ -167,12 +167,14 @@ class Model:
 
     __call__ = forward
 
-    def backward(self, *gys, from_logits=False):
+    def backward(self, *gys, from_logits=False, input_grads=True):
         """Propagate output gradients back; returns the input gradient(s).
 
         Parameter gradients are added into `grads` (call `zero_grad` between steps). With
         from_logits=True, `gy` is the gradient of the final Softmax's input and that layer is
-        skipped: the stable path for cross-entropy on a model that ends in Softmax.
+        skipped: the stable path for cross-entropy on a model that ends in Softmax. With
+        input_grads=False, layers fed only by model inputs skip their input gradient (training
+        never needs it) and None is returned.
         """
         nodes = self.nodes
         if from_logits:
@@ -188,8 +190,11 @@ class Model:
             gy = grads.pop(id(node), None)
             if gy is None:      # this node does not lead to the outputs
                 continue
+            node.layer.needs_gx = input_grads or any(p.layer is not None for p in node.parents)
             gxs = node.layer.backward(gy)
             for parent, gx in zip(node.parents, gxs):
+                if gx is None:
+                    continue
                 prev = grads.get(id(parent))
                 grads[id(parent)] = gx if prev is None else prev + gx
         gxs = [grads.get(id(i)) for i in self.inputs]
@@ -229,6 +234,34 @@ class Model:
     @property
     def n_params(self):
         return int(self.flat.size)
+
+    # -- architecture as JSON ---------------------------------------------------------------
+    def config(self):
+        """The architecture as JSON-able data: inputs, and each layer's class, arguments and inputs."""
+        index = {id(n): i for i, n in enumerate(self.inputs)}
+        layers = []
+        for node in self.nodes:
+            index[id(node)] = len(self.inputs) + len(layers)
+            cfg = {k: v for k, v in node.layer.config().items() if k != "name"}
+            layers.append({"class": type(node.layer).__name__, "name": node.layer.name, "config": cfg,
+                           "inputs": [index[id(p)] for p in node.parents]})
+        return {"name": self.name, "inputs": [list(n.shape[1:]) for n in self.inputs], "layers": layers,
+                "outputs": [index[id(o)] for o in self.outputs]}
+
+    @classmethod
+    def from_config(cls, config, **kwargs):
+        """Rebuild a model from `config()`; kwargs (device, dtype, seed) go to Model."""
+        from . import layers as L
+        nodes = [Input(shape) for shape in config["inputs"]]
+        for spec in config["layers"]:
+            layer_cls = getattr(L, spec["class"], None)
+            if not (isinstance(layer_cls, type) and issubclass(layer_cls, Layer)):
+                raise ValueError(f"unknown layer class {spec['class']!r} in the model config")
+            layer = layer_cls(**spec["config"], name=spec["name"])
+            nodes.append(layer(*[nodes[i] for i in spec["inputs"]]))
+        ins, outs = nodes[:len(config["inputs"])], [nodes[i] for i in config["outputs"]]
+        return cls(ins[0] if len(ins) == 1 else ins, outs[0] if len(outs) == 1 else outs,
+                   name=config.get("name", "model"), **kwargs)
 
     def summary(self, print_fn=print):
         """Print layer, output shape and parameter count, one row per layer, and the totals."""

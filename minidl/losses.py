@@ -14,4 +14,4 @@ def softmax_cross_entropy(model, labels, gz=None):
 
 def backward_from_loss(model, gz):
     """Backpropagate the loss gradient w.r.t. the logits through the model."""
-    return model.backward(gz, from_logits=model.ends_in_softmax)
+    model.backward(gz, from_logits=model.ends_in_softmax, input_grads=False)

@@ -4,19 +4,13 @@ from .activation import LeakyReLU, ReLU, Sigmoid, Tanh
 from .base import Layer, Parameter
 from .conv import Conv2D
 from .dense import Dense, Flatten
+from .dropout import Dropout
 from .merge import Add
+from .norm import LRN, BatchNorm2D
 from .pad import Pad2D
+from .pool import AvgPool2D, GlobalAvgPool2D, MaxPool2D
 from .softmax import Softmax
 
-try:        # written concurrently; registered here once they exist
-    from .norm import LRN, BatchNorm2D
-except ImportError:
-    pass
-try:
-    from .pool import AvgPool2D, GlobalAvgPool2D, MaxPool2D
-except ImportError:
-    pass
-try:
-    from .dropout import Dropout
-except ImportError:
-    pass
+__all__ = ["Input", "Layer", "Parameter", "Conv2D", "BatchNorm2D", "LRN", "ReLU", "LeakyReLU", "Sigmoid",
+           "Tanh", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "Add", "Pad2D", "Flatten", "Dense",
+           "Softmax", "Dropout"]

@@ -45,9 +45,10 @@ class Layer:
     prefix = None          # the seed's layer-name stem, e.g. "conv2d", "fbn"
     n_inputs = 1           # None: any number >= 2
     first_index = 0        # the seed numbered adds from add_1
+    needs_gx = True        # the model clears it where no one reads the input gradient
 
     def __init__(self, name=None):
-        self.name = name
+        self.name = name if name is None else str(name)
         self.params = {}
         self.saved = None
 

@@ -52,4 +52,4 @@ class Conv2D(Layer):
         self.kern.conv2d_wgrad(self.plan, x, gy, self.w.grad)
         if self.b is not None:
             self.dense.bias_grad(gy, self.b.grad)
-        return (self.kern.conv2d_dgrad(self.plan, gy, self.w.data),)
+        return (None if not self.needs_gx else self.kern.conv2d_dgrad(self.plan, gy, self.w.data),)

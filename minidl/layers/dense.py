@@ -54,4 +54,4 @@ class Dense(Layer):
         self.kern.dense_wgrad(x, gy, self.w.grad)
         if self.b is not None:
             self.kern.bias_grad(gy, self.b.grad)
-        return (self.kern.dense_dgrad(gy, self.w.data),)
+        return (None if not self.needs_gx else self.kern.dense_dgrad(gy, self.w.data),)

@@ -1,0 +1,61 @@
+"""Batch normalisation over (N, H, W) per channel, as cuDNN's spatial mode computes it."""
+import numpy as np
+
+
+def _c(v):
+    return v[:, None, None]          # (C,) -> (C, 1, 1): broadcasts against (N, C, H, W)
+
+
+def _count(x):
+    """Values per channel, M = N*H*W; the unbiased variance needs M > 1."""
+    M = x.size // x.shape[1]
+    if M < 2:
+        raise ValueError(f"batch norm in training needs more than one value per channel, got input {x.shape}")
+    return M
+
+
+def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out=None):
+    """Training forward with batch statistics.
+
+    y = gamma (x - mean) / sqrt(var + eps) + beta.   x (N, C, H, W) -> y, mean (C,), invstd (C,).
+    Updates running_mean/var in place: r = (1 - momentum) r + momentum * batch, the variance
+    unbiased (M/(M-1) var), as cuDNN and PyTorch; normalisation itself uses the biased variance.
+    """
+    M = _count(x)
+    mean = x.mean(axis=(0, 2, 3))
+    xc = x - _c(mean)
+    var = np.mean(xc * xc, axis=(0, 2, 3))     # two passes: no E[x^2] - E[x]^2 cancellation
+    invstd = 1.0 / np.sqrt(var + eps)
+    running_mean *= 1.0 - momentum
+    running_mean += momentum * mean
+    running_var *= 1.0 - momentum
+    running_var += (momentum * M / (M - 1)) * var
+    y = np.multiply(xc, _c(gamma * invstd), out=out)
+    y += _c(beta)
+    return y, mean, invstd
+
+
+def bn_fprop_infer(x, gamma, beta, running_mean, running_var, eps, out=None):
+    """y = gamma (x - running_mean) / sqrt(running_var + eps) + beta.   x (N, C, H, W) -> y."""
+    scale = gamma / np.sqrt(running_var + eps)
+    y = np.multiply(x, _c(scale), out=out)
+    y += _c(beta - running_mean * scale)
+    return y
+
+
+def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None):
+    """Training backward through the batch statistics; adds into ggamma, gbeta (C,).
+
+    gx = gamma invstd (gy - mean(gy) - xhat mean(gy xhat)).   x, gy (N, C, H, W) -> gx (N, C, H, W).
+    """
+    M = x.size // x.shape[1]
+    xhat = (x - _c(mean)) * _c(invstd)
+    gb = gy.sum(axis=(0, 2, 3))
+    gg = (gy * xhat).sum(axis=(0, 2, 3))
+    gbeta += gb
+    ggamma += gg
+    t = xhat * _c(gg / M)
+    t += _c(gb / M)
+    gx = np.subtract(gy, t, out=out)
+    gx *= _c(gamma * invstd)
+    return gx

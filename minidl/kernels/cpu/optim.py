@@ -1,0 +1,71 @@
+"""Optimizer updates over the flat parameter buffer, in place (NumPy reference).
+
+Every state array is updated through ufuncs with `out=` and never rebound: CUDA-graph replay on
+the GPU twin needs fixed addresses, and the CPU reference keeps the same contract. The gradient
+`g` is never written to (a trainer may still read it, e.g. for a gradient norm). Weight decay is
+coupled, as in torch.optim: g' = g + wd p.
+"""
+import math
+
+import numpy as np
+
+
+def _decayed(p, g, wd):
+    """g' = g + wd p   (a fresh array; `g` itself when wd == 0)."""
+    if not wd:
+        return g
+    d = np.multiply(p, wd)
+    d += g
+    return d
+
+
+def sgd_update(p, g, lr, wd):
+    """p -= lr (g + wd p).   p, g (P,)."""
+    d = _decayed(p, g, wd)
+    step = np.multiply(d, lr, out=None if d is g else d)     # reuse our own g' buffer, never g
+    np.subtract(p, step, out=p)
+
+
+def momentum_update(p, g, v, lr, mu, wd, nesterov):
+    """v = mu v + g';  p -= lr v, or with Nesterov p -= lr (g' + mu v).   p, g, v (P,)."""
+    d = _decayed(p, g, wd)
+    np.multiply(v, mu, out=v)
+    np.add(v, d, out=v)
+    step = np.multiply(v, mu) if nesterov else np.multiply(v, lr)
+    if nesterov:
+        step += d
+        step *= lr
+    np.subtract(p, step, out=p)
+
+
+def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t):
+    """m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;  p -= lr m̂ / (√v̂ + eps), at step t >= 1.   (P,)"""
+    d = _decayed(p, g, wd)
+    tmp = np.multiply(d, 1.0 - b1)              # one scratch buffer serves every stage below
+    np.multiply(m, b1, out=m)
+    np.add(m, tmp, out=m)
+    np.square(d, out=tmp)
+    tmp *= 1.0 - b2
+    np.multiply(v, b2, out=v)
+    np.add(v, tmp, out=v)
+    # √v̂ = √v / √(1 - b2^t); eps is added after the correction, as torch.optim.Adam does
+    np.sqrt(v, out=tmp)
+    tmp /= math.sqrt(1.0 - b2 ** t)
+    tmp += eps
+    np.divide(m, tmp, out=tmp)
+    tmp *= lr / (1.0 - b1 ** t)                 # m̂ = m / (1 - b1^t), folded into the step size
+    np.subtract(p, tmp, out=p)
+
+
+def rmsprop_update(p, g, s, lr, rho, eps, wd):
+    """s = rho s + (1-rho) g'²;  p -= lr g' / (√s + eps).   p, g, s (P,)."""
+    d = _decayed(p, g, wd)
+    tmp = np.square(d)
+    tmp *= 1.0 - rho
+    np.multiply(s, rho, out=s)
+    np.add(s, tmp, out=s)
+    np.sqrt(s, out=tmp)
+    tmp += eps
+    np.divide(d, tmp, out=tmp)
+    tmp *= lr
+    np.subtract(p, tmp, out=p)

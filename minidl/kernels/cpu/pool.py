@@ -1,0 +1,126 @@
+"""2-D max and average pooling and global average pooling (NCHW; floor output size, as cuDNN)."""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .conv import out_size, resolve_pads
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    in_shape: tuple      # (N, C, H, W), N may be None
+    out_shape: tuple     # (N, C, oH, oW)
+    pads: tuple          # (top, bottom, left, right)
+    ksize: tuple         # (kH, kW)
+    stride: tuple        # (sH, sW)
+
+
+def _pair(v):
+    return (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(s) for s in v)
+
+
+def pool2d_plan(x_shape, ksize, stride, padding):
+    """Plan a kH x kW pooling window; padding is an int, a pair, 'same' or 'valid'."""
+    N, C, H, W = x_shape
+    (kH, kW), (sH, sW) = _pair(ksize), _pair(stride)
+    if min(kH, kW, sH, sW) <= 0:
+        raise ValueError(f"window {(kH, kW)} and stride {(sH, sW)} must be positive")
+    t, b, l, r = pads = resolve_pads(padding, (H, W), (kH, kW), (sH, sW), (1, 1))
+    # At most half a window of padding (PyTorch's rule) keeps a real cell in every window,
+    # so a max never comes from padding alone.
+    if 2 * max(t, b) > kH or 2 * max(l, r) > kW:
+        raise ValueError(f"padding {pads} is more than half the {kH}x{kW} window")
+    oH, oW = out_size(H, kH, sH, 1, t, b), out_size(W, kW, sW, 1, l, r)
+    if oH <= 0 or oW <= 0:
+        raise ValueError(f"a {kH}x{kW} window does not fit a {H}x{W} input with padding {pads}")
+    return PoolPlan(tuple(x_shape), (N, C, oH, oW), pads, (kH, kW), (sH, sW))
+
+
+def _pad(x, pads, value):
+    t, b, l, r = pads
+    if not any(pads):
+        return x
+    return np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=value)
+
+
+def _slabs(plan):
+    """For each window offset (i, j), row-major: the index of the strided slab (N, C, oH, oW)
+    of a padded array that offset reads in every window."""
+    (kH, kW), (sH, sW) = plan.ksize, plan.stride
+    oH, oW = plan.out_shape[2:]
+    for i in range(kH):
+        for j in range(kW):
+            yield np.s_[:, :, i:i + sH * oH:sH, j:j + sW * oW:sW]
+
+
+def _emit(a, out):
+    if out is None:
+        return np.ascontiguousarray(a)
+    out[...] = a
+    return out
+
+
+def _crop(plan, gxp):
+    t, _, l, _ = plan.pads
+    H, W = plan.in_shape[2:]
+    return gxp[:, :, t:t + H, l:l + W]
+
+
+def maxpool2d_fprop(plan, x, out=None):
+    """x (N, C, H, W) -> y (N, C, oH, oW): the max of each window, padding read as -inf."""
+    xp = _pad(x, plan.pads, -np.inf)
+    y = None
+    # A loop over the kH*kW window offsets only: each folds a whole strided slab into y.
+    for s in _slabs(plan):
+        y = xp[s].copy() if y is None else np.maximum(y, xp[s], out=y)
+    return _emit(y, out)
+
+
+def maxpool2d_bprop(plan, x, y, gy, out=None):
+    """x (N, C, H, W), y and gy (N, C, oH, oW) -> gx: each gy to the first max of its window."""
+    xp = _pad(x, plan.pads, -np.inf)
+    gxp = np.zeros(xp.shape, dtype=gy.dtype)
+    free = np.ones(y.shape, dtype=bool)      # windows whose max has not been routed yet
+    # Offsets in row-major order and `free` send each gradient to the first max only (ties
+    # as PyTorch and deterministic cuDNN); overlapping windows accumulate through +=.
+    for s in _slabs(plan):
+        hit = (xp[s] == y) & free
+        gxp[s] += np.where(hit, gy, 0)
+        free &= ~hit
+    return _emit(_crop(plan, gxp), out)
+
+
+def avgpool2d_fprop(plan, x, out=None):
+    """x (N, C, H, W) -> y (N, C, oH, oW) = window sum / (kH kW), padding counted as zeros."""
+    xp = _pad(x, plan.pads, 0)
+    y = None
+    for s in _slabs(plan):
+        y = xp[s].copy() if y is None else np.add(y, xp[s], out=y)
+    y *= 1.0 / (plan.ksize[0] * plan.ksize[1])
+    return _emit(y, out)
+
+
+def avgpool2d_bprop(plan, gy, out=None):
+    """gy (N, C, oH, oW) -> gx (N, C, H, W): gy / (kH kW) spread over each window."""
+    N, C = gy.shape[:2]
+    t, b, l, r = plan.pads
+    H, W = plan.in_shape[2:]
+    g = gy * (1.0 / (plan.ksize[0] * plan.ksize[1]))
+    gxp = np.zeros((N, C, H + t + b, W + l + r), dtype=gy.dtype)
+    for s in _slabs(plan):
+        gxp[s] += g
+    return _emit(_crop(plan, gxp), out)
+
+
+def global_avgpool_fprop(x, out=None):
+    """x (N, C, H, W) -> y (N, C, 1, 1) = mean over H, W."""
+    return np.mean(x, axis=(2, 3), keepdims=True, out=out)
+
+
+def global_avgpool_bprop(gy, x_shape, out=None):
+    """gy (N, C, 1, 1) -> gx (N, C, H, W) = gy / (H W) at every pixel."""
+    H, W = x_shape[2:]
+    if out is None:
+        out = np.empty(tuple(x_shape), dtype=gy.dtype)
+    out[...] = gy * (1.0 / (H * W))
+    return out

@@ -1,0 +1,109 @@
+"""Normalisation layers: BatchNorm2D (per channel, over the batch) and LRN (across channels)."""
+from numbers import Real
+
+from .. import init
+from .base import Layer, record_config
+
+
+class BatchNorm2D(Layer):
+    """y = gamma (x - mean) / sqrt(var + eps) + beta per channel.   x (N, C, H, W) -> y (N, C, H, W).
+
+    Training uses the batch's statistics over (N, H, W) and updates running_mean/var
+    (r = (1 - momentum) r + momentum * batch, variance unbiased); evaluation uses the running ones.
+    Backward in training differentiates through the batch statistics; in evaluation the layer is
+    the fixed affine map y = gamma * xhat + beta, and backward is that map's gradient only.
+    """
+
+    prefix = "fbn"          # the seed's "fused batch norm"
+
+    @record_config
+    def __init__(self, momentum=0.1, eps=1e-5, name=None):
+        super().__init__(name)
+        if not (isinstance(momentum, Real) and 0.0 <= momentum <= 1.0):
+            raise self.error(f"momentum must be in [0, 1], got {momentum!r}")
+        if not (isinstance(eps, Real) and eps > 0.0):
+            raise self.error(f"eps must be positive, got {eps!r}")
+        self.momentum, self.eps = float(momentum), float(eps)
+
+    def build(self, in_shapes, device):
+        shape, = in_shapes
+        self.expect_rank(shape, 4)
+        C = shape[1]
+        self.gamma = self.param("gamma", (C,), init.ones)
+        self.beta = self.param("beta", (C,), init.zeros)
+        self.running_mean = self.state("running_mean", (C,), init.zeros)
+        self.running_var = self.state("running_var", (C,), init.ones)
+        self.kern, self.dense = device.kernels.norm, device.kernels.dense
+        # Constants for the evaluation-mode backward, allocated once here, not per step.
+        self._zeros = device.xp.zeros(C, dtype=device.dtype)
+        self._ones = device.xp.ones(C, dtype=device.dtype)
+        return tuple(shape)
+
+    def forward(self, xs, training):
+        x, = xs
+        g, b, rm, rv = self.gamma.data, self.beta.data, self.running_mean.data, self.running_var.data
+        if not training:
+            self.saved = (x, None, None)
+            return self.kern.bn_fprop_infer(x, g, b, rm, rv, self.eps)
+        if x.size // x.shape[1] < 2:
+            raise self.error(f"training needs more than one value per channel, got {tuple(x.shape)}")
+        y, mean, invstd = self.kern.bn_fprop_train(x, g, b, rm, rv, self.momentum, self.eps)
+        self.saved = (x, mean, invstd)
+        return y
+
+    def backward(self, gy):
+        x, mean, invstd = self.saved
+        if mean is not None:
+            return (self.kern.bn_bprop(x, gy, self.gamma.data, mean, invstd,
+                                       self.gamma.grad, self.beta.grad),)
+        # Evaluation: the interface has no separate kernel, so the affine map's gradients are
+        # composed from existing ones: xhat and gx are bn_fprop_infer with gamma=1/beta=0 and mean=0.
+        rv = self.running_var.data
+        xhat = self.kern.bn_fprop_infer(x, self._ones, self._zeros, self.running_mean.data, rv, self.eps)
+        self.dense.bias_grad(gy * xhat, self.gamma.grad)
+        self.dense.bias_grad(gy, self.beta.grad)
+        return (self.kern.bn_fprop_infer(gy, self.gamma.data, self._zeros, self._zeros, rv, self.eps),)
+
+
+class LRN(Layer):
+    """y = x (k + alpha/size * sum_window x^2)^-beta across channels.   x (N, C, H, W) -> y (N, C, H, W).
+
+    The window holds `size` channels centred on c, clipped at the edges; for even sizes it
+    reaches one channel further ahead than behind, as cuDNN's lrnN. Defaults are cuDNN's
+    (Krizhevsky et al., 2012).
+    """
+
+    prefix = "lrn"
+
+    @record_config
+    def __init__(self, size=5, alpha=1e-4, beta=0.75, k=2.0, name=None):
+        super().__init__(name)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise self.error(f"size must be a positive int, got {size!r}")
+        if not (isinstance(alpha, Real) and alpha >= 0.0):
+            raise self.error(f"alpha must be non-negative, got {alpha!r}")
+        if not (isinstance(beta, Real) and beta >= 0.0):
+            raise self.error(f"beta must be non-negative, got {beta!r}")
+        # k > 0 with alpha >= 0 keeps the scale positive, so scale^-beta is finite.
+        if not (isinstance(k, Real) and k > 0.0):
+            raise self.error(f"k must be positive, got {k!r}")
+        self.size, self.alpha, self.beta, self.k = size, float(alpha), float(beta), float(k)
+
+    def hyper(self):
+        return self.size, self.alpha, self.beta, self.k
+
+    def build(self, in_shapes, device):
+        shape, = in_shapes
+        self.expect_rank(shape, 4)
+        self.kern = device.kernels.lrn
+        return tuple(shape)
+
+    def forward(self, xs, training):
+        x, = xs
+        y, scale = self.kern.lrn_fprop(x, *self.hyper())
+        self.saved = (x, y, scale)
+        return y
+
+    def backward(self, gy):
+        x, y, scale = self.saved
+        return (self.kern.lrn_bprop(x, y, scale, gy, *self.hyper()),)

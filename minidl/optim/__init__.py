@@ -1,0 +1,18 @@
+"""Optimizers over the flat parameter arena, and learning-rate schedules."""
+from . import schedules
+from .adam import Adam
+from .base import Optimizer
+from .rmsprop import RMSprop
+from .sgd import SGD, Momentum
+
+OPTIMIZERS = {"sgd": SGD, "momentum": Momentum, "adam": Adam, "rmsprop": RMSprop}
+
+
+def get(name, **kw):
+    """The optimizer called `name` ("sgd", "momentum", "adam", "rmsprop"), built with `kw`."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
+    return OPTIMIZERS[name](**kw)
+
+
+__all__ = ["Optimizer", "SGD", "Momentum", "Adam", "RMSprop", "schedules", "get", "OPTIMIZERS"]

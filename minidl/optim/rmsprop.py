@@ -1,0 +1,19 @@
+"""RMSprop (Hinton), uncentred and without momentum, as torch.optim.RMSprop's defaults."""
+from .base import Optimizer
+
+
+class RMSprop(Optimizer):
+    """s = rho s + (1-rho) g'²;  p -= lr g' / (√s + eps),  g' = g + wd p."""
+    name = "rmsprop"
+    slots = ("s",)
+    hyper = ("rho", "eps")
+
+    def __init__(self, lr=1e-2, rho=0.99, eps=1e-8, weight_decay=0.0, schedule=None):
+        super().__init__(lr, weight_decay, schedule)
+        if not (0.0 <= rho < 1.0 and eps >= 0):
+            raise ValueError(f"RMSprop: need 0 <= rho < 1 and eps >= 0, got rho={rho}, eps={eps}")
+        self.rho, self.eps = float(rho), float(eps)
+
+    def update(self, lr):
+        self.kernels.rmsprop_update(self.flat, self.grads, self.state["s"], lr, self.rho, self.eps,
+                                    self.weight_decay)

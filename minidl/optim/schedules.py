@@ -1,0 +1,66 @@
+"""Learning-rate schedules: callables f(base_lr, step) -> lr, with step counted from 0.
+
+Each carries a JSON-able `config` ({"name": ..., **arguments}) so an optimizer's state can name
+its schedule and `get(**config)` can rebuild it.
+"""
+import math
+
+
+def _schedule(fn, name, **kw):
+    fn.config = {"name": name, **kw}
+    fn.__qualname__ = fn.__name__ = name
+    return fn
+
+
+def constant():
+    """lr = base_lr."""
+    return _schedule(lambda base_lr, step: base_lr, "constant")
+
+
+def step_decay(step_size, gamma=0.1):
+    """lr = base_lr · gamma^⌊step / step_size⌋."""
+    if step_size < 1:
+        raise ValueError(f"step_decay: step_size must be >= 1, got {step_size}")
+    return _schedule(lambda base_lr, step: base_lr * gamma ** (step // step_size),
+                     "step_decay", step_size=step_size, gamma=gamma)
+
+
+def cosine(total_steps, min_lr=0.0):
+    """lr = min_lr + (base_lr - min_lr) (1 + cos(π min(step, T) / T)) / 2."""
+    if total_steps < 1:
+        raise ValueError(f"cosine: total_steps must be >= 1, got {total_steps}")
+
+    def f(base_lr, step):
+        # held at min_lr after total_steps rather than climbing back up the cosine
+        return min_lr + (base_lr - min_lr) * (1 + math.cos(math.pi * min(step, total_steps) / total_steps)) / 2
+    return _schedule(f, "cosine", total_steps=total_steps, min_lr=min_lr)
+
+
+def inverse_time(decay):
+    """lr = base_lr / (1 + decay · step)   (the seed trainer's decay)."""
+    if decay < 0:
+        raise ValueError(f"inverse_time: decay must be >= 0, got {decay}")
+    return _schedule(lambda base_lr, step: base_lr / (1 + decay * step), "inverse_time", decay=decay)
+
+
+SCHEDULES = {"constant": constant, "step_decay": step_decay, "cosine": cosine, "inverse_time": inverse_time}
+
+
+def get(name, **kw):
+    """The schedule called `name`, built with keyword arguments `kw`."""
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}: expected one of {', '.join(SCHEDULES)}")
+    return SCHEDULES[name](**kw)
+
+
+def resolve(spec):
+    """None -> constant(); a name or a config dict -> get(...); a callable is kept as is."""
+    if spec is None:
+        return constant()
+    if isinstance(spec, str):
+        return get(spec)
+    if isinstance(spec, dict):
+        return get(**spec)
+    if callable(spec):
+        return spec
+    raise TypeError(f"a schedule is a callable f(base_lr, step), a name or a config dict, got {spec!r}")

@@ -1,0 +1,121 @@
+"""python -m minidl.train: train LeNet-5 or a ResNet on MNIST, with the C++ trainer's flags.
+
+    python -m minidl.train -b32 -n500 -m100 -r50      # ResNet-50, 500 steps of batch 32
+    python -m minidl.train --model lenet --epochs 1 -s
+"""
+import argparse
+import os
+import sys
+import time
+
+DEFAULT_LR = {"sgd": 0.01, "momentum": 0.01, "adam": 1e-3, "rmsprop": 1e-3}
+
+
+def positive(v):
+    n = int(v)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return n
+
+
+def parser():
+    p = argparse.ArgumentParser(
+        prog="python -m minidl.train",
+        description="Train LeNet-5 or a ResNet on MNIST / Fashion-MNIST. With no flags: LeNet-5, "
+                    "2000 steps of batch 32 with Adam (lr 1e-3), then the whole test set.")
+    p.add_argument("-b", dest="batch_size", type=positive, default=32, help="batch size (32)")
+    p.add_argument("-n", dest="steps", type=positive, default=2000, help="training steps (2000)")
+    p.add_argument("-m", dest="monitor", type=positive, default=100, help="monitoring interval in steps (100)")
+    p.add_argument("-l", dest="load", action="store_true", help="load the checkpoint's weights before training")
+    p.add_argument("-s", dest="save", action="store_true", help="save a checkpoint after training")
+    p.add_argument("-x", dest="test_batch", type=positive, default=1000, help="test batch size (1000)")
+    p.add_argument("-y", dest="test_steps", type=positive, default=10,
+                   help="test steps (10: the whole test set at -x 1000)")
+    p.add_argument("-r", dest="depth", type=int, choices=(18, 34, 50, 101, 152),
+                   help="ResNet depth; implies --model resnet")
+    p.add_argument("--model", choices=("lenet", "resnet"), help="network (lenet; resnet with -r, default 18)")
+    p.add_argument("--epochs", type=positive, help="train whole epochs instead of -n steps")
+    p.add_argument("--optimizer", choices=tuple(DEFAULT_LR), default="adam", help="optimizer (adam)")
+    p.add_argument("--lr", type=float, help="learning rate (adam/rmsprop 1e-3, sgd/momentum 0.01)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="L2 weight decay (0)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device (auto)")
+    p.add_argument("--data-dir", help="dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)")
+    p.add_argument("--dataset", choices=("mnist", "fashion-mnist"), default="mnist", help="dataset (mnist)")
+    p.add_argument("--seed", type=int, default=0, help="seed for weights, shuffling and dropout (0)")
+    p.add_argument("--checkpoint", help="checkpoint path (checkpoints/<model>.npz)")
+    p.add_argument("--resume", action="store_true",
+                   help="restore weights, optimizer state and step from the checkpoint and continue")
+    return p
+
+
+def run(args, out=print):
+    import minidl as dl
+    from minidl import data, models, optim
+
+    model_name = "resnet" if args.depth or args.model == "resnet" else "lenet"
+    depth = args.depth or (18 if model_name == "resnet" else None)
+    tag = f"resnet{depth}" if depth else "lenet5"
+    path = args.checkpoint or os.path.join("checkpoints", f"{tag}.npz")
+    device = dl.get_device(args.device, seed=args.seed, verbose=True)
+
+    out(f"== {args.dataset.upper()} training with minidl ==")
+    out("[TRAIN]")
+    paths = data.find_dataset(args.dataset, args.data_dir)
+    out(f"loading {paths['train-images-idx3-ubyte']}")
+    train = data.load(args.dataset, "train", args.data_dir)
+    out(f"loaded {len(train[0])} items..")
+
+    model = models.get(model_name, depth=depth, device=device, seed=args.seed)
+    lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
+    opt = optim.get(args.optimizer, lr=lr, weight_decay=args.weight_decay)
+    trainer = dl.Trainer(model, opt, seed=args.seed)
+    if args.resume:
+        meta = trainer.resume(path)
+        out(f"resumed from {path} at step {meta.get('step', 0)}")
+    elif args.load:
+        dl.checkpoint.load_weights(path, model)
+        out(f"loaded weights from {path}")
+    out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
+        f"{args.optimizer} lr {lr:g}, batch {args.batch_size} ..")
+
+    steps = None if args.epochs else args.steps
+    t0 = time.perf_counter()
+    trainer.fit(train, steps=steps, epochs=args.epochs, batch_size=args.batch_size,
+                monitor=args.monitor, save_to=path if args.save else None)
+    device.sync()
+    seconds = time.perf_counter() - t0
+    out(f"trained {trainer.step} steps in {seconds:.1f} s")
+    if args.save:
+        out(f"saved {path}")
+
+    out("[INFERENCE]")
+    out(f"loading {paths['t10k-images-idx3-ubyte']}")
+    test = data.load(args.dataset, "test", args.data_dir)
+    out(f"loaded {len(test[0])} items..")
+    loss, acc = trainer.evaluate(test, batch_size=args.test_batch, steps=args.test_steps)
+    seen = min(len(test[0]), args.test_batch * args.test_steps)
+    note = "" if seen == len(test[0]) else f" (first {seen} of {len(test[0])})"
+    out(f"loss: {loss:.3f}, accuracy: {acc:.3f}%{note}")
+    out("Done.")
+    return loss, acc
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    from minidl.backend import DeviceError
+    from minidl.checkpoint import CheckpointError
+    from minidl.data import DataError
+    from minidl.trainer import TrainingDiverged
+    try:
+        run(args)
+    except (DataError, CheckpointError, DeviceError, TrainingDiverged, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
