@@ -1,0 +1,211 @@
+"""MNIST and Fashion-MNIST: find the IDX files locally, else download, verify and store them.
+
+Lookup roots, in order: the `data_dir` argument, `$MINIDL_DATA`, `./dataset`, `/usr/share/datasets`
+(Debian's dataset-fashion-mnist). In each root the four files may sit in `<root>/<name>/` or in the
+root itself, gzipped or raw, under their standard names. If no root has them, they are downloaded
+from public mirrors (or `$MINIDL_MIRRORS`, comma-separated base URLs) into `<root>/<name>/` of the
+first writable of `data_dir`, `$MINIDL_DATA`, `./dataset`, and stored decompressed once the SHA-256
+of the decompressed bytes matches: a file appears complete and verified, or not at all.
+"""
+import hashlib
+import os
+import tempfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataError
+from .idx import open_maybe_gzip, read_idx
+
+FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+         "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+SIZES = {"train": 60000, "test": 10000}
+# SHA-256 of the DECOMPRESSED files: the .gz bytes differ between mirrors and gzip settings
+SHA256 = {
+    "mnist": {
+        "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+        "train-labels-idx1-ubyte": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+        "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+        "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+    },
+    "fashion-mnist": {
+        "train-images-idx3-ubyte": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+        "train-labels-idx1-ubyte": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+        "t10k-images-idx3-ubyte": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+        "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+    },
+}
+MIRRORS = {
+    "mnist": ("https://ossci-datasets.s3.amazonaws.com/mnist/",
+              "https://storage.googleapis.com/cvdf-datasets/mnist/"),
+    "fashion-mnist": ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",),
+}
+SYSTEM_DIR = "/usr/share/datasets"
+_CHUNK = 1 << 20
+
+
+def _canonical(name):
+    key = name.lower().replace("_", "-")
+    if key not in SHA256:
+        raise ValueError(f"unknown dataset {name!r}: expected one of {sorted(SHA256)}")
+    return key
+
+
+def _copy_hash(src, dst=None):
+    """SHA-256 of the decompressed contents of `src`, also written to `dst` if given."""
+    h = hashlib.sha256()
+    try:
+        with open_maybe_gzip(src) as f, open(dst or os.devnull, "wb") as out:
+            for chunk in iter(lambda: f.read(_CHUNK), b""):
+                h.update(chunk)
+                if dst:
+                    out.write(chunk)
+    except (EOFError, zlib.error, OSError) as e:  # truncated or corrupt gzip, unreadable file
+        raise DataError(f"{src}: unreadable ({e})") from None
+    return h.hexdigest()
+
+
+def sha256_of(path):
+    """SHA-256 hex digest of the decompressed bytes of a gzipped or raw file."""
+    return _copy_hash(path)
+
+
+def _path(root):
+    """Absolute, so the paths handed out survive a later chdir."""
+    return Path(root).expanduser().absolute()
+
+
+def _complete(folder, stems):
+    """{stem: path} if all files are in `folder` (raw preferred: no decompression), else None."""
+    paths = {}
+    for stem in stems:
+        found = [folder / f for f in (stem, stem + ".gz") if (folder / f).is_file()]
+        if not found:
+            return None
+        paths[stem] = found[0]
+    return paths
+
+
+def _download_dir(data_dir, name):
+    for root in (data_dir, os.environ.get("MINIDL_DATA"), "dataset"):
+        if not root:
+            continue
+        folder = _path(root) / name
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK):
+            return folder
+    raise DataError(f"{name}: no writable download folder among data_dir, $MINIDL_DATA, ./dataset")
+
+
+def _mirror_list(name, mirrors):
+    mirrors = mirrors or os.environ.get("MINIDL_MIRRORS") or MIRRORS[name]
+    if isinstance(mirrors, str):
+        mirrors = mirrors.split(",")
+    return [m.strip() for m in mirrors if m.strip()]
+
+
+def _fetch_verified(url, target, sha256, progress):
+    """Download `url` next to `target`, decompress, check the hash, then rename into place."""
+    import pooch  # lazily: only downloads need it
+    from tqdm.auto import tqdm
+
+    temps = []
+    for suffix in (".download", ".part"):  # same folder, so os.replace is an atomic rename
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
+        os.close(fd)
+        temps.append(tmp)
+    try:
+        # total=1 until pooch sets the Content-Length: pooch tests `if bar`, and tqdm's bool()
+        # raises while total is None
+        bar = tqdm(desc=target.name, total=1, unit="B", unit_scale=True) if progress else False
+        try:
+            pooch.HTTPDownloader(progressbar=bar)(url, temps[0], None)
+        finally:
+            if progress:
+                bar.close()
+        # by content, not name: a server sending Content-Encoding: gzip hands us raw bytes
+        got = _copy_hash(temps[0], temps[1])
+        if got != sha256:
+            raise DataError(f"{url}: SHA-256 of the decompressed data is {got}, expected {sha256}")
+        os.replace(temps[1], target)
+    finally:
+        for tmp in temps:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+
+def _download(stem, folder, mirrors, sha256, progress):
+    errors = []
+    for base in mirrors:
+        url = f"{base.rstrip('/')}/{stem}.gz"
+        try:
+            return _fetch_verified(url, folder / stem, sha256, progress)
+        except Exception as e:  # network errors come in many types; try the next mirror
+            why = str(e) if isinstance(e, DataError) else f"{url}: {e}"  # DataError names the url
+            errors.append(" ".join(why.split()))  # keep the final message on one line
+    raise DataError(f"{folder / stem}: download failed from every mirror ({'; '.join(errors)}); "
+                    f"place the files under a lookup root or set $MINIDL_MIRRORS")
+
+
+def find_dataset(name, data_dir=None, mirrors=None, hashes=None, download=True, progress=True):
+    """{standard file name: Path} of the four IDX files of `name`, found locally or downloaded.
+
+    `mirrors` (list or comma-separated base URLs) and `hashes` ({file name: SHA-256 of the
+    decompressed bytes}) override the built-in tables; tests use them to serve their own files.
+    """
+    name = _canonical(name)
+    hashes = hashes or SHA256[name]
+    stems = [stem for split in FILES.values() for stem in split]
+    roots = [_path(r) for r in (data_dir, os.environ.get("MINIDL_DATA"), "dataset", SYSTEM_DIR) if r]
+    for root in roots:
+        found = _complete(root / name, stems)
+        if found:
+            return found
+        # files loose in a root could be either dataset: the small label files tell them apart
+        found = _complete(root, stems)
+        if found and all(sha256_of(found[s]) == hashes[s] for s in stems if "labels" in s):
+            return found
+    if not download:
+        raise DataError(f"{name}: not found in any of {', '.join(map(str, roots))} "
+                        f"(as {name}/<file> or <file>, .gz or raw)")
+    folder = _download_dir(data_dir, name)
+    mirrors = _mirror_list(name, mirrors)
+    for stem in stems:
+        if _complete(folder, [stem]) is None:
+            _download(stem, folder, mirrors, hashes[stem], progress)
+    return _complete(folder, stems)
+
+
+def load(name, split="train", data_dir=None, **find_kw):
+    """(images uint8 (N, 28, 28), labels uint8 (N,)) of one split, N = 60000 train / 10000 test."""
+    if split not in FILES:
+        raise ValueError(f"unknown split {split!r}: expected 'train' or 'test'")
+    paths = find_dataset(name, data_dir, **find_kw)
+    ipath, lpath = (paths[stem] for stem in FILES[split])
+    images, labels = read_idx(ipath), read_idx(lpath)
+    if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != (28, 28):
+        raise DataError(f"{ipath}: images of shape {images.shape} {images.dtype}, "
+                        f"expected (N, 28, 28) uint8")
+    if labels.dtype != np.uint8 or labels.ndim != 1:
+        raise DataError(f"{lpath}: labels of shape {labels.shape} {labels.dtype}, expected (N,) uint8")
+    if len(images) != len(labels):
+        raise DataError(f"{ipath}: {len(images)} images but {lpath.name} has {len(labels)} labels")
+    if len(images) != SIZES[split]:
+        raise DataError(f"{ipath}: {len(images)} items, expected {SIZES[split]} for {split!r}")
+    if labels.max(initial=0) > 9:
+        raise DataError(f"{lpath}: label {labels.max()} out of range 0-9")
+    return images, labels
+
+
+def mnist(split="train", data_dir=None, **find_kw):
+    """MNIST digits: (images uint8 (N, 28, 28), labels uint8 (N,))."""
+    return load("mnist", split, data_dir, **find_kw)
+
+
+def fashion_mnist(split="train", data_dir=None, **find_kw):
+    """Fashion-MNIST clothing: (images uint8 (N, 28, 28), labels uint8 (N,))."""
+    return load("fashion-mnist", split, data_dir, **find_kw)

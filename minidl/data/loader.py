@@ -1,0 +1,70 @@
+"""Mini-batches of a whole dataset held on the device, reshuffled every epoch by a seeded generator."""
+import numpy as np
+
+# MNIST's pixel mean and standard deviation after scaling to [0, 1] (the usual torchvision values)
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+
+
+class Loader:
+    """Batches (x, y) of images uint8 (N, H, W) -> x (B, 1, H, W) device.dtype, y (B,) int32.
+
+    The whole set is copied to the device once: x = (images/255 - 0.1307) / 0.3081 when `normalize`
+    is True (MNIST's mean/std; pass a (mean, std) pair for other data, False for plain [0, 1]).
+    Epoch e visits the samples in a permutation drawn from NumPy's generator seeded with (seed, e),
+    so any batch of any epoch can be rebuilt exactly: `batch(e, k)` is the k-th batch that
+    iterating epoch e yields, which is how a resumed run continues mid-epoch.
+    """
+
+    def __init__(self, images, labels, batch_size, device, shuffle=True, seed=0, drop_last=True,
+                 normalize=True):
+        images, labels = np.asarray(images), np.asarray(labels)
+        if images.ndim not in (3, 4) or labels.ndim != 1 or len(images) != len(labels):
+            raise ValueError(f"Loader: images {images.shape} and labels {labels.shape} must be "
+                             f"(N, H, W) or (N, C, H, W) and (N,)")
+        self.N, self.batch_size = len(images), int(batch_size)
+        if self.batch_size < 1 or (drop_last and self.N < self.batch_size):
+            raise ValueError(f"Loader: batch_size {batch_size} for {self.N} samples with "
+                             f"drop_last={drop_last} gives no batch")
+        self.device, self.shuffle, self.seed, self.drop_last = device, shuffle, seed, drop_last
+        self.epoch = 0  # the epoch the next `iter(loader)` runs; set it to resume
+        xp = device.xp
+        shape = images.shape if images.ndim == 4 else (self.N, 1, *images.shape[1:])
+        # uint8 travels to the device (4x less than float32) and is converted there
+        x = xp.asarray(images).reshape(shape).astype(device.dtype)  # (N, C, H, W)
+        x /= 255
+        if normalize is not False:
+            mean, std = (MNIST_MEAN, MNIST_STD) if normalize is True else normalize
+            x -= mean
+            x /= std
+        self.x, self.y = x, device.asarray(labels, dtype=np.int32)
+        self._order = (None, None)  # (epoch, device index array): cached for batch() calls
+
+    def __len__(self):
+        """Batches per epoch."""
+        full, rest = divmod(self.N, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def order(self, epoch):
+        """Host int64 permutation of range(N) that epoch `epoch` visits."""
+        if not self.shuffle:
+            return np.arange(self.N)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.N)
+
+    def batch(self, epoch, k):
+        """The k-th batch (x, y) of epoch `epoch`, gathered on the device."""
+        if not 0 <= k < len(self):
+            raise IndexError(f"batch {k} out of range: an epoch has {len(self)} batches")
+        if self._order[0] != epoch:
+            self._order = (epoch, self.device.asarray(self.order(epoch)))  # one transfer per epoch
+        idx = self._order[1][k * self.batch_size:(k + 1) * self.batch_size]
+        xp = self.device.xp
+        return xp.take(self.x, idx, axis=0), xp.take(self.y, idx, axis=0)
+
+    def __iter__(self):
+        """The batches of epoch `self.epoch`; advances `self.epoch` at once, so a partial pass counts."""
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        return (self.batch(epoch, k) for k in range(len(self)))
+
+    def __repr__(self):
+        return (f"Loader(N={self.N}, batch_size={self.batch_size}, batches={len(self)}, "
+                f"shuffle={self.shuffle}, seed={self.seed}, epoch={self.epoch}, {self.device})")
