@@ -64,6 +64,21 @@ class Layer:
         """Declare non-trainable state (running statistics), saved in checkpoints."""
         return self.param(name, shape, initializer, trainable=False)
 
+    def get_weights(self):
+        """{param name: NumPy copy} of this layer's parameters and statistics."""
+        return {k: (p.data if isinstance(p.data, np.ndarray) else p.data.get()).copy() for k, p in self.params.items()}
+
+    def set_weights(self, weights):
+        """Copy arrays into this layer's parameters by name ('w', 'b', 'gamma', ...), checking shapes."""
+        for k, a in weights.items():
+            if k not in self.params:
+                raise self.error(f"has no parameter {k!r}; it has {', '.join(self.params) or 'none'}")
+            p = self.params[k]
+            if tuple(np.shape(a)) != p.shape:
+                raise self.error(f"parameter {k} has shape {p.shape}, got {tuple(np.shape(a))}")
+            xp = np if isinstance(p.data, np.ndarray) else __import__("cupy")
+            p.data[...] = xp.asarray(a, dtype=p.data.dtype)
+
     # -- the contract -------------------------------------------------------------------------
     def build(self, in_shapes, device):
         raise NotImplementedError

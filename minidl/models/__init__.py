@@ -1,0 +1,33 @@
+"""The model zoo: LeNet-5 and ResNet-18/34/50/101/152, by name through `get`."""
+import re
+
+from .lenet import lenet5
+from .resnet import RESNET_DEPTHS, build_resnet, resnet
+
+MODELS = {"lenet": lenet5, "lenet5": lenet5, "resnet": resnet}     # name -> builder
+
+
+def get(name, depth=None, **kw):
+    """A model by name: get("lenet"), get("resnet", depth=50) or get("resnet50").
+
+    kw go to the builder (input_shape, classes) and on to Model (device, dtype, seed, name).
+    """
+    key = str(name).lower()
+    m = re.fullmatch(r"resnet-?(\d+)", key)
+    if m:
+        if depth is not None and int(depth) != int(m.group(1)):
+            raise ValueError(f"model {name!r} contradicts depth={depth!r}")
+        key, depth = "resnet", int(m.group(1))
+    if key not in MODELS:
+        raise ValueError(f"unknown model {name!r}: expected one of {', '.join(MODELS)} "
+                         f"(resnet with depth {', '.join(map(str, RESNET_DEPTHS))})")
+    if key == "resnet":
+        if depth is None:
+            raise ValueError(f"resnet needs a depth: one of {', '.join(map(str, RESNET_DEPTHS))}")
+        return resnet(depth, **kw)
+    if depth is not None:
+        raise ValueError(f"{key} takes no depth, got depth={depth!r}")
+    return MODELS[key](**kw)
+
+
+__all__ = ["MODELS", "RESNET_DEPTHS", "build_resnet", "get", "lenet5", "resnet"]

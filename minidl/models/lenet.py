@@ -1,0 +1,21 @@
+"""LeNet-5 (LeCun et al., 1998) in its common modern form: ReLU and max-pooling."""
+from .. import layers as L
+from ..graph import Sequential
+
+
+def lenet5(input_shape=(1, 28, 28), classes=10, **model_kwargs):
+    """LeNet-5: conv 6@5x5 (pad 2), pool, conv 16@5x5, pool, dense 120, 84, classes, softmax.
+
+    x (N, 1, 28, 28) -> probabilities (N, classes); 61,706 parameters at 28x28 and 10 classes.
+    The first conv pads by 2 so that 28x28 MNIST images meet the 32x32 geometry of the paper.
+    model_kwargs (device, dtype, seed, name) go to Model.
+    """
+    model_kwargs.setdefault("name", "lenet5")
+    return Sequential([
+        L.Conv2D(6, 5, padding=2), L.ReLU(), L.MaxPool2D(2),
+        L.Conv2D(16, 5), L.ReLU(), L.MaxPool2D(2),
+        L.Flatten(),
+        L.Dense(120), L.ReLU(),
+        L.Dense(84), L.ReLU(),
+        L.Dense(classes), L.Softmax(),
+    ], input_shape, **model_kwargs)

@@ -1,0 +1,102 @@
+"""ResNet-18/34/50/101/152 (He et al., 2016) in the seed trainer's form for 28x28 inputs.
+
+Stem: Pad2D(3), conv 64@7x7 stride 2, BN, ReLU, max-pool 3 stride 2 pad 1; four stages of
+residual blocks (widths 64, 128, 256, 512; stride 2 in the first block of stages 2-4, on the
+3x3 conv); Flatten, Dense, Softmax. A 28x28 input leaves 1x1 spatially at the end, so the
+Flatten is a global pool there; larger inputs give the Dense C*H*W features (the seed's form).
+
+Layer names follow the seed's listing: in each block the projection shortcut (if any) comes
+first, then the residual branch, then add and relu, because blocks call Add(shortcut, branch)
+and the graph orders an Add's first input's layers first.
+"""
+from .. import layers as L
+from ..graph import Input, Model
+
+# depth -> (block, blocks per stage). The seed built ResNet-50 with (3, 6, 4, 3), a fault; these
+# are the paper's counts.
+RESNET_DEPTHS = {
+    18: ("basic", (2, 2, 2, 2)),
+    34: ("basic", (3, 4, 6, 3)),
+    50: ("bottleneck", (3, 4, 6, 3)),
+    101: ("bottleneck", (3, 4, 23, 3)),
+    152: ("bottleneck", (3, 8, 36, 3)),
+}
+WIDTHS = (64, 128, 256, 512)
+EXPANSION = {"basic": 1, "bottleneck": 4}
+
+
+def _conv_bn(x, filters, ksize, stride=1, relu=True):
+    """conv (no bias) -> BN [-> ReLU]; a strided kxk conv (k > 1) gets an explicit Pad2D(k // 2)."""
+    padding = ksize // 2
+    if stride > 1 and ksize > 1:
+        x = L.Pad2D(padding)(x)          # as the seed: pad explicitly, then a padding-0 conv
+        padding = 0
+    # bias=False: the BN right after subtracts the batch mean and adds its own beta, so a conv
+    # bias would be cancelled and is redundant (the seed kept one; it changes nothing but the count).
+    h = L.BatchNorm2D()(L.Conv2D(filters, ksize, stride=stride, padding=padding, bias=False)(x))
+    return L.ReLU()(h) if relu else h
+
+
+def _shortcut(x, C, C_out, stride):
+    """Identity, or a 1x1 conv (stride s) + BN where the block changes the shape."""
+    if C == C_out and stride == 1:
+        return x
+    return _conv_bn(x, C_out, 1, stride, relu=False)
+
+
+def _basic(x, C, width, stride):
+    """y = relu(shortcut(x) + BN(conv3x3(relu(BN(conv3x3_s(x))))))."""
+    s = _shortcut(x, C, width, stride)
+    h = _conv_bn(x, width, 3, stride)
+    h = _conv_bn(h, width, 3, relu=False)
+    return L.ReLU()(L.Add()(s, h))                       # shortcut first: the seed's name order
+
+
+def _bottleneck(x, C, width, stride):
+    """y = relu(shortcut(x) + BN(conv1x1(relu(BN(conv3x3_s(relu(BN(conv1x1(x))))))))), 4*width out."""
+    C_out = EXPANSION["bottleneck"] * width
+    s = _shortcut(x, C, C_out, stride)
+    h = _conv_bn(x, width, 1)
+    h = _conv_bn(h, width, 3, stride)
+    h = _conv_bn(h, C_out, 1, relu=False)
+    return L.ReLU()(L.Add()(s, h))                       # shortcut first: the seed's name order
+
+
+def build_resnet(block, blocks, input_shape=(1, 28, 28), classes=10, **model_kwargs):
+    """A ResNet of `block` ('basic' or 'bottleneck') with `blocks` per stage (four ints).
+
+    x (N, C, H, W) -> probabilities (N, classes). `resnet(depth)` is the usual entry point;
+    this one builds other stage counts (e.g. the seed's faulty (3, 6, 4, 3) ResNet-50).
+    """
+    if block not in EXPANSION:
+        raise ValueError(f"unknown ResNet block {block!r}: expected 'basic' or 'bottleneck'")
+    blocks = tuple(blocks)
+    if len(blocks) != len(WIDTHS) or not all(isinstance(n, int) and n > 0 for n in blocks):
+        raise ValueError(f"blocks must be {len(WIDTHS)} positive ints (one per stage), got {blocks!r}")
+    unit = _basic if block == "basic" else _bottleneck
+    model_kwargs.setdefault("name", "resnet")
+
+    x = Input(input_shape)
+    h = L.MaxPool2D(3, stride=2, padding=1)(_conv_bn(x, 64, 7, stride=2))   # Pad2D(3), conv, BN, ReLU
+    C = 64
+    for stage, (width, n) in enumerate(zip(WIDTHS, blocks)):
+        for i in range(n):
+            h = unit(h, C, width, 2 if stage > 0 and i == 0 else 1)
+            C = EXPANSION[block] * width
+    y = L.Softmax()(L.Dense(classes)(L.Flatten()(h)))
+    return Model(x, y, **model_kwargs)
+
+
+def resnet(depth, input_shape=(1, 28, 28), classes=10, **model_kwargs):
+    """ResNet-`depth` for depth in 18, 34 (basic blocks) and 50, 101, 152 (bottleneck blocks).
+
+    x (N, C, H, W) -> probabilities (N, classes). model_kwargs (device, dtype, seed, name) go to Model.
+    """
+    if isinstance(depth, str) and depth.isdigit():
+        depth = int(depth)
+    if isinstance(depth, bool) or depth not in RESNET_DEPTHS:
+        raise ValueError(f"unknown ResNet depth {depth!r}: expected one of "
+                         f"{', '.join(map(str, RESNET_DEPTHS))}")
+    block, blocks = RESNET_DEPTHS[depth]
+    model_kwargs.setdefault("name", f"resnet{depth}")
+    return build_resnet(block, blocks, input_shape, classes, **model_kwargs)
