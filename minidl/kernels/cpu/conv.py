@@ -51,12 +51,11 @@ def conv2d_plan(x_shape, w_shape, stride, padding, dilation):
 
 
 def _pad(x, pads):
-    """Zero-pad (positive) or crop (negative) the spatial dimensions by (top, bottom, left, right)."""
+    """Zero-pad the spatial dimensions by (top, bottom, left, right)."""
     t, b, l, r = pads
     if not any(pads):
         return x
-    x = x[:, :, max(-t, 0):x.shape[2] - max(-b, 0), max(-l, 0):x.shape[3] - max(-r, 0)]
-    return np.pad(x, ((0, 0), (0, 0), (max(t, 0), max(b, 0)), (max(l, 0), max(r, 0))))
+    return np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)))
 
 
 def _windows(plan, x):
@@ -91,28 +90,27 @@ def conv2d_fprop(plan, x, w, b=None, out=None):
 
 
 def conv2d_dgrad(plan, gy, w, out=None):
-    """gy (N, K, oH, oW), w (K, C, kH, kW) -> gx (N, C, H, W).
+    """gy (N, K, oH, oW), w (K, C, kH, kW) -> gx (N, C, H, W): col2im of gy @ w.
 
-    The transposed convolution written as a stride-1 convolution, so it is one GEMM like fprop:
-    gy with stride-1 zeros inserted, padded by the kernel extent minus the forward padding,
-    correlated with w flipped in space and transposed to (C, K, kH, kW).
+    Channels-last inside, so each of the kH*kW scatter-adds moves contiguous runs of C values.
     """
     N, K, oH, oW = gy.shape
     _, C, kH, kW = w.shape
     H, W = plan.in_shape[2:]
     t, b, l, r = plan.pads
     (sh, sw), (dh, dw) = plan.stride, plan.dilation
-    if sh > 1 or sw > 1:
-        dilated = np.zeros((N, K, (oH - 1) * sh + 1, (oW - 1) * sw + 1), dtype=gy.dtype)
-        dilated[:, :, ::sh, ::sw] = gy
-        gy = dilated
-    eh, ew = (kH - 1) * dh, (kW - 1) * dw
-    # Rows/columns the forward's floor division left unread get zero gradient: extra bottom/right.
-    xh, xw = H + t + b - (gy.shape[2] + eh), W + l + r - (gy.shape[3] + ew)
-    wt = np.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3))   # (C, K, kH, kW)
-    tplan = ConvPlan(gy.shape, wt.shape, (N, C, H, W), (eh - t, eh - b + xh, ew - l, ew - r + xw),
-                     (1, 1), (dh, dw))
-    return conv2d_fprop(tplan, gy, wt, out=out)
+    gcols = gy.transpose(0, 2, 3, 1).reshape(-1, K) @ w.transpose(0, 2, 3, 1).reshape(K, -1)
+    gcols = gcols.reshape(N, oH, oW, kH, kW, C)
+    gxp = np.zeros((N, H + t + b, W + l + r, C), dtype=gy.dtype)               # padded, NHWC
+    # A loop over the kernel offsets only: each adds one whole strided slab.
+    for i in range(kH):
+        for j in range(kW):
+            gxp[:, i * dh:i * dh + sh * (oH - 1) + 1:sh, j * dw:j * dw + sw * (oW - 1) + 1:sw] += gcols[:, :, :, i, j]
+    gx = gxp[:, t:t + H, l:l + W].transpose(0, 3, 1, 2)                         # (N, C, H, W)
+    if out is None:
+        return np.ascontiguousarray(gx)
+    out[...] = gx
+    return out
 
 
 def conv2d_wgrad(plan, x, gy, gw):
