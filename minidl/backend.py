@@ -38,6 +38,7 @@ class Device:
         elif name == "cuda":
             cp = _import_cupy()
             self.xp = cp
+            self.stream = _compute_stream(cp)
             self.rng = cp.random.default_rng(seed)
         else:
             raise ValueError(f"unknown device {name!r}: expected 'cpu', 'cuda' or 'auto'")
@@ -60,10 +61,23 @@ class Device:
 
     def sync(self):
         if self.name == "cuda":
-            self.xp.cuda.get_current_stream().synchronize()
+            self.stream.synchronize()
 
     def __repr__(self):
         return f"Device({self.name!r}, dtype={self.dtype.name})"
+
+
+_STREAMS = {}
+
+
+def _compute_stream(cp):
+    """One non-blocking stream per GPU, made current: CUDA graphs cannot be captured on the
+    legacy default stream, and cuDNN is bound to whatever stream is current."""
+    dev = cp.cuda.Device().id
+    if dev not in _STREAMS:
+        _STREAMS[dev] = cp.cuda.Stream(non_blocking=True)
+    _STREAMS[dev].use()
+    return _STREAMS[dev]
 
 
 def _import_cupy():

@@ -29,6 +29,9 @@ def save(path, model, optimizer=None, meta=None):
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".npz")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)      # mkstemp makes 0600; a checkpoint is an ordinary file
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
@@ -68,13 +71,22 @@ def load_weights(path, model):
 
 
 def load(path, model, optimizer=None):
-    """Restore weights and, when given, the optimizer state; returns the checkpoint's meta dict."""
-    info, arrays = load_weights(path, model)
+    """Restore weights and, when given, the optimizer state; returns the checkpoint's meta dict.
+
+    The optimizer state is checked before anything is written, so a checkpoint of another
+    optimizer leaves the model untouched.
+    """
+    info, arrays = read(path)
     if optimizer is not None:
-        if "optimizer" not in info:
+        state = dict(info.get("optimizer") or {})
+        if not state:
             raise CheckpointError(f"checkpoint {path} has no optimizer state")
-        state = dict(info["optimizer"])
         state["arrays"] = {k[len("optim/"):]: v for k, v in arrays.items() if k.startswith("optim/")}
+        if state.get("name") != optimizer.name or set(state["arrays"]) != set(optimizer.slots):
+            raise CheckpointError(f"checkpoint {path} holds {state.get('name')!r} optimizer state, "
+                                  f"not {optimizer.name!r}")
+    load_weights(path, model)
+    if optimizer is not None:
         try:
             optimizer.load_state_dict(state)
         except ValueError as e:

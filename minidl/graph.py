@@ -225,11 +225,11 @@ class Model:
         if unknown or (strict and missing):
             raise ValueError(f"{self.name}: weights do not match the model: "
                              f"unknown {unknown or 'none'}, missing {missing or 'none'}")
+        for k, a in weights.items():           # check everything before changing anything
+            if tuple(np.shape(a)) != self.params[k].shape:
+                raise ValueError(f"{self.name}: {k} has shape {self.params[k].shape}, got {tuple(np.shape(a))}")
         for k, a in weights.items():
-            p = self.params[k]
-            if tuple(a.shape) != p.shape:
-                raise ValueError(f"{self.name}: {k} has shape {p.shape}, got {tuple(a.shape)}")
-            p.data[...] = self.device.asarray(np.asarray(a, dtype=self.device.dtype))
+            self.params[k].data[...] = self.device.asarray(np.asarray(a, dtype=self.device.dtype))
 
     @property
     def n_params(self):

@@ -6,11 +6,14 @@ class Mean:
 
     def __init__(self, device):
         self.device = device
-        self.reset()
+        xp = device.xp
+        self.loss, self.correct, self.count = xp.zeros((), "float64"), xp.zeros((), "int64"), 0
 
     def reset(self):
-        xp = self.device.xp
-        self.loss, self.correct, self.count = xp.zeros((), "float64"), xp.zeros((), "int64"), 0
+        # In place: a captured CUDA graph keeps adding into these very buffers.
+        self.loss.fill(0)
+        self.correct.fill(0)
+        self.count = 0
 
     def update(self, loss_sum, correct, n):
         self.loss += loss_sum          # in place on the device: no host sync

@@ -79,12 +79,14 @@ def run(args, out=print):
         f"{args.optimizer} lr {lr:g}, batch {args.batch_size} ..")
 
     steps = None if args.epochs else args.steps
+    start = trainer.step
     t0 = time.perf_counter()
     trainer.fit(train, steps=steps, epochs=args.epochs, batch_size=args.batch_size,
                 monitor=args.monitor, save_to=path if args.save else None)
     device.sync()
     seconds = time.perf_counter() - t0
-    out(f"trained {trainer.step} steps in {seconds:.1f} s")
+    ran = trainer.step - start
+    out(f"trained {ran} steps in {seconds:.1f} s ({seconds / ran * 1e3:.2f} ms/step)")
     if args.save:
         out(f"saved {path}")
 

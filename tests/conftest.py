@@ -5,5 +5,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 SHARED = ROOT.parent / "shared" / "datasets"
-if "MINIDL_DATA" not in os.environ and SHARED.is_dir():
+if "MINIDL_DATA" in os.environ:
+    # absolute, so subprocesses started in other folders find it too
+    os.environ["MINIDL_DATA"] = os.path.abspath(os.environ["MINIDL_DATA"])
+elif SHARED.is_dir():
     os.environ["MINIDL_DATA"] = str(SHARED)

@@ -70,12 +70,13 @@ class Layer:
 
     def set_weights(self, weights):
         """Copy arrays into this layer's parameters by name ('w', 'b', 'gamma', ...), checking shapes."""
-        for k, a in weights.items():
+        for k, a in weights.items():           # check everything before changing anything
             if k not in self.params:
                 raise self.error(f"has no parameter {k!r}; it has {', '.join(self.params) or 'none'}")
+            if tuple(np.shape(a)) != self.params[k].shape:
+                raise self.error(f"parameter {k} has shape {self.params[k].shape}, got {tuple(np.shape(a))}")
+        for k, a in weights.items():
             p = self.params[k]
-            if tuple(np.shape(a)) != p.shape:
-                raise self.error(f"parameter {k} has shape {p.shape}, got {tuple(np.shape(a))}")
             xp = np if isinstance(p.data, np.ndarray) else __import__("cupy")
             p.data[...] = xp.asarray(a, dtype=p.data.dtype)
 
@@ -147,5 +148,14 @@ def record_config(init):
         bound.apply_defaults()
         cfg = {k: v for k, v in bound.arguments.items() if k != "self"}
         init(self, *args, **kwargs)
-        self._config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()}
+        self._config = {k: _jsonable(v) for k, v in cfg.items()}
     return wrapper
+
+
+def _jsonable(v):
+    """Tuples as lists and NumPy scalars as Python numbers, so configs go through JSON."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (tuple, list)):
+        return [_jsonable(x) for x in v]
+    return v
