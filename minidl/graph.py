@@ -113,15 +113,26 @@ class Model:
         xp, dtype = self.device.xp, self.device.dtype
         trainable = [p for p in self.params.values() if p.trainable]
         frozen = [p for p in self.params.values() if not p.trainable]
-        self.flat = xp.zeros(sum(p.size for p in trainable), dtype=dtype)
-        self.grads = xp.zeros_like(self.flat)
-        self.state_flat = xp.zeros(sum(p.size for p in frozen), dtype=dtype)
-        for arena, grads, group in ((self.flat, self.grads, trainable), (self.state_flat, None, frozen)):
-            offset = 0
+        # Each tensor starts on a 256-byte boundary: cuDNN's fast engines want aligned pointers.
+        # The gaps hold zeros with zero gradients, which every optimizer leaves at zero.
+        align = max(256 // dtype.itemsize, 1)
+
+        def layout(group):
+            offsets, end = [], 0
             for p in group:
-                p.data = arena[offset:offset + p.size].reshape(p.shape)
-                p.grad = None if grads is None else grads[offset:offset + p.size].reshape(p.shape)
-                offset += p.size
+                offsets.append(end)
+                end += -(-p.size // align) * align
+            return offsets, end
+
+        (t_off, t_end), (f_off, f_end) = layout(trainable), layout(frozen)
+        self.flat = xp.zeros(t_end, dtype=dtype)
+        self.grads = xp.zeros_like(self.flat)
+        self.state_flat = xp.zeros(f_end, dtype=dtype)
+        for p, o in zip(trainable, t_off):
+            p.data = self.flat[o:o + p.size].reshape(p.shape)
+            p.grad = self.grads[o:o + p.size].reshape(p.shape)
+        for p, o in zip(frozen, f_off):
+            p.data, p.grad = self.state_flat[o:o + p.size].reshape(p.shape), None
 
     def init_weights(self, seed=0):
         """Draw every parameter from its initializer with one seeded host generator."""
@@ -233,7 +244,8 @@ class Model:
 
     @property
     def n_params(self):
-        return int(self.flat.size)
+        """Trainable parameters (the flat buffer also holds alignment gaps)."""
+        return sum(p.size for p in self.params.values() if p.trainable)
 
     # -- architecture as JSON ---------------------------------------------------------------
     def config(self):
@@ -277,7 +289,8 @@ class Model:
             if i == 0:
                 print_fn(line)
         print_fn(line)
-        print_fn(f"total params: {self.n_params:,} trainable, {int(self.state_flat.size):,} non-trainable")
+        frozen = sum(p.size for p in self.params.values() if not p.trainable)
+        print_fn(f"total params: {self.n_params:,} trainable, {frozen:,} non-trainable")
 
 
 def Sequential(layers, input_shape, **kwargs):
