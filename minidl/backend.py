@@ -51,6 +51,11 @@ class Device:
         d.dtype = np.dtype(dtype)
         return d
 
+    def set_tf32(self, on):
+        """Allow TF32 tensor-core math in FP32 cuDNN convolutions (the default) or forbid it."""
+        if self.name == "cuda":
+            importlib.import_module("minidl.kernels.gpu.cudnn").set_tf32(on)
+
     def asarray(self, a, dtype=None):
         """Copy a host array (or scalar) to this device."""
         return self.xp.asarray(a, dtype=dtype)
@@ -85,7 +90,7 @@ def _import_cupy():
         import cupy
         cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # ImportError, or CUDA driver errors surfacing as several types
-        raise DeviceError(f"--device cuda needs CuPy and a CUDA GPU: {type(e).__name__}: {e}") from None
+        raise DeviceError(f"no usable GPU (CuPy and a CUDA device are needed): {type(e).__name__}: {e}") from None
     return cupy
 
 

@@ -15,9 +15,13 @@ class Mean:
         self.correct.fill(0)
         self.count = 0
 
-    def update(self, loss_sum, correct, n):
-        self.loss += loss_sum          # in place on the device: no host sync
+    def add(self, loss_sum, correct):
+        """The device half of `update`: in place, no host sync, so a CUDA graph can record it."""
+        self.loss += loss_sum
         self.correct += correct
+
+    def update(self, loss_sum, correct, n):
+        self.add(loss_sum, correct)
         self.count += n
 
     def result(self):

@@ -43,6 +43,12 @@ def parser():
     p.add_argument("--dataset", choices=("mnist", "fashion-mnist"), default="mnist", help="dataset (mnist)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights, shuffling and dropout (0)")
     p.add_argument("--checkpoint", help="checkpoint path (checkpoints/<model>.npz)")
+    p.add_argument("--no-graph", dest="graph", action="store_false",
+                   help="GPU: run each step eagerly instead of replaying it as one CUDA graph")
+    tf = p.add_mutually_exclusive_group()
+    tf.add_argument("--tf32", dest="tf32", action="store_true", default=True,
+                    help="GPU: allow TF32 tensor cores in FP32 convolutions (the default)")
+    tf.add_argument("--no-tf32", dest="tf32", action="store_false", help="GPU: full FP32 convolutions")
     p.add_argument("--resume", action="store_true",
                    help="restore weights, optimizer state and step from the checkpoint and continue")
     return p
@@ -57,6 +63,7 @@ def run(args, out=print):
     tag = f"resnet{depth}" if depth else "lenet5"
     path = args.checkpoint or os.path.join("checkpoints", f"{tag}.npz")
     device = dl.get_device(args.device, seed=args.seed, verbose=True)
+    device.set_tf32(args.tf32)
 
     out(f"== {args.dataset.upper()} training with minidl ==")
     out("[TRAIN]")
@@ -68,15 +75,17 @@ def run(args, out=print):
     model = models.get(model_name, depth=depth, device=device, seed=args.seed)
     lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
     opt = optim.get(args.optimizer, lr=lr, weight_decay=args.weight_decay)
-    trainer = dl.Trainer(model, opt, seed=args.seed)
+    trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph)
     if args.resume:
         meta = trainer.resume(path)
         out(f"resumed from {path} at step {meta.get('step', 0)}")
     elif args.load:
         dl.checkpoint.load_weights(path, model)
         out(f"loaded weights from {path}")
+    mode = "" if device.name == "cpu" else \
+        f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}"
     out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
-        f"{args.optimizer} lr {lr:g}, batch {args.batch_size} ..")
+        f"{args.optimizer} lr {lr:g}, batch {args.batch_size}{mode} ..")
 
     steps = None if args.epochs else args.steps
     start = trainer.step

@@ -50,13 +50,17 @@ class Loader:
             return np.arange(self.N)
         return np.random.default_rng([self.seed, epoch]).permutation(self.N)
 
-    def batch(self, epoch, k):
-        """The k-th batch (x, y) of epoch `epoch`, gathered on the device."""
+    def indices(self, epoch, k):
+        """The device indices of the k-th batch of epoch `epoch` (a view: no copy, no transfer)."""
         if not 0 <= k < len(self):
             raise IndexError(f"batch {k} out of range: an epoch has {len(self)} batches")
         if self._order[0] != epoch:
             self._order = (epoch, self.device.asarray(self.order(epoch)))  # one transfer per epoch
-        idx = self._order[1][k * self.batch_size:(k + 1) * self.batch_size]
+        return self._order[1][k * self.batch_size:(k + 1) * self.batch_size]
+
+    def batch(self, epoch, k):
+        """The k-th batch (x, y) of epoch `epoch`, gathered on the device."""
+        idx = self.indices(epoch, k)
         xp = self.device.xp
         return xp.take(self.x, idx, axis=0), xp.take(self.y, idx, axis=0)
 

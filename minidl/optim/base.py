@@ -52,10 +52,38 @@ class Optimizer:
             raise RuntimeError(f"{type(self).__name__}.step() before setup(model)")
         self.t += 1
         self.current_lr = float(self.schedule(self.lr, self.t - 1))
-        self.update(self.current_lr)
+        self.update(self.current_lr, self.t)
 
-    def update(self, lr):
+    def update(self, lr, t):
+        """One in-place update with learning rate `lr` at step `t` (floats, or 0-d device arrays)."""
         raise NotImplementedError
+
+    # -- a step captured in a CUDA graph ---------------------------------------------------
+    # A graph freezes scalar kernel arguments, so lr and t live in 0-d device arrays: the graph
+    # increments t itself, and the host rewrites lr before a replay only when the schedule moves it.
+    def bind_device_scalars(self):
+        """Allocate (or reset to the current step) the device copies of lr and t."""
+        dtype = self.flat.dtype
+        self._t_dev = self.xp.full((), self.t, dtype)
+        self._lr_dev = self.xp.zeros((), dtype)
+        self._lr_set = None
+
+    def device_step(self):
+        """The update reading lr and t from the device: what a captured step records."""
+        self._t_dev += 1
+        self.update(self._lr_dev, self._t_dev)
+
+    def host_step(self):
+        """Before each replay: advance the host step count and refresh lr on the device if needed."""
+        self.t += 1
+        self.current_lr = float(self.schedule(self.lr, self.t - 1))
+        if self.current_lr != self._lr_set:
+            self._lr_dev.fill(self.current_lr)
+            self._lr_set = self.current_lr
+
+    def device_arrays(self):
+        """Every array a step changes: snapshotted around a capture's warm-up."""
+        return list(self.state.values()) + [self._t_dev]
 
     def config(self):
         """The constructor's arguments, JSON-able: get(name, **config()) rebuilds this optimizer."""

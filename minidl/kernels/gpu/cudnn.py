@@ -1,0 +1,188 @@
+"""The one module that imports cuDNN: handles, the graph cache, call counters, workspaces, TF32.
+
+Kernel families describe a graph (`build(g, io)`) and the arrays it runs on; `run` builds it
+once per (op, shapes, dtypes, pointer alignment, extra) and executes it on CuPy's current stream.
+
+What the cuDNN Frontend 1.20 Python API does (read from the wheel's bindings and NVIDIA's tests):
+- `cudnn.pygraph(handle=, io_data_type=, intermediate_data_type=, compute_data_type=)`;
+  `g.tensor(name=, dim=, stride=, data_type=, is_pass_by_value=)`; outputs need `set_output(True)`.
+- ops: `conv_fprop(image, weight, pre_padding, post_padding, stride, dilation, compute_data_type)`,
+  `conv_dgrad(loss, filter, ...)`, `conv_wgrad(image, loss, ...)` (cross-correlation, as PyTorch);
+  `bias(input, bias)`; `batchnorm(input, scale, bias, in_running_mean, in_running_var, epsilon,
+  momentum) -> (y, mean, inv_variance, next_running_mean, next_running_var)`;
+  `batchnorm_inference(input, mean, inv_variance, scale, bias)` (takes 1/sqrt(var+eps), not var);
+  `batchnorm_backward(grad, input, scale, mean, inv_variance) -> (dx, dscale, dbias)` (overwrites).
+- building: validate, build_operation_graph, create_execution_plans([heur modes]), optional
+  deselect_*_notes, check_support, build_plans; `get_workspace_size()` after that.
+- `execute({uid: pointer}, workspace, handle=)`: int pointers go straight through; anything else
+  goes through `cudnn.datatypes`, which imports torch to test for tensors. So device pointers are
+  `arr.data.ptr` and host scalars (pass-by-value tensors: epsilon, momentum) are NumPy arrays
+  passed as `arr.ctypes.data`; cuDNN reads them when `execute` enqueues the kernels.
+- `set_stream(handle=, stream=)` binds the handle to a raw stream; we re-bind whenever CuPy's
+  current stream changes, so CuPy stream capture (CUDA graphs) records the executes.
+- TF32: the Python API has no math-mode switch. FP32 engines that run on TF32 tensor cores carry
+  the numerical note TENSOR_CORE, so `set_tf32(False)` deselects those engines (and any that
+  DOWN_CONVERT_INPUTS), the way PyTorch filters cuDNN v8 engines when allow_tf32 is False.
+  TF32 is on by default for convolutions (about 1e-3 relative error, the speed of tensor cores);
+  tests that compare with the CPU tightly turn it off. Measured on an H100 (cuDNN 9.19), a 64->64
+  3x3 conv against a float64 reference: max relative error 3.3e-4 with TF32, 9.4e-7 without. Setting NVIDIA_TF32_OVERRIDE=0 in the
+  environment disables TF32 process-wide (cuDNN and cuBLAS) whatever `set_tf32` says.
+- engines found lacking (H100, FP32, NCHW): batchnorm and batchnorm_backward need C to be a
+  multiple of their vector width (C = 3, 10 fail; 16, 64 build); batchnorm_inference had no engine
+  at all. norm.py therefore catches `Unsupported` and runs CuPy kernels there.
+- pointer alignment: cuDNN assumes 16-byte aligned tensors; a parameter view into the flat arena
+  may be less aligned, so such tensors get `set_alignment` and their own graph. Aligning every
+  parameter in the arena to 256 bytes keeps all graphs on the fast engines.
+"""
+import collections
+
+import cudnn as _fe
+import cupy as cp
+import numpy as np
+
+from ._util import buffer
+
+calls = collections.Counter()   # op name -> executes, so tests can assert the cuDNN path ran
+_state = {"tf32": True}
+_handles = {}                   # device id -> [handle, stream pointer it is bound to]
+_graphs = {}                    # full key -> _Graph
+_DT = {np.dtype("float32"): _fe.data_type.FLOAT, np.dtype("float64"): _fe.data_type.DOUBLE,
+       np.dtype("float16"): _fe.data_type.HALF}
+_HEUR = [_fe.heur_mode.A, _fe.heur_mode.FALLBACK]
+
+
+def set_tf32(on):
+    """Allow (True, the default) or forbid TF32 tensor-core math in FP32 convolutions."""
+    _state["tf32"] = bool(on)
+
+
+def tf32_enabled():
+    return _state["tf32"]
+
+
+def version():
+    return _fe.backend_version()
+
+
+def handle(dev=None):
+    """This device's cuDNN handle, bound to CuPy's current stream."""
+    dev = cp.cuda.runtime.getDevice() if dev is None else dev
+    h = _handles.get(dev)
+    if h is None:
+        h = _handles[dev] = [_fe.create_handle(), None]
+    stream = cp.cuda.get_current_stream().ptr
+    if h[1] != stream:
+        _fe.set_stream(handle=h[0], stream=stream)
+        h[1] = stream
+    return h[0]
+
+
+def _align(ptr):
+    return min(ptr & -ptr, 16) if ptr else 16
+
+
+def _strides(dim):
+    st, acc = [], 1
+    for d in reversed(dim):
+        st.append(acc)
+        acc *= d
+    return st[::-1]
+
+
+class Unsupported(RuntimeError):
+    """cuDNN has no engine for this graph (op, shapes, layout); remembered per key."""
+
+
+class _IO:
+    """Hands a graph builder the tensors matching the arrays it will run on."""
+
+    def __init__(self, g, arrays):
+        self.g, self.arrays, self.tensors = g, arrays, {}
+
+    def input(self, name, dim=None):
+        a = self.arrays[name]
+        dim = list(dim or a.shape)
+        t = self.g.tensor(name=name, dim=dim, stride=_strides(dim), data_type=_DT[a.dtype])
+        if _align(a.data.ptr) < 16:
+            t.set_alignment(_align(a.data.ptr))
+        self.tensors[name] = t
+        return t
+
+    def scalar(self, name):
+        """A host float32 scalar read at execute time (epsilon, momentum)."""
+        t = self.g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1],
+                          data_type=_fe.data_type.FLOAT, is_pass_by_value=True)
+        self.tensors[name] = t
+        return t
+
+    def output(self, name, t, dim=None):
+        a = self.arrays[name]
+        dim = list(dim or a.shape)
+        t.set_output(True)
+        t.set_data_type(_DT[a.dtype])
+        t.set_dim(dim)
+        t.set_stride(_strides(dim))
+        if _align(a.data.ptr) < 16:
+            t.set_alignment(_align(a.data.ptr))
+        self.tensors[name] = t
+        return t
+
+
+class _Graph:
+    def __init__(self, g, tensors):
+        self.g = g
+        self.uids = {name: t.get_uid() for name, t in tensors.items()}
+        self.workspace = buffer("workspace", (max(g.get_workspace_size(), 1),), np.uint8)
+        self.workspace_ptr = self.workspace.data.ptr
+
+
+def _build(op, arrays, build, tf32, conv):
+    g = _fe.pygraph(handle=handle(), io_data_type=_fe.data_type.FLOAT,
+                    intermediate_data_type=_fe.data_type.FLOAT, compute_data_type=_fe.data_type.FLOAT)
+    io = _IO(g, arrays)
+    build(g, io)
+    try:
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans(_HEUR)
+        if conv and not tf32:
+            g.deselect_numeric_notes([_fe.numerical_note.TENSOR_CORE, _fe.numerical_note.DOWN_CONVERT_INPUTS])
+        g.check_support()
+        g.build_plans()
+    except (_fe.cudnnGraphNotSupportedError, RuntimeError) as e:   # no engine, or check_support said no
+        shapes = {k: a.shape for k, a in arrays.items()}
+        raise Unsupported(f"cuDNN has no engine for {op} on {shapes} (tf32={tf32}): {str(e).splitlines()[0]}") from e
+    return _Graph(g, io.tensors)
+
+
+def run(op, arrays, build, scalars=None, extra=(), conv=False):
+    """Execute graph `op` on `arrays` (name -> C-contiguous CuPy array, inputs and outputs alike).
+
+    `build(g, io)` describes the graph on first use; `scalars` (name -> float) feed pass-by-value
+    tensors; `extra` is whatever else the graph depends on (padding, stride...); `conv` graphs obey
+    set_tf32. Raises Unsupported (at once on later calls) where cuDNN has no engine for the graph.
+    """
+    ptrs = {}
+    for k, a in arrays.items():
+        if not a._c_contiguous:
+            raise ValueError(f"{op}: {k} must be C-contiguous, got strides {a.strides}")
+        ptrs[k] = a.data.ptr
+    tf32 = conv and _state["tf32"]
+    dev = cp.cuda.runtime.getDevice()
+    key = (op, dev, tf32, extra) + tuple((k, a.shape, a.dtype.char, _align(ptrs[k])) for k, a in arrays.items())
+    gr = _graphs.get(key, _graphs)
+    if gr is _graphs:
+        try:
+            gr = _graphs[key] = _build(op, arrays, build, tf32, conv)
+        except Unsupported:
+            _graphs[key] = None
+            raise
+    if gr is None:
+        raise Unsupported(f"cuDNN has no engine for {op} on {[a.shape for a in arrays.values()]}")
+    uids = gr.uids
+    pack = {uids[k]: p for k, p in ptrs.items()}
+    host = [np.full((1, 1, 1, 1), v, np.float32) for v in scalars.values()] if scalars else ()
+    for k, h in zip(scalars or (), host):      # kept alive in `host` until execute has read them
+        pack[uids[k]] = h.ctypes.data
+    gr.g.execute(pack, gr.workspace_ptr, handle=handle(dev))
+    calls[op] += 1

@@ -1,0 +1,349 @@
+"""Every GPU kernel against its CPU twin (the reference) on random float32 inputs.
+
+One tolerance table; cuDNN tests assert the call counter moved (the cuDNN path really ran), and a
+whole training step is captured into a CUDA graph (no host sync, no allocation) and replayed.
+"""
+import importlib
+
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+pytest.importorskip("cudnn")
+
+from minidl.kernels.gpu import cudnn  # noqa: E402
+
+# (rtol, atol); atol is scaled by max(1, max |want|).
+TOL = {
+    "conv": (1e-4, 1e-5),        # TF32 off: FP32 sums of C*kH*kW products, in another order
+    "conv_tf32": (0, 2e-2),      # TF32: products of 10-bit mantissas
+    "dense": (1e-5, 1e-5),       # cuBLAS in FP32 (CuPy leaves TF32 off unless CUPY_TF32=1)
+    "bn": (1e-4, 1e-5),          # statistics summed in another order
+    "pool": (1e-6, 1e-6),
+    "exact": (0, 0),             # copies, selections, products of two values
+    "ulp": (1e-5, 1e-6),         # exp, tanh, pow: CUDA's and NumPy's libm differ by a few ulps
+    "optim": (1e-5, 1e-6),
+}
+
+
+def close(got, want, op):
+    rtol, atol = TOL[op]
+    want = np.asarray(want)
+    scale = max(1.0, float(np.abs(want).max(initial=0.0)))
+    np.testing.assert_allclose(cp.asnumpy(got), want, rtol=rtol, atol=atol * scale, err_msg=op)
+
+
+def families(name):
+    """(cpu, gpu) modules of one kernel family."""
+    return importlib.import_module(f"minidl.kernels.cpu.{name}"), importlib.import_module(f"minidl.kernels.gpu.{name}")
+
+
+@pytest.fixture
+def rand():
+    rng = np.random.default_rng(0)
+    return lambda *shape: rng.standard_normal(shape).astype(np.float32)
+
+
+def _calls():
+    return dict(cudnn.calls)
+
+
+def _moved(before, **expected):
+    for op, n in expected.items():
+        assert cudnn.calls[op] == before.get(op, 0) + n, f"cuDNN {op} ran {cudnn.calls[op] - before.get(op, 0)} times"
+
+
+CONVS = [  # x shape, w shape, stride, padding, dilation
+    ((2, 3, 8, 8), (4, 3, 3, 3), (1, 1), 1, (1, 1)),
+    ((2, 4, 9, 7), (6, 4, 3, 3), (2, 2), "same", (1, 1)),
+    ((3, 2, 8, 8), (5, 2, 2, 2), (1, 1), "same", (1, 1)),      # pads (0, 1, 0, 1): asymmetric
+    ((2, 3, 10, 10), (4, 3, 3, 3), (1, 1), 2, (2, 2)),
+    ((2, 8, 7, 7), (16, 8, 1, 1), (2, 2), 0, (1, 1)),
+    ((2, 3, 12, 11), (4, 3, 5, 3), (2, 1), (2, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", CONVS)
+def test_conv2d_matches_cpu(no_tf32, rand, x_shape, w_shape, stride, padding, dilation):
+    c, g = families("conv")
+    plan = c.conv2d_plan((None,) + x_shape[1:], w_shape, stride, padding, dilation)
+    assert g.conv2d_plan((None,) + x_shape[1:], w_shape, stride, padding, dilation) == plan
+    x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
+    y = c.conv2d_fprop(plan, x, w, b)
+    gy, gw0 = rand(*y.shape), rand(*w_shape)
+    before = _calls()
+    out = cp.empty(y.shape, np.float32)
+    assert g.conv2d_fprop(plan, cp.asarray(x), cp.asarray(w), cp.asarray(b), out=out) is out
+    close(out, y, "conv")
+    close(g.conv2d_fprop(plan, cp.asarray(x), cp.asarray(w)), c.conv2d_fprop(plan, x, w), "conv")
+    close(g.conv2d_dgrad(plan, cp.asarray(gy), cp.asarray(w)), c.conv2d_dgrad(plan, gy, w), "conv")
+    want, gw = gw0.copy(), cp.asarray(gw0)
+    c.conv2d_wgrad(plan, x, gy, want)
+    g.conv2d_wgrad(plan, cp.asarray(x), cp.asarray(gy), gw)
+    close(gw, want, "conv")
+    close(g.conv2d_bias_relu_fprop(plan, cp.asarray(x), cp.asarray(w), cp.asarray(b)), np.maximum(y, 0), "conv")
+    _moved(before, conv_fprop=2, conv_dgrad=1, conv_wgrad=1, conv_bias_relu_fprop=1)
+
+
+def test_conv2d_with_tf32(rand):
+    c, g = families("conv")
+    plan = c.conv2d_plan((None, 16, 12, 12), (32, 16, 3, 3), (1, 1), 1, (1, 1))
+    x, w = rand(4, 16, 12, 12), rand(32, 16, 3, 3)
+    assert cudnn.tf32_enabled()
+    before = _calls()
+    close(g.conv2d_fprop(plan, cp.asarray(x), cp.asarray(w)), c.conv2d_fprop(plan, x, w), "conv_tf32")
+    _moved(before, conv_fprop=1)
+
+
+def test_conv2d_on_misaligned_parameter_views(no_tf32, rand):
+    """Parameters are views into one flat buffer; a 4-byte offset must still give right answers."""
+    c, g = families("conv")
+    plan = c.conv2d_plan((None, 3, 8, 8), (4, 3, 3, 3), (1, 1), 1, (1, 1))
+    x, w, b, gy = rand(2, 3, 8, 8), rand(4, 3, 3, 3), rand(4), rand(2, 4, 8, 8)
+    flat, grad = cp.zeros(1 + w.size + 4, np.float32), cp.zeros(1 + w.size, np.float32)
+    wv, bv, gwv = flat[1:1 + w.size].reshape(w.shape), flat[1 + w.size:], grad[1:].reshape(w.shape)
+    wv[...], bv[...] = cp.asarray(w), cp.asarray(b)
+    close(g.conv2d_fprop(plan, cp.asarray(x), wv, bv), c.conv2d_fprop(plan, x, w, b), "conv")
+    g.conv2d_wgrad(plan, cp.asarray(x), cp.asarray(gy), gwv)
+    want = np.zeros_like(w)
+    c.conv2d_wgrad(plan, x, gy, want)
+    close(gwv, want, "conv")
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 5), (8, 16, 4, 4), (32, 10, 1, 1)])
+def test_batchnorm_matches_cpu(rand, shape):
+    c, g = families("norm")
+    C = shape[1]
+    x = 2 * rand(*shape) + 0.5
+    gamma, beta, rm, rv = rand(C), rand(C), 0.1 * rand(C), np.abs(rand(C)) + 0.5
+    crm, crv, grm, grv = rm.copy(), rv.copy(), cp.asarray(rm), cp.asarray(rv)
+    before = _calls()
+    y, mean, invstd = c.bn_fprop_train(x, gamma, beta, crm, crv, 0.1, 1e-5)
+    gyo, gmean, ginv = g.bn_fprop_train(cp.asarray(x), cp.asarray(gamma), cp.asarray(beta), grm, grv, 0.1, 1e-5)
+    for got, want in ((gyo, y), (gmean, mean), (ginv, invstd), (grm, crm), (grv, crv)):
+        close(got, want, "bn")
+    yi = g.bn_fprop_infer(cp.asarray(x), cp.asarray(gamma), cp.asarray(beta), grm, grv, 1e-5)
+    close(yi, c.bn_fprop_infer(x, gamma, beta, crm, crv, 1e-5), "bn")
+    gy, gg0, gb0 = rand(*shape), rand(C), rand(C)
+    gg, gb, cgg, cgb = cp.asarray(gg0), cp.asarray(gb0), gg0.copy(), gb0.copy()
+    want = c.bn_bprop(x, gy, gamma, mean, invstd, cgg, cgb)
+    got = g.bn_bprop(cp.asarray(x), cp.asarray(gy), cp.asarray(gamma), gmean, ginv, gg, gb)
+    close(got, want, "bn")
+    close(gg, cgg, "bn")
+    close(gb, cgb, "bn")
+    if C == 16:                                  # cuDNN has engines for this C; 3 and 10 take the CuPy kernels
+        _moved(before, bn_fprop_train=1, bn_bprop=1)
+
+
+POOLS = [((2, 3, 8, 8), 2, 2, 0), ((2, 3, 9, 9), 3, 2, 1), ((2, 2, 7, 7), 3, 1, "same"),
+         ((2, 2, 8, 9), (2, 3), (1, 2), (1, 1))]
+
+
+@pytest.mark.parametrize("x_shape,ksize,stride,padding", POOLS)
+def test_pooling_matches_cpu(rand, x_shape, ksize, stride, padding):
+    c, g = families("pool")
+    plan = c.pool2d_plan((None,) + x_shape[1:], ksize, stride, padding)
+    x = rand(*x_shape)
+    gy = rand(x_shape[0], x_shape[1], *plan.out_shape[2:])
+    y = c.maxpool2d_fprop(plan, x)
+    gyo = g.maxpool2d_fprop(plan, cp.asarray(x))
+    close(gyo, y, "exact")
+    close(g.maxpool2d_bprop(plan, cp.asarray(x), gyo, cp.asarray(gy)), c.maxpool2d_bprop(plan, x, y, gy), "pool")
+    close(g.avgpool2d_fprop(plan, cp.asarray(x)), c.avgpool2d_fprop(plan, x), "pool")
+    close(g.avgpool2d_bprop(plan, cp.asarray(gy)), c.avgpool2d_bprop(plan, gy), "pool")
+
+
+def test_global_avgpool_matches_cpu(rand):
+    c, g = families("pool")
+    x, gy = rand(2, 3, 5, 6), rand(2, 3, 1, 1)
+    close(g.global_avgpool_fprop(cp.asarray(x)), c.global_avgpool_fprop(x), "pool")
+    close(g.global_avgpool_bprop(cp.asarray(gy), x.shape), c.global_avgpool_bprop(gy, x.shape), "pool")
+
+
+def test_dense_matches_cpu(rand):
+    c, g = families("dense")
+    x, w, b, gy, gw0 = rand(7, 5), rand(4, 5), rand(4), rand(7, 4), rand(4, 5)
+    close(g.dense_fprop(cp.asarray(x), cp.asarray(w), cp.asarray(b)), c.dense_fprop(x, w, b), "dense")
+    out = cp.empty((7, 4), np.float32)
+    assert g.dense_fprop(cp.asarray(x), cp.asarray(w), out=out) is out
+    close(out, c.dense_fprop(x, w), "dense")
+    close(g.dense_dgrad(cp.asarray(gy), cp.asarray(w)), c.dense_dgrad(gy, w), "dense")
+    gw, want = cp.asarray(gw0), gw0.copy()
+    g.dense_wgrad(cp.asarray(x), cp.asarray(gy), gw)
+    c.dense_wgrad(x, gy, want)
+    close(gw, want, "dense")
+    for shape in ((7, 4), (2, 4, 3, 3), (300, 4)):
+        gyb, gb0 = rand(*shape), rand(4)
+        gb, want = cp.asarray(gb0), gb0.copy()
+        g.bias_grad(cp.asarray(gyb), gb)
+        c.bias_grad(gyb, want)
+        close(gb, want, "dense")
+
+
+@pytest.mark.parametrize("name,args,op", [
+    ("relu_fprop", "x", "exact"), ("relu_bprop", "y gy", "exact"),
+    ("leaky_relu_fprop", "x a", "exact"), ("leaky_relu_bprop", "x gy a", "exact"),
+    ("sigmoid_fprop", "x", "ulp"), ("sigmoid_bprop", "y gy", "ulp"),
+    ("tanh_fprop", "x", "ulp"), ("tanh_bprop", "y gy", "ulp")])
+def test_activations_match_cpu(rand, name, args, op):
+    c, g = families("activation")
+    values = {"x": rand(3, 4, 5), "y": rand(3, 4, 5), "gy": rand(3, 4, 5), "a": 0.1}
+    host = [values[a] for a in args.split()]
+    dev = [cp.asarray(v) if isinstance(v, np.ndarray) else v for v in host]
+    want = getattr(c, name)(*host)
+    close(getattr(g, name)(*dev), want, op)
+    out = cp.empty(want.shape, np.float32)
+    assert getattr(g, name)(*dev, out=out) is out
+
+
+def test_merge_pad_match_cpu(rand):
+    cm, gm = families("merge")
+    xs = [rand(2, 3, 4) for _ in range(3)]
+    close(gm.add_fprop([cp.asarray(x) for x in xs[:2]]), cm.add_fprop(xs[:2]), "exact")
+    dxs = [cp.asarray(x) for x in xs]
+    close(gm.add_fprop(dxs, out=dxs[0]), cm.add_fprop(xs), "ulp")
+    cpd, gpd = families("pad")
+    x, pads = rand(2, 3, 4, 5), (1, 2, 0, 3)
+    y = cpd.pad2d_fprop(x, pads, 0.5)
+    close(gpd.pad2d_fprop(cp.asarray(x), pads, 0.5), y, "exact")
+    gy = rand(*y.shape)
+    close(gpd.pad2d_bprop(cp.asarray(gy), pads), cpd.pad2d_bprop(gy, pads), "exact")
+
+
+@pytest.mark.parametrize("size", [5, 4])
+def test_lrn_matches_cpu(rand, size):
+    c, g = families("lrn")
+    x, gy = rand(2, 7, 3, 4), rand(2, 7, 3, 4)
+    args = (size, 0.5, 0.75, 2.0)
+    y, scale = c.lrn_fprop(x, *args)
+    gyo, gscale = g.lrn_fprop(cp.asarray(x), *args)
+    close(gyo, y, "ulp")
+    close(gscale, scale, "ulp")
+    got = g.lrn_bprop(cp.asarray(x), gyo, gscale, cp.asarray(gy), *args)
+    close(got, c.lrn_bprop(x, y, scale, gy, *args), "ulp")
+
+
+def test_dropout(rand):
+    c, g = families("dropout")
+    x, gy, rate = rand(4, 5, 6, 7), rand(4, 5, 6, 7), 0.3
+    y, mask = g.dropout_fprop(cp.asarray(x), rate, cp.random.default_rng(0))
+    m = cp.asnumpy(mask)
+    assert set(np.unique(m)) <= {np.float32(0), np.float32(1 / (1 - rate))}
+    assert abs((m > 0).mean() - (1 - rate)) < 0.05
+    close(y, x * m, "exact")
+    close(g.dropout_bprop(cp.asarray(gy), mask), c.dropout_bprop(gy, m), "exact")
+    rng = cp.random.default_rng(1)
+    masks = [g.dropout_fprop(cp.asarray(x), rate, rng)[1] for _ in range(2)]
+    assert (masks[0] != masks[1]).any(), "the generator did not advance"
+
+
+@pytest.mark.parametrize("K", [10, 100])
+def test_softmax_matches_cpu(rand, K):
+    c, g = families("softmax")
+    x, gy = 3 * rand(37, K), rand(37, K)
+    y = c.softmax_fprop(x)
+    close(g.softmax_fprop(cp.asarray(x)), y, "ulp")
+    close(g.softmax_bprop(cp.asarray(y), cp.asarray(gy)), c.softmax_bprop(y, gy), "ulp")
+
+
+@pytest.mark.parametrize("K,ldtype", [(10, np.int32), (10, np.uint8), (100, np.int64)])
+def test_softmax_xent_matches_cpu(rand, K, ldtype):
+    c, g = families("softmax")
+    z = 3 * rand(37, K)
+    labels = np.random.default_rng(1).integers(0, K, 37).astype(ldtype)
+    labels[::2] = z[::2].argmax(axis=1)              # about half the rows hit
+    loss, correct, gz = c.softmax_xent(z, labels)
+    gloss, gcorrect, ggz = g.softmax_xent(cp.asarray(z), cp.asarray(labels))
+    assert gloss.shape == () and gcorrect.shape == ()
+    close(gloss, loss, "ulp")
+    assert int(gcorrect) == int(correct)
+    close(ggz, gz, "ulp")
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "nesterov", "adam", "rmsprop"])
+def test_optimizers_match_cpu_over_steps(rand, name):
+    c, g = families("optim")
+    P = 1000
+    p, states = rand(P), [np.abs(rand(P)) for _ in range(2)]
+    dp, dstates = cp.asarray(p), [cp.asarray(s) for s in states]
+    for t in range(1, 6):
+        grad = rand(P)
+        for mod, pp, ss, gg in ((c, p, states, grad), (g, dp, dstates, cp.asarray(grad))):
+            if name == "sgd":
+                mod.sgd_update(pp, gg, 0.1, 0.01)
+            elif name in ("momentum", "nesterov"):
+                mod.momentum_update(pp, gg, ss[0], 0.1, 0.9, 0.01, name == "nesterov")
+            elif name == "adam":
+                mod.adam_update(pp, gg, ss[0], ss[1], 1e-2, 0.9, 0.999, 1e-8, 0.01, t)
+            else:
+                mod.rmsprop_update(pp, gg, ss[0], 1e-2, 0.9, 1e-8, 0.01)
+        close(dp, p, "optim")
+        for ds, s in zip(dstates, states):
+            close(ds, s, "optim")
+
+
+def test_training_step_captures_into_a_cuda_graph(no_tf32, rand):
+    """conv+bias, bn, relu, maxpool, dense, xent, backward, adam on buffers planned once: the step
+    records into a CUDA graph (a host sync or a new allocation would break that) and replays to
+    the eager result."""
+    conv, norm, act, pool, dense, sm, opt = (importlib.import_module(f"minidl.kernels.gpu.{f}") for f in
+                                             ("conv", "norm", "activation", "pool", "dense", "softmax", "optim"))
+    N, C, K, F, classes = 8, 3, 4, 4 * 4 * 4, 10
+    cplan = conv.conv2d_plan((None, C, 8, 8), (K, C, 3, 3), (1, 1), 1, (1, 1))
+    pplan = pool.pool2d_plan(cplan.out_shape, 2, 2, 0)
+    shapes = {"w": (K, C, 3, 3), "b": (K,), "gamma": (K,), "beta": (K,), "wd": (classes, F), "bd": (classes,)}
+    sizes = [int(np.prod(s)) for s in shapes.values()]
+    p, grad, m, v = (cp.zeros(sum(sizes), np.float32) for _ in range(4))
+    offs = np.cumsum([0] + sizes)
+    P = {k: p[o:o + n].reshape(s) for (k, s), o, n in zip(shapes.items(), offs, sizes)}
+    G = {k: grad[o:o + n].reshape(s) for (k, s), o, n in zip(shapes.items(), offs, sizes)}
+    rm, rv, mean, invstd = (cp.zeros(K, np.float32) for _ in range(4))
+    x, labels = cp.asarray(rand(N, C, 8, 8)), cp.asarray(np.arange(N, dtype=np.int32) % classes)
+    a1, a2, a3, g1, g2, g3 = (cp.empty((N, K, 8, 8), np.float32) for _ in range(6))
+    a4, g4 = cp.empty((N, K, 4, 4), np.float32), cp.empty((N, K, 4, 4), np.float32)
+    z, gz, total = cp.empty((N, classes), np.float32), cp.empty((N, classes), np.float32), cp.zeros((), np.float32)
+    p0 = 0.3 * rand(p.size)
+
+    def reset():
+        cp.copyto(p, cp.asarray(p0))
+        for a in (m, v, rm, total):
+            a.fill(0)
+        rv.fill(1)
+
+    def step():
+        grad.fill(0)
+        conv.conv2d_fprop(cplan, x, P["w"], P["b"], out=a1)
+        norm.bn_fprop_train(a1, P["gamma"], P["beta"], rm, rv, 0.1, 1e-5, out=(a2, mean, invstd))
+        act.relu_fprop(a2, out=a3)
+        pool.maxpool2d_fprop(pplan, a3, out=a4)
+        dense.dense_fprop(a4.reshape(N, F), P["wd"], P["bd"], out=z)
+        loss, _, _ = sm.softmax_xent(z, labels, gz=gz)
+        cp.add(total, loss, out=total)
+        dense.dense_wgrad(a4.reshape(N, F), gz, G["wd"])
+        dense.bias_grad(gz, G["bd"])
+        dense.dense_dgrad(gz, P["wd"], out=g4.reshape(N, F))
+        pool.maxpool2d_bprop(pplan, a3, a4, g4, out=g3)
+        act.relu_bprop(a3, g3, out=g2)
+        norm.bn_bprop(a1, g2, P["gamma"], mean, invstd, G["gamma"], G["beta"], out=g1)
+        dense.bias_grad(g1, G["b"])
+        conv.conv2d_wgrad(cplan, x, g1, G["w"])
+        opt.adam_update(p, grad, m, v, 1e-2, 0.9, 0.999, 1e-8, 0.0, 1)
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        reset()
+        step()                                   # builds the cuDNN graphs, compiles the kernels
+        stream.synchronize()
+        eager = [cp.asnumpy(a) for a in (p, rm, rv, total)]
+        reset()
+        stream.synchronize()
+        pool_bytes = cp.get_default_memory_pool().total_bytes()
+        stream.begin_capture()
+        step()
+        graph = stream.end_capture()
+        assert cp.get_default_memory_pool().total_bytes() == pool_bytes, "the step allocated"
+        graph.launch(stream)
+        stream.synchronize()
+    assert eager[3] > 0
+    for got, want in zip((p, rm, rv, total), eager):
+        close(got, want, "optim")
