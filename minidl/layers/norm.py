@@ -17,8 +17,9 @@ class BatchNorm2D(Layer):
     prefix = "fbn"          # the seed's "fused batch norm"
 
     @record_config
-    def __init__(self, momentum=0.1, eps=1e-5, name=None):
+    def __init__(self, momentum=0.1, eps=1e-5, gamma_init="ones", name=None):
         super().__init__(name)
+        self.gamma_init = gamma_init
         if not (isinstance(momentum, Real) and 0.0 <= momentum <= 1.0):
             raise self.error(f"momentum must be in [0, 1], got {momentum!r}")
         if not (isinstance(eps, Real) and eps > 0.0):
@@ -29,7 +30,7 @@ class BatchNorm2D(Layer):
         shape, = in_shapes
         self.expect_rank(shape, 4)
         C = shape[1]
-        self.gamma = self.param("gamma", (C,), init.ones)
+        self.gamma = self.param("gamma", (C,), self.gamma_init)
         self.beta = self.param("beta", (C,), init.zeros)
         self.running_mean = self.state("running_mean", (C,), init.zeros)
         self.running_var = self.state("running_var", (C,), init.ones)

@@ -25,7 +25,7 @@ WIDTHS = (64, 128, 256, 512)
 EXPANSION = {"basic": 1, "bottleneck": 4}
 
 
-def _conv_bn(x, filters, ksize, stride=1, relu=True):
+def _conv_bn(x, filters, ksize, stride=1, relu=True, gamma_init="ones"):
     """conv (no bias) -> BN [-> ReLU]; a strided kxk conv (k > 1) gets an explicit Pad2D(k // 2)."""
     padding = ksize // 2
     if stride > 1 and ksize > 1:
@@ -33,7 +33,7 @@ def _conv_bn(x, filters, ksize, stride=1, relu=True):
         padding = 0
     # bias=False: the BN right after subtracts the batch mean and adds its own beta, so a conv
     # bias would be cancelled and is redundant (the seed kept one; it changes nothing but the count).
-    h = L.BatchNorm2D()(L.Conv2D(filters, ksize, stride=stride, padding=padding, bias=False)(x))
+    h = L.BatchNorm2D(gamma_init=gamma_init)(L.Conv2D(filters, ksize, stride=stride, padding=padding, bias=False)(x))
     return L.ReLU()(h) if relu else h
 
 
@@ -44,11 +44,15 @@ def _shortcut(x, C, C_out, stride):
     return _conv_bn(x, C_out, 1, stride, relu=False)
 
 
+# The last BN of each residual branch starts with gamma = 0, so every block begins as the identity
+# and the deep net trains like a shallow one at first (Goyal et al., 2017, "zero-init residual").
+
+
 def _basic(x, C, width, stride):
     """y = relu(shortcut(x) + BN(conv3x3(relu(BN(conv3x3_s(x))))))."""
     s = _shortcut(x, C, width, stride)
     h = _conv_bn(x, width, 3, stride)
-    h = _conv_bn(h, width, 3, relu=False)
+    h = _conv_bn(h, width, 3, relu=False, gamma_init="zeros")
     return L.ReLU()(L.Add()(s, h))                       # shortcut first: the seed's name order
 
 
@@ -58,7 +62,7 @@ def _bottleneck(x, C, width, stride):
     s = _shortcut(x, C, C_out, stride)
     h = _conv_bn(x, width, 1)
     h = _conv_bn(h, width, 3, stride)
-    h = _conv_bn(h, C_out, 1, relu=False)
+    h = _conv_bn(h, C_out, 1, relu=False, gamma_init="zeros")
     return L.ReLU()(L.Add()(s, h))                       # shortcut first: the seed's name order
 
 

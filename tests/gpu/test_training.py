@@ -35,6 +35,28 @@ def train(device, opt, graph, steps=12, seed=0):
     return model.get_weights(), result, trainer
 
 
+def test_one_step_gradients_match_cpu(no_tf32):
+    """Forward and backward of the branchy net: every layer's output and every gradient."""
+    images, labels = data(32)
+    grads, outs = {}, {}
+    for name in ("cpu", "cuda"):
+        dev = dl.get_device(name)
+        model = branchy_net(dev)
+        loader = dl.data.Loader(images, labels, 32, dev, shuffle=False)
+        x, y = loader.batch(0, 0)
+        trainer = dl.Trainer(model, optim.SGD(0.0), graph=False, progress=False, log=lambda s: None)
+        trainer._forward_backward(x, y)
+        outs[name] = {n.layer.name: dev.to_host(model._values[id(n)]) for n in model.nodes}
+        grads[name] = model.get_grads()
+    for k, want in outs["cpu"].items():
+        scale = np.abs(want).max() + 1e-12
+        assert np.abs(outs["cuda"][k] - want).max() / scale < 1e-4, f"forward {k}"
+    for k, want in grads["cpu"].items():
+        scale = np.abs(want).max() + 1e-12
+        err = np.abs(grads["cuda"][k] - want).max() / scale
+        assert err < 1e-3, f"gradient {k}: max error {err:.2e} of its largest value"
+
+
 @pytest.mark.parametrize("make_opt", [lambda: optim.Adam(1e-3),
                                       lambda: optim.Momentum(0.05, nesterov=True, weight_decay=1e-4),
                                       lambda: optim.RMSprop(1e-3, schedule=optim.schedules.inverse_time(0.1))])

@@ -1,0 +1,104 @@
+"""CUDA graphs for CuPy code: capture a Python function once, replay it with one launch.
+
+`CapturedCall(device, fn)` runs `fn()` eagerly to warm up, then records one call of it on
+`device.stream` as a CUDA graph; `replay()` re-runs every kernel it launched, on the same
+addresses, for the cost of one graph launch instead of one Python-driven launch per kernel.
+
+The rules `fn` must follow, because a graph replays kernels, never Python:
+
+- Fixed addresses: `fn` reads inputs from buffers allocated before the capture and kept alive
+  (write new data into them, never rebind them), and writes its outputs into arrays it
+  allocates (returned, and kept by the CapturedCall) or into buffers it was given.
+- Fixed shapes and control flow: whatever Python decides during the capture (branches, shapes,
+  scalar kernel arguments, cuDNN plans) is frozen into the graph.
+- No host synchronisation: no `.get()`, `float(a)`, `int(a)`, `bool(a)`, `stream.synchronize()`,
+  no `cupy.asnumpy`, nothing that waits for the device (it breaks the capture: an error says so).
+- No new host-to-device copies inside `fn` (`cupy.asarray(numpy_array)`): a captured copy would
+  read the same host memory at every replay, which by then may be freed or changed. Copy into
+  the input buffers before `replay()` instead.
+- Everything `fn` needs compiled or planned is done by the warm-up runs (CuPy kernels, cuDNN
+  graphs and their workspaces, kernel-family scratch buffers); the capture itself only records.
+
+Memory: warm-up and capture allocate from a private `cupy.cuda.MemoryPool` kept alive by this
+object, so memory the graph reads or writes (its temporaries included) is never handed to other
+code afterwards. Temporaries freed during the capture are reused by later allocations of the
+same capture, which is safe because a graph captured on one stream runs its kernels in order.
+"""
+import gc
+
+
+_RULES = ("inside it, avoid host synchronisation (.get(), float(), synchronize()) and host-to-device "
+          "copies (see minidl.cudagraph)")
+
+
+class CaptureError(RuntimeError):
+    """`fn` could not be captured: it synchronised with the host or otherwise broke the rules."""
+
+
+class CapturedCall:
+    """fn() recorded as a CUDA graph on device.stream; `replay()` launches it.
+
+    `result` is what `fn` returned during the capture (its output arrays, whose addresses stay
+    valid for the life of this object and are rewritten by every replay). `warmup` eager runs
+    (one or two) come first; their results are dropped.
+    """
+
+    def __init__(self, device, fn, warmup=2):
+        if getattr(device, "name", None) != "cuda":
+            raise ValueError(f"CUDA graphs need a cuda device, got {device!r}")
+        if warmup < 1:
+            raise ValueError(f"at least one warm-up run is needed (kernels compile there), got {warmup}")
+        cp = device.xp
+        self.device, self.stream, self.fn = device, device.stream, fn
+        self.pool = cp.cuda.MemoryPool()
+        with self.stream, cp.cuda.using_allocator(self.pool.malloc):
+            for _ in range(warmup):
+                fn()
+            self.stream.synchronize()   # warm-up errors surface here, before capturing
+            self.result, self.graph = self._capture(fn)
+            self.graph.upload(self.stream)  # instantiate and upload now, not at the first replay
+
+    def _capture(self, fn):
+        # No cyclic garbage collection while capturing: a collected CUDA object (stream, event,
+        # graph) would make a CUDA call that is illegal in the middle of a capture.
+        gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            return self._record(fn)
+        finally:
+            if gc_was_on:
+                gc.enable()
+
+    def _record(self, fn):
+        self.stream.begin_capture()
+        try:
+            result = fn()
+        except BaseException as e:
+            try:
+                self.stream.end_capture()   # leave capture mode so the stream stays usable
+            except Exception:               # an invalidated capture reports itself here too
+                pass
+            if isinstance(e, Exception):    # the warm-up ran fn fine: capturing is what failed
+                raise CaptureError(f"the function failed while being captured ({type(e).__name__}: {e}); "
+                                   + _RULES) from e
+            raise
+        try:
+            graph = self.stream.end_capture()
+        except Exception as e:
+            raise CaptureError(f"the function broke the CUDA graph capture ({e}); " + _RULES) from e
+        return result, graph
+
+    def replay(self):
+        """Launch the graph on device.stream (asynchronous); returns `result`."""
+        self.graph.launch(self.stream)
+        return self.result
+
+    __call__ = replay
+
+    @property
+    def nbytes(self):
+        """Device memory held by the private pool (the graph's temporaries and outputs)."""
+        return self.pool.total_bytes()
+
+    def __repr__(self):
+        return f"CapturedCall({getattr(self.fn, '__name__', 'fn')}, {self.nbytes / 2**20:.1f} MiB)"

@@ -1,0 +1,171 @@
+"""python -m minidl.infer: test accuracy, latency and a per-op profile of a compiled model.
+
+    python -m minidl.infer --checkpoint checkpoints/lenet5.npz --latency
+    python -m minidl.infer --checkpoint checkpoints/resnet18.npz --save-artifact resnet18.artifact.npz
+    python -m minidl.infer --artifact resnet18.artifact.npz --profile --batch-size 1000
+"""
+import argparse
+import sys
+import time
+
+import numpy as np
+
+THROUGHPUT_IMAGES = 10_000
+
+
+def positive(v):
+    n = int(v)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return n
+
+
+def parser():
+    p = argparse.ArgumentParser(
+        prog="python -m minidl.infer",
+        description="Compile a trained model for inference (BN folded, ReLU fused, CUDA graphs on the "
+                    "GPU) and report its accuracy over the whole test set, optionally its latency and "
+                    "a per-op profile.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", help="a training checkpoint to compile (python -m minidl.train -s)")
+    src.add_argument("--artifact", help="an inference artifact written by --save-artifact")
+    p.add_argument("--batch-size", type=positive, default=1000, help="batch size for accuracy and profile (1000)")
+    p.add_argument("--latency", action="store_true",
+                   help="batch-1 latency (median, p99) and throughput over 10,000 images in one batch")
+    p.add_argument("--runs", type=positive, default=1000, help="batch-1 runs timed by --latency (1000)")
+    p.add_argument("--profile", action="store_true", help="print a per-op time table at --batch-size")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device (auto)")
+    p.add_argument("--data-dir", help="dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)")
+    p.add_argument("--dataset", choices=("mnist", "fashion-mnist"), default="mnist", help="dataset (mnist)")
+    p.add_argument("--save-artifact", metavar="PATH", help="write the compiled model as a weights-only artifact")
+    p.add_argument("--no-graphs", action="store_true",
+                   help="run the ops eagerly on the GPU instead of replaying CUDA graphs (debugging)")
+    p.add_argument("--no-tf32", action="store_true",
+                   help="full FP32 convolutions on the GPU (TF32 is on by default)")
+    return p
+
+
+def accuracy(model, loader):
+    """Percentage of argmax hits over the loader's batches, counted on the device, read once."""
+    xp = model.device.xp
+    hits = xp.zeros((), dtype=np.int64)
+    for x, y in loader:
+        z = model.predict(x)
+        hits += (xp.argmax(z, axis=1) == y).sum()   # queued before the next predict reuses z
+    return 100.0 * int(hits) / loader.N
+
+
+def latency(model, x1, runs):
+    """Seconds per batch-1 call with the input already in the model's input buffer, one sync per run."""
+    dev = model.device
+    buf = model.input_buffer(1)
+    buf[...] = x1
+    for _ in range(10):
+        model.predict(buf)
+    times = np.empty(runs)
+    for i in range(runs):
+        dev.sync()
+        t0 = time.perf_counter()
+        model.predict(buf)
+        dev.sync()
+        times[i] = time.perf_counter() - t0
+    return float(np.median(times)), float(np.percentile(times, 99))
+
+
+def throughput(model, x):
+    """(seconds per call, calls) for one batch holding all of x, at least 3 calls and about 1 s."""
+    dev = model.device
+    buf = model.input_buffer(len(x))
+    buf[...] = x
+    model.predict(buf)
+    dev.sync()
+    calls, t0 = 0, time.perf_counter()
+    while calls < 3 or (calls < 50 and time.perf_counter() - t0 < 1.0):
+        model.predict(buf)
+        dev.sync()                                    # a sync per call: the clock reads finished work
+        calls += 1
+    return (time.perf_counter() - t0) / calls, calls
+
+
+def print_profile(rows, out):
+    """One line per op: name, kind, output shape, microseconds and share of the total."""
+    shapes = ["(" + ", ".join(map(str, r.shape)) + ")" for r in rows]
+    w, ws = max(2, *(len(r.name) for r in rows)), max(6, *(len(s) for s in shapes))
+    total = sum(r.ms for r in rows) or 1.0
+    out(f"{'op':<{w}}  {'kind':<10}  {'output':<{ws}}  {'time (us)':>10}  {'share':>6}")
+    for r, shape in zip(rows, shapes):
+        out(f"{r.name:<{w}}  {r.kind:<10}  {shape:<{ws}}  {1e3 * r.ms:>10.1f}  {100 * r.ms / total:>5.1f}%")
+    out(f"{'total':<{w}}  {'':<10}  {'':<{ws}}  {1e3 * total:>10.1f}")
+
+
+def run(args, out=print):
+    import minidl as dl
+    from minidl import data, inference
+    from minidl.data.loader import Loader
+
+    device = dl.get_device(args.device, verbose=True)
+    if args.no_tf32 and device.name == "cuda":
+        from minidl.kernels.gpu import cudnn
+        cudnn.set_tf32(False)
+    if args.checkpoint:
+        model = inference.compile(args.checkpoint, device=device)
+        s = model.stats
+        out(f"compiled {args.checkpoint}: {s.get('layers', '?')} layers -> {len(model.ops)} ops "
+            f"({s.get('bn_folded', 0)} BN folded, {s.get('relu_fused', 0)} ReLU fused, "
+            f"{s.get('pad_folded', 0)} pads folded, {s.get('dropout_removed', 0)} dropout removed)")
+    else:
+        model = inference.load(args.artifact, device=device)
+        out(f"loaded {args.artifact}: {model.name}, {len(model.ops)} ops, {model.n_params:,} parameters")
+    if args.no_graphs:
+        model.cuda_graphs = False
+    if args.save_artifact:
+        model.save(args.save_artifact)
+        out(f"saved {args.save_artifact}")
+
+    images, labels = data.load(args.dataset, "test", args.data_dir)
+    loader = Loader(images, labels, args.batch_size, device, shuffle=False, drop_last=False)
+    if tuple(loader.x.shape[1:]) != model.input_shapes[0]:
+        raise ValueError(f"the model takes inputs {model.input_shapes[0]}, {args.dataset} images are "
+                         f"{tuple(loader.x.shape[1:])}")
+    t0 = time.perf_counter()
+    acc = accuracy(model, loader)
+    out(f"accuracy: {acc:.3f}% ({loader.N} test images, batch {args.batch_size}, "
+        f"{time.perf_counter() - t0:.2f} s with compilation)")
+
+    if args.profile:
+        rows = model.profile(loader.x[:args.batch_size])
+        how = "CUDA events over graph-captured repeats" if device.name == "cuda" else "perf_counter, median"
+        out(f"profile at batch {min(args.batch_size, loader.N)} ({how}):")
+        print_profile(rows, out)
+
+    if args.latency:
+        med, p99 = latency(model, loader.x[:1], args.runs)
+        out(f"latency (batch 1, {args.runs} runs, input on the device): median {1e6 * med:.1f} us, "
+            f"p99 {1e6 * p99:.1f} us")
+        n = min(THROUGHPUT_IMAGES, loader.N)
+        sec, calls = throughput(model, loader.x[:n])
+        out(f"throughput ({n} images in one batch, {calls} calls): {1e3 * sec:.3f} ms per call, "
+            f"{n / sec:,.0f} images/s")
+    return acc
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    from minidl.backend import DeviceError
+    from minidl.checkpoint import CheckpointError
+    from minidl.data import DataError
+    from minidl.cudagraph import CaptureError
+    from minidl.inference import ArtifactError
+    try:
+        run(args)
+    except (DataError, CheckpointError, ArtifactError, DeviceError, CaptureError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""minidl.inference on the GPU: CUDA-graph replays equal the CPU inference model (TF32 off)."""
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+pytest.importorskip("cudnn")
+
+import minidl as dl  # noqa: E402
+from minidl import inference, models  # noqa: E402
+from minidl.cudagraph import CaptureError, CapturedCall  # noqa: E402
+
+# max |GPU - CPU| / max |CPU|, FP32 with TF32 off: cuDNN's engines (implicit GEMM, Winograd, FFT)
+# sum in other orders than im2col; ResNet-18 stacks 21 convs, so it gets more room.
+TOL = {"lenet5": 1e-4, "resnet18": 5e-4}
+
+
+def randomize(model, seed=0):
+    """Non-trivial BN statistics, gamma, beta and biases (folding must carry them)."""
+    rng = np.random.default_rng(seed)
+    w = model.get_weights()
+    draw = {"gamma": lambda n: rng.uniform(0.5, 1.5, n), "beta": lambda n: rng.normal(0, 0.2, n),
+            "running_mean": lambda n: rng.normal(0, 0.2, n), "running_var": lambda n: rng.uniform(0.5, 2.0, n),
+            "b": lambda n: rng.normal(0, 0.1, n)}
+    for k, v in w.items():
+        f = draw.get(k.rsplit("/", 1)[1])
+        if f is not None:
+            w[k] = f(v.shape)
+    model.set_weights(w)
+    return model
+
+
+def host(m, y):
+    m.device.sync()                        # predict returns before the graph has run
+    return cp.asnumpy(y)
+
+
+def assert_close(got, want, tol):
+    err, scale = float(np.abs(got - want).max()), float(np.abs(want).max())
+    assert err <= tol * scale, f"max error {err:.3g} is more than {tol:g} of max |y| {scale:.3g}"
+
+
+def batch(n, seed):
+    return np.random.default_rng(seed).normal(size=(n, 1, 28, 28)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """{name: (cpu InferenceModel, cuda InferenceModel)} of LeNet-5 and ResNet-18 (random BN stats)."""
+    out = {}
+    for name, model in (("lenet5", randomize(models.lenet5())), ("resnet18", randomize(models.resnet(18)))):
+        out[name] = inference.compile(model, device="cpu"), inference.compile(model, device="cuda")
+    return out
+
+
+@pytest.mark.parametrize("name", ["lenet5", "resnet18"])
+@pytest.mark.parametrize("N", [1, 64])
+def test_graph_replay_equals_cpu_inference(no_tf32, compiled, name, N):
+    cpu, gpu = compiled[name]
+    x = batch(N, seed=N)
+    y = gpu.predict(x)                                     # host input: copied into the buffer
+    assert isinstance(y, cp.ndarray) and y.shape == (N, 10)
+    assert gpu._entries[N][1] is not None                  # a CapturedCall for this batch size
+    assert_close(host(gpu, y), cpu.predict(x), TOL[name])
+
+
+def test_replays_with_new_inputs_give_new_outputs(no_tf32, compiled):
+    from minidl.kernels.gpu import cudnn
+    cpu, gpu = compiled["resnet18"]
+    x1, x2 = batch(8, seed=11), batch(8, seed=12)
+    y1 = host(gpu, gpu.predict(x1)).copy()                 # first call at N=8: warm-up + capture
+    executes = sum(cudnn.calls.values())
+    y2 = host(gpu, gpu.predict(cp.asarray(x2))).copy()     # device input: a device-to-device copy
+    assert sum(cudnn.calls.values()) == executes           # a replay runs no Python kernel call
+    assert not np.allclose(y1, y2)
+    assert_close(y1, cpu.predict(x1), TOL["resnet18"])
+    assert_close(y2, cpu.predict(x2), TOL["resnet18"])
+    buf = gpu.input_buffer(8)                              # written in place: predict skips the copy
+    buf[...] = cp.asarray(x1)
+    np.testing.assert_array_equal(host(gpu, gpu.predict(buf)), y1)
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_batch_1000_replay_equals_eager_and_cpu(compiled, tf32):
+    """What `python -m minidl.infer` runs: batch 1000, TF32 on by default (a fresh model: graphs are
+    captured with the TF32 setting of their first call)."""
+    from minidl.kernels.gpu import cudnn
+    cpu, _ = compiled["lenet5"]
+    was = cudnn.tf32_enabled()
+    cudnn.set_tf32(tf32)
+    try:
+        gpu = inference.InferenceModel(cpu.ops, cpu.input_shapes, cpu.outputs, device="cuda", name="lenet5")
+        x = batch(1000, seed=7)
+        graphed = host(gpu, gpu.predict(x))                # the capture checks itself against eager
+        gpu.cuda_graphs = False
+        eager = host(gpu, gpu.predict(x))
+    finally:
+        cudnn.set_tf32(was)
+    want = cpu.predict(x)
+    assert_close(graphed, eager, 1e-5)
+    assert_close(eager, want, 2e-2 if tf32 else TOL["lenet5"])     # TF32: 10-bit mantissas
+    assert (eager.argmax(axis=1) == want.argmax(axis=1)).mean() >= 0.99
+
+
+@pytest.mark.parametrize("x_shape,w_shape,padding", [((1000, 1, 28, 28), (6, 1, 5, 5), 2),
+                                                     ((1000, 6, 14, 14), (16, 6, 5, 5), 0)])
+def test_fused_conv_bias_relu_at_batch_1000_with_tf32(x_shape, w_shape, padding):
+    """Inference relies on the conv kernels' fused conv+bias+ReLU (LeNet's shapes, TF32 on)."""
+    from minidl.kernels.cpu import conv as cpu_conv
+    from minidl.kernels.gpu import conv as gpu_conv, cudnn
+    fused = getattr(gpu_conv, "conv2d_bias_relu_fprop", None)
+    if fused is None:
+        pytest.skip("the GPU conv kernels have no conv2d_bias_relu_fprop")
+    assert cudnn.tf32_enabled()
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))
+    plan = cpu_conv.conv2d_plan((None, *x_shape[1:]), w_shape, (1, 1), padding, (1, 1))
+    want = np.maximum(cpu_conv.conv2d_fprop(plan, x, w, b), 0)
+    got = fused(plan, cp.asarray(x), cp.asarray(w), cp.asarray(b))
+    assert_close(cp.asnumpy(got), want, 2e-2)
+
+
+def test_profile_times_every_op(compiled):
+    _, gpu = compiled["lenet5"]
+    rows = gpu.profile(batch(32, seed=3), repeats=5)
+    assert [r.name for r in rows] == [op.name for op in gpu.ops]
+    assert all(r.ms > 0 for r in rows if r.kind != "flatten")
+
+
+def test_captured_call_replays_on_fixed_buffers():
+    dev = dl.get_device("cuda")
+    x = cp.zeros(1000, dtype=cp.float32)                   # allocated before the capture, kept
+    call = CapturedCall(dev, lambda: cp.tanh(x * 2 + 1))   # the temporary comes from the private pool
+    assert call.nbytes > 0
+    for value in (np.linspace(-1, 1, 1000), np.full(1000, 0.25)):
+        with dev.stream:
+            x.set(value.astype(np.float32))
+        y = call.replay()
+        dev.sync()
+        np.testing.assert_allclose(cp.asnumpy(y), np.tanh(value * 2 + 1), rtol=1e-6, atol=1e-6)
+
+
+def test_a_host_sync_inside_the_function_is_reported():
+    dev = dl.get_device("cuda")
+    x = cp.ones(16, dtype=cp.float32)
+
+    def syncs():
+        y = x + 1
+        return y, float(y.sum())                           # reads the device: not capturable
+
+    with pytest.raises(CaptureError, match="captured"):
+        CapturedCall(dev, syncs, warmup=1)
+    ok = CapturedCall(dev, lambda: x * 3)                  # the stream is usable afterwards
+    ok.replay()
+    dev.sync()
+    np.testing.assert_array_equal(cp.asnumpy(ok.result), np.full(16, 3, np.float32))

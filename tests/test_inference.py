@@ -1,0 +1,338 @@
+"""minidl.inference on the CPU: folded + fused output equals the eval-mode model; artifacts; the CLI."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import minidl as dl
+from minidl import checkpoint, inference, layers as L, models, optim
+from minidl.data import write_idx
+from minidl.inference import ArtifactError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RTOL = 1e-5     # max |compiled - model| / max |model|: float32 rounding of the folded weights
+
+
+def assert_close(got, want, rtol=RTOL):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape
+    scale = float(np.abs(want).max())
+    err = float(np.abs(got - want).max())
+    assert err <= rtol * scale, f"max error {err:.3g} is more than {rtol:g} of max |y| {scale:.3g}"
+
+
+def randomize(model, seed=0):
+    """Non-trivial BN statistics, gamma, beta and biases, so that folding has something to fold."""
+    rng = np.random.default_rng(seed)
+    w = model.get_weights()
+    draw = {"gamma": lambda n: rng.uniform(0.5, 1.5, n), "beta": lambda n: rng.normal(0, 0.2, n),
+            "running_mean": lambda n: rng.normal(0, 0.2, n), "running_var": lambda n: rng.uniform(0.5, 2.0, n),
+            "b": lambda n: rng.normal(0, 0.1, n)}
+    for k, v in w.items():
+        f = draw.get(k.rsplit("/", 1)[1])
+        if f is not None:
+            w[k] = f(v.shape)
+    model.set_weights(w)
+    return model
+
+
+def eval_outputs(model, x):
+    """(output, logits) of the eval-mode model."""
+    y = model.forward(x, training=False)
+    return y.copy(), model.logits.copy()
+
+
+def batch(n=3, shape=(1, 28, 28), seed=1):
+    return np.random.default_rng(seed).normal(size=(n, *shape)).astype(np.float32)
+
+
+def kinds(m):
+    return [op.kind for op in m.ops]
+
+
+# -- equality with the eval-mode model --------------------------------------------------------------
+def test_lenet_logits_and_probabilities_equal_the_model():
+    model = randomize(models.lenet5())
+    x = batch(5)
+    y, z = eval_outputs(model, x)
+    logits = inference.compile(model)
+    probs = inference.compile(model, probabilities=True)
+    assert_close(logits.predict(x), z)
+    assert_close(probs.predict(x), y)
+    assert "softmax" not in kinds(logits) and kinds(probs)[-1] == "softmax"
+    np.testing.assert_allclose(probs.predict(x).sum(axis=1), 1.0, rtol=1e-6)
+    # LeNet: every ReLU fused into its conv or dense; no BN to fold
+    assert kinds(logits) == ["conv", "maxpool", "conv", "maxpool", "flatten", "dense", "dense", "dense"]
+    assert logits.stats["relu_fused"] == 4 and logits.stats.get("bn_folded", 0) == 0
+
+
+def test_resnet18_folds_every_bn_and_equals_the_model():
+    model = randomize(models.resnet(18))
+    x = batch(3)
+    y, z = eval_outputs(model, x)
+    m = inference.compile(model)
+    assert_close(m.predict(x), z)
+    assert_close(inference.compile(model, probabilities=True).predict(x), y)
+    # 20 BNs folded into their convs, the 4 explicit pads into the strided convs, 17 ReLUs fused
+    assert m.stats["bn_folded"] == 20 and m.stats["pad_folded"] == 4 and m.stats["relu_fused"] == 17
+    assert "bn" not in kinds(m) and "pad" not in kinds(m) and "relu" not in kinds(m)
+    assert len(m.ops) == 31 < len(model.layers)
+    stem = m.ops[0]
+    assert stem.name == "pad+conv2d+fbn+relu" and stem.attrs["pads"] == [3, 3, 3, 3] and stem.attrs["relu"]
+
+
+def test_float64_compile_of_resnet18_is_tight():
+    model = randomize(models.resnet(18, dtype="float64"))
+    x = batch(2).astype(np.float64)
+    _, z = eval_outputs(model, x)
+    assert_close(inference.compile(model, dtype="float64").predict(x), z, rtol=1e-12)
+
+
+def _zoo():
+    """Every layer family, with the patterns folding must leave alone."""
+    x = L.Input((3, 12, 12))
+    a = L.Conv2D(8, 3, padding=1)(x)                      # feeds a BN *and* the Add: no folding
+    h = L.ReLU()(L.BatchNorm2D()(a))
+    h = L.Conv2D(8, 3, padding=1, bias=False)(h)          # bias=False + BN: folded
+    h = L.BatchNorm2D()(h)
+    h = L.LeakyReLU(0.1)(L.Add()(h, a))
+    h = L.Pad2D(1, value=0.5)(h)                          # non-zero pad: kept
+    h = L.Conv2D(8, 3, stride=2)(L.Pad2D((0, 1, 0, 1))(L.Dropout(0.3)(h)))   # zero pad -> conv padding
+    h = L.LRN(size=3)(h)
+    h = L.BatchNorm2D()(L.AvgPool2D(2)(h))                # BN not after a conv: an inference BN op
+    h = L.Tanh()(h)
+    s = L.Sigmoid()(L.GlobalAvgPool2D()(h))
+    h = L.Dense(16)(L.Flatten()(s))
+    h = L.Dropout(0.5)(L.ReLU()(h))
+    y = L.Softmax()(L.Dense(5)(h))
+    return dl.Model(x, y, name="zoo")
+
+
+def test_every_layer_family_equals_the_model():
+    model = randomize(_zoo())
+    x = batch(4, (3, 12, 12))
+    y, z = eval_outputs(model, x)
+    m = inference.compile(model)
+    assert_close(m.predict(x), z)
+    assert_close(inference.compile(model, probabilities=True).predict(x), y)
+    k = kinds(m)
+    assert k.count("bn") == 2 and m.stats["bn_folded"] == 1      # the shared conv's BN and the pooled one
+    assert k.count("pad") == 1 and m.stats["pad_folded"] == 1
+    assert "dropout" not in k and m.stats["dropout_removed"] == 2
+    for kind in ("leaky_relu", "lrn", "avgpool", "tanh", "gap", "sigmoid", "add", "relu"):
+        assert kind in k, kind
+    for op in m.ops:                                            # no BN op reads a conv's own output
+        if op.kind == "bn":
+            src = op.inputs[0] - m.n_inputs
+            assert src < 0 or m.ops[src].kind != "conv" or m.ops[src].name == "conv2d"
+
+
+def test_model_without_bn_or_bias():
+    model = randomize(dl.Sequential([L.Conv2D(4, 3, bias=False), L.ReLU(), L.MaxPool2D(2), L.Flatten(),
+                                     L.Dense(6, bias=False), L.ReLU(), L.Dense(3)], (2, 9, 9)))
+    x = batch(3, (2, 9, 9))
+    _, z = eval_outputs(model, x)
+    m = inference.compile(model)
+    assert_close(m.predict(x), z)
+    assert kinds(m) == ["conv", "maxpool", "flatten", "dense", "dense"]
+    assert "b" in m.ops[0].params and not m.ops[0].params["b"].any()   # zero bias for the fused ReLU
+    assert "b" not in m.ops[3].params
+
+
+def test_dropout_is_removed_and_eval_output_kept():
+    model = randomize(dl.Sequential([L.Flatten(), L.Dense(20), L.ReLU(), L.Dropout(0.5), L.Dense(20),
+                                     L.Dropout(0.2), L.ReLU(), L.Dense(4), L.Softmax()], (1, 6, 6)))
+    x = batch(8, (1, 6, 6))
+    y, z = eval_outputs(model, x)
+    m = inference.compile(model)
+    assert_close(m.predict(x), z)
+    assert_close(inference.compile(model, probabilities=True).predict(x), y)
+    assert kinds(m) == ["flatten", "dense", "dense", "dense"]      # ReLU after Dropout fused all the same
+    assert m.stats["dropout_removed"] == 2 and m.stats["relu_fused"] == 2
+
+
+def test_relu_is_not_fused_into_an_output():
+    x = L.Input((5,))
+    d = L.Dense(4)(x)
+    model = dl.Model(x, [d, L.ReLU()(d)])
+    m = inference.compile(randomize(model))
+    xs = batch(3, (5,))
+    want = [a.copy() for a in model.forward(xs)]
+    got = m.predict(xs)
+    assert kinds(m) == ["dense", "relu"]
+    for g, w in zip(got, want):
+        assert_close(g, w)
+
+
+def test_a_layer_without_an_inference_op_is_named():
+    class Twice(L.Layer):
+        def build(self, in_shapes, device):
+            return in_shapes[0]
+
+        def forward(self, xs, training):
+            return 2 * xs[0]
+
+    model = dl.Sequential([L.Flatten(), Twice(name="twice")], (2, 2))
+    with pytest.raises(ValueError, match="twice"):
+        inference.compile(model)
+
+
+def test_predict_checks_shapes_and_input_buffer_works():
+    model = randomize(models.lenet5())
+    m = inference.compile(model)
+    with pytest.raises(ValueError, match="inputs must be"):
+        m.predict(np.zeros((2, 1, 27, 28), np.float32))
+    buf = m.input_buffer(2)
+    buf[...] = batch(2)
+    assert_close(m.predict(buf), m.predict(batch(2)))
+
+
+def test_profile_gives_one_row_per_op():
+    m = inference.compile(randomize(models.lenet5()))
+    rows = m.profile(batch(4), repeats=3)
+    assert [r.name for r in rows] == [op.name for op in m.ops]
+    assert all(r.shape[0] == 4 and r.ms >= 0 for r in rows)
+    assert sum(r.ms for r in rows) > 0
+
+
+# -- artifacts ------------------------------------------------------------------------------------------
+def test_artifact_round_trip_gives_identical_outputs(tmp_path):
+    for model in (models.lenet5(), models.resnet(18), _zoo()):
+        m = inference.compile(randomize(model))
+        path = tmp_path / f"{model.name}.npz"
+        assert m.save(path) == path
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []   # no temp left
+        with np.load(path, allow_pickle=False) as z:                                  # plain arrays
+            assert "__meta__" in z.files
+        back = inference.load(path, device="cpu")
+        assert kinds(back) == kinds(m) and back.stats == m.stats and back.name == m.name
+        x = batch(2, model.inputs[0].shape[1:])
+        np.testing.assert_array_equal(back.predict(x), m.predict(x))
+
+
+def test_missing_and_corrupt_artifacts_name_the_file(tmp_path):
+    missing = tmp_path / "nope.npz"
+    with pytest.raises(ArtifactError, match="nope.npz"):
+        inference.load(missing)
+    corrupt = tmp_path / "corrupt.npz"
+    corrupt.write_bytes(b"this is not a zip file")
+    with pytest.raises(ArtifactError, match="corrupt.npz"):
+        inference.load(corrupt)
+    good = tmp_path / "good.npz"
+    inference.compile(models.lenet5()).save(good)
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(good.read_bytes()[:5000])
+    with pytest.raises(ArtifactError, match="truncated.npz"):
+        inference.load(truncated)
+    ckpt = checkpoint.save(tmp_path / "model.ckpt.npz", models.lenet5())
+    with pytest.raises(ArtifactError, match="model.ckpt.npz.*checkpoint"):
+        inference.load(ckpt)
+    assert issubclass(ArtifactError, ValueError)
+
+
+def test_artifact_with_wrong_weights_is_rejected(tmp_path):
+    path = tmp_path / "a.npz"
+    inference.compile(models.lenet5()).save(path)
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["op0/w"] = arrays["op0/w"][:, :, :3]           # a 5x5 filter cut to 3x5
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **arrays)
+    with pytest.raises(ArtifactError, match="bad.npz.*op"):
+        inference.load(bad)
+
+
+def test_compile_from_a_checkpoint_path(tmp_path):
+    model = randomize(models.resnet(18))
+    path = checkpoint.save(tmp_path / "resnet18.npz", model)
+    m = inference.compile(str(path), device="cpu")
+    x = batch(2)
+    _, z = eval_outputs(model, x)
+    assert_close(m.predict(x), z)
+    assert m.name == "resnet18" and m.stats["bn_folded"] == 20
+    with pytest.raises(checkpoint.CheckpointError, match="missing.npz"):
+        inference.compile(tmp_path / "missing.npz")
+
+
+# -- the command line -----------------------------------------------------------------------------------
+def _synthetic_mnist(root, n_test=10000, seed=0):
+    """IDX files where the label is where a bright 8x8 square sits: LeNet learns it in a few steps."""
+    rng = np.random.default_rng(seed)
+
+    def make(n):
+        labels = rng.integers(0, 10, n).astype(np.uint8)
+        images = rng.integers(0, 60, (n, 28, 28)).astype(np.uint8)
+        for i, c in enumerate(labels):
+            r, q = divmod(int(c), 5)
+            images[i, 4 + 12 * r:12 + 12 * r, 1 + 5 * q:6 + 5 * q] = 255
+        return images, labels
+
+    folder = root / "mnist"
+    folder.mkdir(parents=True)
+    train, test = make(2000), make(n_test)
+    for split, (images, labels) in (("train", train), ("t10k", test)):
+        write_idx(folder / f"{split}-images-idx3-ubyte", images)
+        write_idx(folder / f"{split}-labels-idx1-ubyte", labels)
+    return train, test
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(data dir, checkpoint path, eval accuracy %) of a LeNet-5 trained 60 steps on synthetic data."""
+    root = tmp_path_factory.mktemp("infer")
+    train, test = _synthetic_mnist(root / "data")
+    model = models.lenet5()
+    trainer = dl.Trainer(model, optim.get("adam", lr=1e-3), log=lambda *a: None, progress=False)
+    trainer.fit(train, steps=60, batch_size=32, monitor=1000)
+    _, acc = trainer.evaluate(test, batch_size=1000)
+    path = checkpoint.save(root / "lenet5.npz", model)
+    return root / "data", path, acc
+
+
+def infer(*args, data_dir=None):
+    env = {k: v for k, v in os.environ.items() if k != "MINIDL_DATA"}
+    env["PYTHONPATH"] = str(ROOT)
+    extra = ["--data-dir", str(data_dir)] if data_dir else []
+    return subprocess.run([sys.executable, "-m", "minidl.infer", *args, *extra], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_prints_the_models_eval_accuracy(trained, tmp_path):
+    data_dir, ckpt, acc = trained
+    assert acc > 20                                         # trained, not chance
+    art = tmp_path / "lenet5.artifact.npz"
+    p = infer("--checkpoint", str(ckpt), "--device", "cpu", "--save-artifact", str(art), data_dir=data_dir)
+    assert p.returncode == 0, p.stderr
+    assert f"accuracy: {acc:.3f}% (10000 test images" in p.stdout, p.stdout
+    assert "13 layers -> 8 ops" in p.stdout and art.is_file()
+    p = infer("--artifact", str(art), "--device", "cpu", "--batch-size", "768", data_dir=data_dir)
+    assert p.returncode == 0, p.stderr
+    assert f"accuracy: {acc:.3f}%" in p.stdout                # a partial last batch changes nothing
+
+
+def test_cli_latency_and_profile(trained):
+    data_dir, ckpt, _ = trained
+    p = infer("--checkpoint", str(ckpt), "--device", "cpu", "--latency", "--profile", "--batch-size", "200",
+              data_dir=data_dir)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "latency (batch 1, 1000 runs, input on the device): median" in out and " p99 " in out
+    assert "throughput (10000 images in one batch" in out and "images/s" in out
+    assert "profile at batch 200" in out and "conv2d+relu" in out and "dense_2" in out and "total" in out
+
+
+def test_cli_errors(trained, tmp_path):
+    data_dir, ckpt, _ = trained
+    p = infer("--checkpoint", str(tmp_path / "missing.npz"), "--device", "cpu", data_dir=data_dir)
+    assert p.returncode == 1 and p.stderr.startswith("error: ") and "missing.npz" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"junk")
+    p = infer("--artifact", str(bad), "--device", "cpu", data_dir=data_dir)
+    assert p.returncode == 1 and "error: artifact" in p.stderr and "bad.npz" in p.stderr
+    assert infer("--device", "cpu").returncode == 2                                  # no model given
+    assert infer("--checkpoint", str(ckpt), "--artifact", "x").returncode == 2       # both given
+    assert infer("--checkpoint", str(ckpt), "--batch-size", "0").returncode == 2
