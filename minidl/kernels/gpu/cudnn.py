@@ -145,8 +145,11 @@ def _build(op, arrays, build, tf32, conv):
         g.validate()
         g.build_operation_graph()
         g.create_execution_plans(_HEUR)
+        # Two runs with one seed must agree bit for bit: no engines that reduce with atomics.
+        notes = [_fe.numerical_note.NONDETERMINISTIC]
         if conv and not tf32:
-            g.deselect_numeric_notes([_fe.numerical_note.TENSOR_CORE, _fe.numerical_note.DOWN_CONVERT_INPUTS])
+            notes += [_fe.numerical_note.TENSOR_CORE, _fe.numerical_note.DOWN_CONVERT_INPUTS]
+        g.deselect_numeric_notes(notes)
         g.check_support()
         g.build_plans()
     except (_fe.cudnnGraphNotSupportedError, RuntimeError) as e:   # no engine, or check_support said no
