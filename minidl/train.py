@@ -8,7 +8,10 @@ import os
 import sys
 import time
 
-DEFAULT_LR = {"sgd": 0.01, "momentum": 0.01, "adam": 1e-3, "rmsprop": 1e-3}
+DEFAULT_LR = {"sgd": 0.01, "momentum": 0.05, "adam": 1e-3, "rmsprop": 1e-3}
+# Measured defaults (README, Results): LeNet-5 with Adam reached 98.1% after one epoch on the GPU;
+# ResNet-50 with momentum 0.9, lr 0.05 and cosine decay reached 97.1% after -b32 -n500.
+DEFAULT_OPTIMIZER = {"lenet": "adam", "resnet": "momentum"}
 
 
 def positive(v):
@@ -22,7 +25,8 @@ def parser():
     p = argparse.ArgumentParser(
         prog="python -m minidl.train",
         description="Train LeNet-5 or a ResNet on MNIST / Fashion-MNIST. With no flags: LeNet-5, "
-                    "2000 steps of batch 32 with Adam (lr 1e-3), then the whole test set.")
+                    "2000 steps of batch 32 with Adam (lr 1e-3, cosine decay), then the whole test set. "
+                    "ResNets default to momentum 0.9 with lr 0.05 and cosine decay.")
     p.add_argument("-b", dest="batch_size", type=positive, default=32, help="batch size (32)")
     p.add_argument("-n", dest="steps", type=positive, default=2000, help="training steps (2000)")
     p.add_argument("-m", dest="monitor", type=positive, default=100, help="monitoring interval in steps (100)")
@@ -35,8 +39,12 @@ def parser():
                    help="ResNet depth; implies --model resnet")
     p.add_argument("--model", choices=("lenet", "resnet"), help="network (lenet; resnet with -r, default 18)")
     p.add_argument("--epochs", type=positive, help="train whole epochs instead of -n steps")
-    p.add_argument("--optimizer", choices=tuple(DEFAULT_LR), default="adam", help="optimizer (adam)")
-    p.add_argument("--lr", type=float, help="learning rate (adam/rmsprop 1e-3, sgd/momentum 0.01)")
+    p.add_argument("--optimizer", choices=tuple(DEFAULT_LR),
+                   help="optimizer (adam for lenet, momentum 0.9 for resnet)")
+    p.add_argument("--lr", type=float, help="learning rate (adam/rmsprop 1e-3, momentum 0.05, sgd 0.01)")
+    p.add_argument("--schedule", choices=("cosine", "constant", "step", "inverse-time"), default="cosine",
+                   help="learning-rate schedule over the run's steps (cosine: to 0 at the last step; "
+                        "step: x0.1 every third of the run; inverse-time: lr/(1+1e-4*step), the C++ trainer's)")
     p.add_argument("--weight-decay", type=float, default=0.0, help="L2 weight decay (0)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device (auto)")
     p.add_argument("--data-dir", help="dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)")
@@ -73,8 +81,18 @@ def run(args, out=print):
     out(f"loaded {len(train[0])} items..")
 
     model = models.get(model_name, depth=depth, device=device, seed=args.seed)
-    lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
-    opt = optim.get(args.optimizer, lr=lr, weight_decay=args.weight_decay)
+    name = args.optimizer or DEFAULT_OPTIMIZER[model_name]
+    lr = args.lr if args.lr is not None else DEFAULT_LR[name]
+    per_epoch = len(train[0]) // args.batch_size
+    steps = args.epochs * per_epoch if args.epochs else args.steps
+    start = 0
+    if args.resume:                     # the schedule spans this run: from the saved step on
+        start = int(dl.checkpoint.read(path)[0]["meta"].get("step", 0))
+    schedule = {"cosine": optim.schedules.cosine(start + steps), "constant": optim.schedules.constant(),
+                "step": optim.schedules.step_decay(max((start + steps) // 3, 1), 0.1),
+                "inverse-time": optim.schedules.inverse_time(1e-4)}[args.schedule]
+    kw = {"momentum": 0.9} if name == "momentum" else {}
+    opt = optim.get(name, lr=lr, weight_decay=args.weight_decay, schedule=schedule, **kw)
     trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph)
     if args.resume:
         meta = trainer.resume(path)
@@ -85,17 +103,14 @@ def run(args, out=print):
     mode = "" if device.name == "cpu" else \
         f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}"
     out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
-        f"{args.optimizer} lr {lr:g}, batch {args.batch_size}{mode} ..")
+        f"{name} lr {lr:g} {args.schedule}, batch {args.batch_size}{mode} ..")
 
-    steps = None if args.epochs else args.steps
-    start = trainer.step
-    t0 = time.perf_counter()
-    trainer.fit(train, steps=steps, epochs=args.epochs, batch_size=args.batch_size,
-                monitor=args.monitor, save_to=path if args.save else None)
-    device.sync()
-    seconds = time.perf_counter() - t0
-    ran = trainer.step - start
-    out(f"trained {ran} steps in {seconds:.1f} s ({seconds / ran * 1e3:.2f} ms/step)")
+    trainer.fit(train, steps=steps, batch_size=args.batch_size, monitor=args.monitor,
+                save_to=path if args.save else None)
+    t = trainer.timing
+    rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
+    out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s, "
+        f"with compilation{' and capture' if trainer.graph else ''}{rest})")
     if args.save:
         out(f"saved {path}")
 

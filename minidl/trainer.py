@@ -2,6 +2,7 @@
 evaluation over the whole test set, NaN stop, checkpoints and exact resume."""
 import math
 import sys
+import time
 
 import numpy as np
 
@@ -100,6 +101,7 @@ class Trainer:
         metrics.reset()
         bar = _bar(steps, self.progress)
         end = self.step + steps
+        t0 = t1 = time.perf_counter()
         while self.step < end:
             epoch, k = divmod(self.step, per_epoch)
             try:
@@ -108,6 +110,9 @@ class Trainer:
                 _raise_if_out_of_memory(e, self.model, loader.batch_size)
                 raise
             self.step += 1
+            if self.step == end - steps + 1:     # one sync: the first step's compilation apart
+                self.device.sync()
+                t1 = time.perf_counter()
             if bar is not None:
                 bar.update(1)
             if self.step % monitor == 0 or self.step == end:
@@ -120,6 +125,10 @@ class Trainer:
                     self._print(bar, f"step: {self.step:4d}, loss: {result[0]:.3f}, accuracy: {result[1]:.3f}%")
         if bar is not None:
             bar.close()
+        self.device.sync()
+        t2 = time.perf_counter()
+        self.timing = {"steps": steps, "total_s": t2 - t0, "first_s": t1 - t0,
+                       "steady_ms": (t2 - t1) / max(steps - 1, 1) * 1e3}
         if save_to:
             self.save(save_to)
         return result
