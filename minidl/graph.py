@@ -178,15 +178,18 @@ class Model:
 
     __call__ = forward
 
-    def backward(self, *gys, from_logits=False, input_grads=True):
+    def backward(self, *gys, from_logits=False, input_grads=True, accumulate=True):
         """Propagate output gradients back; returns the input gradient(s).
 
         Parameter gradients are added into `grads` (call `zero_grad` between steps). With
         from_logits=True, `gy` is the gradient of the final Softmax's input and that layer is
         skipped: the stable path for cross-entropy on a model that ends in Softmax. With
         input_grads=False, layers fed only by model inputs skip their input gradient (training
-        never needs it) and None is returned.
+        never needs it) and None is returned. accumulate=False overwrites the parameter gradients
+        instead of adding (no zero_grad needed); only for models where `can_overwrite` holds.
         """
+        if not accumulate and not self.can_overwrite:
+            raise ValueError(f"{self.name}: a layer adds into its gradients; use accumulate=True")
         nodes = self.nodes
         if from_logits:
             if not self.ends_in_softmax:
@@ -200,8 +203,13 @@ class Model:
         for node in reversed(nodes):
             gy = grads.pop(id(node), None)
             if gy is None:      # this node does not lead to the outputs
+                if not accumulate:
+                    for p in node.layer.params.values():
+                        if p.grad is not None:
+                            p.grad.fill(0)
                 continue
             node.layer.needs_gx = input_grads or any(p.layer is not None for p in node.parents)
+            node.layer.accumulate = accumulate
             gxs = node.layer.backward(gy)
             for parent, gx in zip(node.parents, gxs):
                 if gx is None:
@@ -213,6 +221,36 @@ class Model:
 
     def zero_grad(self):
         self.grads.fill(0)
+
+    @property
+    def can_overwrite(self):
+        """Whether every layer with parameters can overwrite its gradients (backward(accumulate=False))."""
+        return all(l.overwrites for l in self.layers if any(p.trainable for p in l.params.values()))
+
+    def fuse(self, on=True):
+        """Let BatchNorm2D and Add apply a ReLU that is their only consumer, the ReLU passing through.
+
+        The same math in fewer GPU kernels; the fused layer's recorded output is then post-ReLU.
+        Returns the number of ReLUs fused.
+        """
+        from .layers.activation import ReLU
+        from .layers.merge import Add
+        from .layers.norm import BatchNorm2D
+        consumers = {}
+        for node in self.nodes:
+            for p in node.parents:
+                consumers[id(p)] = consumers.get(id(p), 0) + 1
+        outputs = {id(o) for o in self.outputs}
+        fused = 0
+        for node in self.nodes:
+            if not isinstance(node.layer, ReLU):
+                continue
+            src = node.parents[0]
+            ok = isinstance(src.layer, (BatchNorm2D, Add)) and consumers[id(src)] == 1 and id(src) not in outputs
+            if ok:
+                src.layer.fuse_relu = node.layer.identity = on
+                fused += on
+        return fused
 
     # -- parameters by name -------------------------------------------------------------
     def layer(self, name):

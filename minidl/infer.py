@@ -40,6 +40,9 @@ def parser():
     p.add_argument("--save-artifact", metavar="PATH", help="write the compiled model as a weights-only artifact")
     p.add_argument("--no-graphs", action="store_true",
                    help="run the ops eagerly on the GPU instead of replaying CUDA graphs (debugging)")
+    p.add_argument("--no-direct", action="store_true",
+                   help="one kernel call per op instead of the fused direct kernels (conv+ReLU+pool, "
+                        "dense chains, a whole LeNet in one kernel at small batch)")
     p.add_argument("--no-tf32", action="store_true",
                    help="full FP32 convolutions on the GPU (TF32 is on by default)")
     return p
@@ -87,8 +90,13 @@ def throughput(model, x):
     return (time.perf_counter() - t0) / calls, calls
 
 
+def _kinds(model, N):
+    steps = model.schedule(N)[0]
+    return f"{len(steps)} call{'s' * (len(steps) != 1)} ({', '.join(st.kind for st in steps)})"
+
+
 def print_profile(rows, out):
-    """One line per op: name, kind, output shape, microseconds and share of the total."""
+    """One line per kernel call: name, kind, output shape, microseconds and share of the total."""
     shapes = ["(" + ", ".join(map(str, r.shape)) + ")" for r in rows]
     w, ws = max(2, *(len(r.name) for r in rows)), max(6, *(len(s) for s in shapes))
     total = sum(r.ms for r in rows) or 1.0
@@ -118,6 +126,9 @@ def run(args, out=print):
         out(f"loaded {args.artifact}: {model.name}, {len(model.ops)} ops, {model.n_params:,} parameters")
     if args.no_graphs:
         model.cuda_graphs = False
+    if args.no_direct:
+        model.direct = False
+    out(f"schedule: batch 1 {_kinds(model, 1)}; batch {args.batch_size} {_kinds(model, args.batch_size)}")
     if args.save_artifact:
         model.save(args.save_artifact)
         out(f"saved {args.save_artifact}")

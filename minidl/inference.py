@@ -15,12 +15,26 @@
   device kernels, as in the model.
 Weights only, in float32 by default.
 
+The op list (what an artifact stores) is then scheduled into kernel calls, the same way on both
+devices (`InferenceModel.schedule(N)`; `direct=False` runs one call per op):
+- conv(+bias)(+ReLU) followed by a 2x2 stride-2 MaxPool2D, stride 1 and small -> one direct kernel
+  (minidl.kernels.<dev>.direct.conv2d_bias_relu_maxpool2x2_fprop; cuDNN is slow at LeNet's shapes);
+- a run of dense ops, each the sole reader of the last -> one `mlp` call (one kernel at small N,
+  else a cuBLAS GEMM and one bias+ReLU kernel a layer);
+- add + ReLU -> one kernel;
+- a whole model of the form conv-pool stages, flatten, dense chain (LeNet-5) -> ONE `chain`
+  kernel at batch sizes up to CHAIN_MAX_BATCH (latency), the steps above beyond (throughput).
+On the CPU the direct kernels are compositions of the reference kernels (the GPU's reference).
+
 On cuda, `predict` keeps one fixed input buffer and one CUDA graph per batch size (captured at
 first use with minidl.cudagraph.CapturedCall, and its first replay checked against eager
-execution); a call copies x into the buffer and launches the graph. The array it returns is the
+execution); a call copies x into the buffer and launches the graph. Given the input buffer itself
+(`input_buffer(N)`), predict is one dict lookup and the graph launch. The array it returns is the
 graph's output buffer: valid until the next call at that batch size (copy it to keep it). On
 the CPU, predict returns fresh arrays.
 """
+import importlib
+import inspect
 import json
 import os
 import tempfile
@@ -35,6 +49,7 @@ from .kernels.cpu.pool import pool2d_plan
 
 FORMAT = "minidl-artifact-1"
 GRAPH_CHECK_RTOL = 1e-4     # replay vs eager: the same kernels, so only nondeterministic sums differ
+CHAIN_MAX_BATCH = 256       # batch sizes up to this run a chain-shaped model (LeNet) as one kernel (H100: faster to 256)
 OpTime = namedtuple("OpTime", "name kind shape ms")
 
 
@@ -156,6 +171,8 @@ def _run_dense(k, op, xs):
 
 
 def _run_add(k, op, xs):
+    if op.attrs["relu"] and "relu" in inspect.signature(k.merge.add_fprop).parameters:
+        return k.merge.add_fprop(xs, relu=True)                  # one kernel where the family offers it
     y = k.merge.add_fprop(xs)
     return k.activation.relu_fprop(y, out=y) if op.attrs["relu"] else y
 
@@ -348,11 +365,12 @@ class _Lowering:
         self.emit(node, "softmax", ins)
 
 
-def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="float32"):
+def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="float32", direct=True):
     """An InferenceModel of a trained Model, or of the model a checkpoint file describes.
 
     device: 'cpu', 'cuda', 'auto' or a Device; None keeps the model's device ('auto' for a path).
     probabilities: keep a final Softmax (else the model outputs logits).
+    direct: schedule the fused direct kernels (conv+ReLU+pool, dense chains, whole small models).
     """
     source = model_or_checkpoint_path
     if isinstance(source, (str, os.PathLike)):
@@ -364,7 +382,32 @@ def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="f
         device = model.device.name if device is None else device
     ops, outputs, stats = _Lowering(model, probabilities).run()
     return InferenceModel(ops, [n.shape[1:] for n in model.inputs], outputs, device=device,
-                          probabilities=probabilities, name=model.name, stats=stats, dtype=dtype)
+                          probabilities=probabilities, name=model.name, stats=stats, dtype=dtype, direct=direct)
+
+
+# -- schedules: ops -> kernel calls -------------------------------------------------------------------
+class Step:
+    """One kernel call of a schedule: `run(kernels, [input arrays]) -> output` for the values `inputs`,
+    giving value `out`; it stands for the ops `ops` (one op, or several fused)."""
+
+    def __init__(self, name, kind, ops, inputs, out, run):
+        self.name, self.kind, self.ops, self.inputs, self.out, self.run = name, kind, ops, list(inputs), out, run
+
+    def __repr__(self):
+        return f"Step({self.kind}, {self.name!r})"
+
+
+def _op_step(op, vid):
+    run = _KINDS[op.kind][1]
+    return Step(op.name, op.kind, [op], op.inputs, vid, lambda k, xs, op=op: run(k, op, xs))
+
+
+def _direct_pool_ok(conv, pool):
+    """A stride-1 conv read only by a 2x2 stride-2 unpadded max-pool, of a size the direct kernel takes."""
+    from .kernels.cpu import direct
+    return (tuple(conv.attrs["stride"]) == (1, 1) and tuple(conv.attrs["dilation"]) == (1, 1)
+            and tuple(pool.plan.ksize) == (2, 2) and tuple(pool.plan.stride) == (2, 2) and not any(pool.plan.pads)
+            and direct.supported_conv(conv.plan.in_shape[1:], conv.params["w"].shape, conv.attrs["pads"], 2))
 
 
 # -- the inference model ------------------------------------------------------------------------------
@@ -372,7 +415,7 @@ class InferenceModel:
     """A flat list of ops on one device.   predict(x (N, *input_shape)) -> y (N, *output_shape)."""
 
     def __init__(self, ops, input_shapes, outputs, device="cpu", probabilities=False, name="model",
-                 stats=None, dtype="float32"):
+                 stats=None, dtype="float32", direct=True):
         dev = get_device(device, dtype=dtype)
         self.device = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
         self.dtype, self.name, self.probabilities = self.device.dtype, name, bool(probabilities)
@@ -384,7 +427,10 @@ class InferenceModel:
         self._check()
         self._bind()
         self.cuda_graphs = self.device.name == "cuda"       # False: run eagerly (debugging)
+        self._direct = bool(direct)
+        self._plan()
         self._entries = {}                                  # batch size -> (input buffers, CapturedCall)
+        self._replays = {}                                  # id(input buffer) -> (buffer, launch)
 
     def _check(self):
         """Shape inference over the op list; a ValueError names the op that does not fit."""
@@ -399,30 +445,124 @@ class InferenceModel:
         if not self.outputs or any(not 0 <= v < len(shapes) for v in self.outputs):
             raise ValueError(f"outputs {self.outputs} are not among the {len(shapes)} values")
         self.shapes = shapes
-        # Free each intermediate right after its last reader: on the GPU the memory pool hands
-        # it to later ops (within one captured graph too), so peak memory stays small.
-        last = {}
-        for i, op in enumerate(self.ops):
-            last[self.n_inputs + i] = i
-            for v in op.inputs:
-                last[v] = i
-        self._free_after = defaultdict(list)
-        for v, i in last.items():
-            if v >= self.n_inputs and v not in self.outputs:
-                self._free_after[i].append(v)
 
     def _bind(self):
         """Weights to the device, each its own (aligned) array."""
         for op in self.ops:
             op.arrays = {k: self.device.asarray(v) for k, v in op.params.items()}
 
+    # -- scheduling -----------------------------------------------------------------------------------
+    @property
+    def direct(self):
+        """Whether fused direct kernels are scheduled (True by default); setting it drops captured graphs."""
+        return self._direct
+
+    @direct.setter
+    def direct(self, on):
+        self._direct = bool(on)
+        self._plan()
+        self._entries, self._replays = {}, {}
+
+    def _direct_kernels(self):
+        """The device's direct kernel family, or None where it cannot serve (float64 on the GPU)."""
+        if not self._direct or (self.device.name == "cuda" and self.dtype != np.float32):
+            return None
+        return importlib.import_module(f"minidl.kernels.{'cpu' if self.device.name == 'cpu' else 'gpu'}.direct")
+
+    def _plan(self):
+        """self.steps (the schedule at any batch size) and self.chain (one Step for small batches, or None)."""
+        ops, n_in, dk = self.ops, self.n_inputs, self._direct_kernels()
+        readers = Counter(v for op in ops for v in op.inputs) + Counter(self.outputs)
+        steps, i = [], 0
+        while i < len(ops):
+            op, vid = ops[i], n_in + i
+            nxt = ops[i + 1] if i + 1 < len(ops) else None
+            sole = readers[vid] == 1 and vid not in self.outputs
+            if dk and op.kind == "conv" and nxt is not None and nxt.kind == "maxpool" and nxt.inputs == [vid] \
+                    and sole and _direct_pool_ok(op, nxt):
+                steps.append(self._conv_pool_step(dk, op, nxt, vid + 1))
+                i += 2
+            elif dk and op.kind == "dense":
+                j = i
+                while j + 1 < len(ops) and ops[j + 1].kind == "dense" and ops[j + 1].inputs == [n_in + j] \
+                        and readers[n_in + j] == 1 and n_in + j not in self.outputs:
+                    j += 1
+                steps.append(self._mlp_step(dk, ops[i:j + 1], n_in + j))
+                i = j + 1
+            elif dk and op.kind == "add" and op.attrs["relu"]:
+                steps.append(Step(op.name, "add_relu", [op], op.inputs, vid,
+                                  lambda k, xs: dk.add_relu_fprop(xs)))
+                i += 1
+            else:
+                steps.append(_op_step(op, vid))
+                i += 1
+        self.steps = steps
+        self.chain = self._chain_step(dk, steps) if dk else None
+        self._schedules = {}
+
+    def _conv_pool_step(self, dk, conv, pool, out):
+        a, pads, relu = conv.arrays, tuple(conv.attrs["pads"]), conv.attrs["relu"]
+        return Step(f"{conv.name}+{pool.name}", "conv_pool", [conv, pool], conv.inputs, out,
+                    lambda k, xs: dk.conv2d_bias_relu_maxpool2x2_fprop(xs[0], a["w"], a.get("b"), pads, relu))
+
+    def _mlp_step(self, dk, ops, out):
+        ws, bs, relus = [op.arrays["w"] for op in ops], [op.arrays.get("b") for op in ops], [op.attrs["relu"] for op in ops]
+        name = ops[0].name if len(ops) == 1 else f"{ops[0].name}..{ops[-1].name}"
+        return Step(name, "mlp", ops, ops[0].inputs, out, lambda k, xs: dk.mlp_fprop(xs[0], ws, bs, relus))
+
+    def _chain_step(self, dk, steps):
+        """The whole model as one chain kernel call, if it is conv-pool stages, a flatten, a dense chain."""
+        if self.n_inputs != 1 or len(self.outputs) != 1 or not steps:
+            return None
+        stages, prev = [], 0
+        for j, st in enumerate(steps):
+            last = j == len(steps) - 1
+            if st.inputs != [prev] or (last and st.out != self.outputs[0]):
+                return None
+            if st.kind == "conv_pool" and not any(s[0] == "dense" for s in stages):
+                conv = st.ops[0]
+                stages.append(("conv", conv.arrays["w"], conv.arrays.get("b"), tuple(conv.attrs["pads"]), 2,
+                               conv.attrs["relu"]))
+            elif st.kind == "flatten" and not any(s[0] == "dense" for s in stages):
+                pass
+            elif st.kind == "mlp" and last:
+                stages += [("dense", op.arrays["w"], op.arrays.get("b"), op.attrs["relu"]) for op in st.ops]
+            else:
+                return None
+            prev = st.out
+        if not dk.supported_chain(self.input_shapes[0], stages):
+            return None
+        ops = [op for st in steps for op in st.ops]
+        return Step(f"{ops[0].name}..{ops[-1].name}", "chain", ops, [0], self.outputs[0],
+                    lambda k, xs: dk.chain_fprop(xs[0], stages))
+
+    def schedule(self, N):
+        """(steps, free) at batch N: the kernel calls in order, and after each the values to drop."""
+        sched = self._schedules.get(N)
+        if sched is None:
+            steps = [self.chain] if self.chain is not None and N <= CHAIN_MAX_BATCH else self.steps
+            # Free each intermediate right after its last reader: on the GPU the memory pool hands
+            # it to later steps (within one captured graph too), so peak memory stays small.
+            last = {}
+            for i, st in enumerate(steps):
+                last[st.out] = i
+                for v in st.inputs:
+                    last[v] = i
+            free = [[] for _ in steps]
+            for v, i in last.items():
+                if v >= self.n_inputs and v not in self.outputs:
+                    free[i].append(v)
+            sched = self._schedules[N] = (steps, free)
+        return sched
+
     # -- running --------------------------------------------------------------------------------------
     def _forward(self, xs, keep=False):
+        steps, free = self.schedule(xs[0].shape[0])
         values, k = dict(enumerate(xs)), self.device.kernels
-        for i, op in enumerate(self.ops):
-            values[self.n_inputs + i] = _KINDS[op.kind][1](k, op, [values[v] for v in op.inputs])
+        for st, drop in zip(steps, free):
+            values[st.out] = st.run(k, [values[v] for v in st.inputs])
             if not keep:
-                for v in self._free_after[i]:
+                for v in drop:
                     del values[v]
         return values if keep else [values[v] for v in self.outputs]
 
@@ -448,6 +588,13 @@ class InferenceModel:
             bufs = [self.device.xp.zeros((N, *s), dtype=self.dtype) for s in self.input_shapes]
             call = self._capture(bufs) if self.device.name == "cuda" and self.cuda_graphs else None
             entry = self._entries[N] = (bufs, call)
+            if call is not None and len(bufs) == 1:
+                launch, stream, out = call.graph.launch, call.stream, self._pack(call.result)
+
+                def replay():
+                    launch(stream)
+                    return out
+                self._replays[id(bufs[0])] = (bufs[0], replay)
         return entry
 
     def _capture(self, bufs):
@@ -483,7 +630,11 @@ class InferenceModel:
 
         On cuda with CUDA graphs (the default) the result is the graph's output buffer for this
         batch size, overwritten by the next call at the same N; the call does not wait for the GPU.
+        Given the input buffer of a captured batch size (input_buffer(N)), it only launches the graph.
         """
+        hit = self._replays.get(id(xs[0])) if xs else None
+        if hit is not None and hit[0] is xs[0] and len(xs) == 1 and self.cuda_graphs:
+            return hit[1]()
         N = self._inputs(xs)
         if self.device.name != "cuda":
             return self._pack(self._forward([self._to_device(x) for x in xs]))
@@ -503,9 +654,10 @@ class InferenceModel:
     __call__ = predict
 
     def profile(self, *xs, repeats=20):
-        """Per-op times [OpTime(name, kind, shape, ms)] at this batch: each op's inputs come from one
-        forward pass, and each op runs `repeats` times. GPU: the repeats are captured as one CUDA
-        graph and timed with CUDA events (kernel time, no launch overhead); CPU: median of perf_counter.
+        """Per-step times [OpTime(name, kind, shape, ms)] at this batch, one row per kernel call of
+        schedule(N): each step's inputs come from one forward pass, and each step runs `repeats`
+        times. GPU: the repeats are captured as one CUDA graph and timed with CUDA events (kernel
+        time, no launch overhead); CPU: median of perf_counter.
         """
         N = self._inputs(xs)
         if self.device.name == "cuda":
@@ -515,23 +667,24 @@ class InferenceModel:
 
     def _profile(self, xs, N, repeats):
         values, k, rows = self._forward(xs, keep=True), self.device.kernels, []
-        for op in self.ops:
-            run, ins = _KINDS[op.kind][1], [values[v] for v in op.inputs]
-            if op.kind == "flatten":                      # a view: nothing runs
+        for st in self.schedule(N)[0]:
+            ins = [values[v] for v in st.inputs]
+            if st.kind == "flatten":                      # a view: nothing runs
                 ms = 0.0
             elif self.device.name == "cuda":
-                def loop(run=run, op=op, ins=ins):      # outputs dropped: the pool reuses them
+                def loop(st=st, ins=ins):                # outputs dropped: the pool reuses them
                     for _ in range(repeats):
-                        run(k, op, ins)
+                        st.run(k, ins)
                 ms = self._time_gpu(loop, repeats)
             else:
                 times = []
                 for _ in range(repeats):
                     t0 = time.perf_counter()
-                    run(k, op, ins)
+                    st.run(k, ins)
                     times.append(time.perf_counter() - t0)
                 ms = 1e3 * float(np.median(times))
-            rows.append(OpTime(op.name, op.kind, (N, *op.shape), ms))
+            shape = self.shapes[st.out] if st.out < len(self.shapes) else ()
+            rows.append(OpTime(st.name, st.kind, (N, *shape), ms))
         return rows
 
     def _time_gpu(self, fn, repeats):

@@ -12,6 +12,6 @@ def softmax_cross_entropy(model, labels, gz=None):
     return model.device.kernels.softmax.softmax_xent(z, labels, gz)
 
 
-def backward_from_loss(model, gz):
-    """Backpropagate the loss gradient w.r.t. the logits through the model."""
-    model.backward(gz, from_logits=model.ends_in_softmax, input_grads=False)
+def backward_from_loss(model, gz, accumulate=True):
+    """Backpropagate the loss gradient w.r.t. the logits through the model (no input gradient)."""
+    model.backward(gz, from_logits=model.ends_in_softmax, input_grads=False, accumulate=accumulate)

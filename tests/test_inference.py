@@ -190,12 +190,92 @@ def test_predict_checks_shapes_and_input_buffer_works():
     assert_close(m.predict(buf), m.predict(batch(2)))
 
 
-def test_profile_gives_one_row_per_op():
+def test_profile_gives_one_row_per_kernel_call():
     m = inference.compile(randomize(models.lenet5()))
-    rows = m.profile(batch(4), repeats=3)
-    assert [r.name for r in rows] == [op.name for op in m.ops]
-    assert all(r.shape[0] == 4 and r.ms >= 0 for r in rows)
-    assert sum(r.ms for r in rows) > 0
+    for n in (4, 20):                                       # one chain kernel; the staged schedule
+        rows = m.profile(batch(n), repeats=3)
+        steps = m.schedule(n)[0]
+        assert [r.name for r in rows] == [st.name for st in steps]
+        assert [op for st in steps for op in st.ops] == m.ops   # every op, once, in order
+        assert all(r.shape[0] == n and r.ms >= 0 for r in rows)
+        assert sum(r.ms for r in rows) > 0
+    plain = inference.compile(randomize(models.lenet5()), direct=False)
+    assert [r.name for r in plain.profile(batch(4), repeats=3)] == [op.name for op in plain.ops]
+
+
+# -- the direct (fused) schedule ------------------------------------------------------------------------
+def steps(m, n):
+    return [st.kind for st in m.schedule(n)[0]]
+
+
+@pytest.mark.parametrize("n", [1, 3, inference.CHAIN_MAX_BATCH, inference.CHAIN_MAX_BATCH + 1, 70])
+def test_lenet_schedule_is_one_chain_or_fused_stages_and_equals_plain(n):
+    model = randomize(models.lenet5())
+    x = batch(n, seed=n)
+    _, z = eval_outputs(model, x)
+    m, plain = inference.compile(model), inference.compile(model, direct=False)
+    assert steps(plain, n) == kinds(plain)
+    if n <= inference.CHAIN_MAX_BATCH:
+        assert steps(m, n) == ["chain"]
+    else:
+        assert steps(m, n) == ["conv_pool", "conv_pool", "flatten", "mlp"]
+    assert_close(m.predict(x), z)
+    assert_close(m.predict(x), plain.predict(x))
+
+
+def test_resnet_schedule_fuses_add_relu_and_the_dense():
+    model = randomize(models.resnet(18))
+    m = inference.compile(model)
+    k = steps(m, 2)
+    assert k.count("add_relu") == 8 and k[-1] == "mlp" and "add" not in k and m.chain is None
+    x = batch(2)
+    assert_close(m.predict(x), eval_outputs(model, x)[1])
+
+
+def test_fusion_respects_other_readers_and_shapes():
+    x = L.Input((2, 12, 12))
+    a = L.Conv2D(4, 3, padding=1)(x)
+    p = L.MaxPool2D(2)(L.ReLU()(a))
+    q = L.MaxPool2D(3)(L.Conv2D(4, 3, padding=1)(p))            # a 3x3 pool: not the 2x2 kernel
+    s = L.Conv2D(4, 3, stride=2, padding=1)(p)                  # strided: not direct
+    h = L.Flatten()(L.Add()(s, L.MaxPool2D(2)(L.MaxPool2D(1)(p))))
+    h1 = L.Dense(8)(h)
+    y = L.Dense(3)(L.ReLU()(h1))
+    model = randomize(dl.Model(x, [y, h1, q], name="branches"))   # h1 is an output: the chain stops there
+    m = inference.compile(model)
+    k = steps(m, 3)
+    assert k.count("conv_pool") == 1 and k.count("mlp") == 2 and m.chain is None
+    xs = batch(3, (2, 12, 12))
+    want = [a.copy() for a in model.forward(xs)]
+    for g, w in zip(m.predict(xs), want):
+        assert_close(g, w)
+
+
+def test_cpu_direct_kernels_equal_their_compositions():
+    from minidl.kernels.cpu import conv, direct, pool
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 11, 10))
+    w, b = rng.standard_normal((5, 3, 3, 4)), rng.standard_normal(5)
+    pads = (1, 2, 0, 3)                                          # asymmetric, as a folded Pad2D gives
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 2), (0, 3)))
+    y = conv.conv2d_fprop(conv.conv2d_plan(xp.shape, w.shape, (1, 1), 0, (1, 1)), xp, w, b)
+    np.testing.assert_allclose(direct.conv2d_bias_relu_fprop(x, w, b, pads, relu=False), y, rtol=1e-12)
+    r = np.maximum(y, 0)
+    np.testing.assert_allclose(direct.conv2d_bias_relu_fprop(x, w, b, pads), r, rtol=1e-12)
+    pooled = pool.maxpool2d_fprop(pool.pool2d_plan(r.shape, 2, 2, 0), r)
+    assert pooled.shape == (2, 5, 6, 5)                          # 12x10 conv output, floor pool
+    np.testing.assert_allclose(direct.conv2d_bias_relu_maxpool2x2_fprop(x, w, b, pads), pooled, rtol=1e-12)
+    assert direct.conv_geometry(x.shape, w.shape, pads, 2) == ((12, 10), (6, 5))
+    assert direct.supported_conv(x.shape[1:], w.shape, pads, 2)
+    assert not direct.supported_conv((3, 200, 200), w.shape, 0, 2)
+    ws = [rng.standard_normal((7, 5 * 6 * 5)), rng.standard_normal((3, 7))]
+    stages = [("conv", w, b, pads, 2, True), ("dense", ws[0], None, True), ("dense", ws[1], b[:3], False)]
+    h = np.maximum(pooled.reshape(2, -1) @ ws[0].T, 0) @ ws[1].T + b[:3]
+    np.testing.assert_allclose(direct.chain_fprop(x, stages), h, rtol=1e-12)
+    np.testing.assert_allclose(direct.mlp_fprop(pooled, ws, [None, b[:3]], [True, False]), h, rtol=1e-12)
+    assert direct.supported_chain(x.shape[1:], stages)
+    assert not direct.supported_chain(x.shape[1:], stages[:1])   # no dense stage
+    np.testing.assert_allclose(direct.add_relu_fprop([y, -y, y]), np.maximum(y, 0), rtol=1e-12)
 
 
 # -- artifacts ------------------------------------------------------------------------------------------

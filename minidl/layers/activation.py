@@ -28,8 +28,15 @@ class _Activation(Layer):
 
 
 class ReLU(_Activation):
-    """y = max(x, 0)."""
+    """y = max(x, 0).  After Model.fuse, the layer before applies it and this one passes through."""
     prefix, kernel = "relu", "relu"
+    identity = False
+
+    def forward(self, xs, training):
+        return xs[0] if self.identity else super().forward(xs, training)
+
+    def backward(self, gy):
+        return (gy,) if self.identity else super().backward(gy)
 
 
 class LeakyReLU(_Activation):

@@ -46,6 +46,8 @@ class Layer:
     n_inputs = 1           # None: any number >= 2
     first_index = 0        # the seed numbered adds from add_1
     needs_gx = True        # the model clears it where no one reads the input gradient
+    accumulate = True      # False: parameter gradients overwrite (the trainer skips zero_grad)
+    overwrites = False     # the layer honours accumulate=False (its kernels take the flag)
 
     def __init__(self, name=None):
         self.name = name if name is None else str(name)
@@ -95,6 +97,10 @@ class Layer:
         return Node.from_layer(self, nodes)
 
     # -- helpers for subclasses -----------------------------------------------------------
+    def grad_mode(self):
+        """Keyword arguments for parameter-gradient kernels: {} adds, accumulate=False overwrites."""
+        return {} if self.accumulate else {"accumulate": False}
+
     def error(self, message):
         """A ValueError naming this layer."""
         return ValueError(f"layer {self.name or type(self).__name__} ({type(self).__name__}): {message}")

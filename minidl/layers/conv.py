@@ -10,7 +10,7 @@ class Conv2D(Layer):
     'valid' (none). Weights He-normal (the nets here put a ReLU after a conv), bias zeros.
     """
 
-    prefix = "conv2d"
+    prefix, overwrites = "conv2d", True
 
     @record_config
     def __init__(self, filters, ksize, stride=1, padding=0, dilation=1, bias=True,
@@ -49,7 +49,7 @@ class Conv2D(Layer):
 
     def backward(self, gy):
         x = self.saved
-        self.kern.conv2d_wgrad(self.plan, x, gy, self.w.grad)
+        self.kern.conv2d_wgrad(self.plan, x, gy, self.w.grad, **self.grad_mode())
         if self.b is not None:
-            self.dense.bias_grad(gy, self.b.grad)
+            self.dense.bias_grad(gy, self.b.grad, **self.grad_mode())
         return (None if not self.needs_gx else self.kern.conv2d_dgrad(self.plan, gy, self.w.data),)

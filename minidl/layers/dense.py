@@ -26,7 +26,7 @@ class Flatten(Layer):
 class Dense(Layer):
     """y = x w^T + b.   x (N, C), w (K, C), b (K,) -> y (N, K)."""
 
-    prefix = "dense"
+    prefix, overwrites = "dense", True
 
     @record_config
     def __init__(self, units, bias=True, w_init="he_normal", name=None):
@@ -51,7 +51,7 @@ class Dense(Layer):
 
     def backward(self, gy):
         x = self.saved
-        self.kern.dense_wgrad(x, gy, self.w.grad)
+        self.kern.dense_wgrad(x, gy, self.w.grad, **self.grad_mode())
         if self.b is not None:
-            self.kern.bias_grad(gy, self.b.grad)
+            self.kern.bias_grad(gy, self.b.grad, **self.grad_mode())
         return (None if not self.needs_gx else self.kern.dense_dgrad(gy, self.w.data),)

@@ -16,6 +16,9 @@ class BatchNorm2D(Layer):
 
     prefix = "fbn"          # the seed's "fused batch norm"
 
+    overwrites = True
+    fuse_relu = False      # set by Model.fuse: this layer also applies the ReLU that follows it
+
     @record_config
     def __init__(self, momentum=0.1, eps=1e-5, gamma_init="ones", name=None):
         super().__init__(name)
@@ -34,7 +37,7 @@ class BatchNorm2D(Layer):
         self.beta = self.param("beta", (C,), init.zeros)
         self.running_mean = self.state("running_mean", (C,), init.zeros)
         self.running_var = self.state("running_var", (C,), init.ones)
-        self.kern, self.dense = device.kernels.norm, device.kernels.dense
+        self.kern, self.dense, self.act = device.kernels.norm, device.kernels.dense, device.kernels.activation
         # Constants for the evaluation-mode backward, allocated once here, not per step.
         self._zeros = device.xp.zeros(C, dtype=device.dtype)
         self._ones = device.xp.ones(C, dtype=device.dtype)
@@ -44,25 +47,32 @@ class BatchNorm2D(Layer):
         x, = xs
         g, b, rm, rv = self.gamma.data, self.beta.data, self.running_mean.data, self.running_var.data
         if not training:
-            self.saved = (x, None, None)
-            return self.kern.bn_fprop_infer(x, g, b, rm, rv, self.eps)
+            y = self.kern.bn_fprop_infer(x, g, b, rm, rv, self.eps)
+            if self.fuse_relu:
+                self.act.relu_fprop(y, out=y)
+            self.saved = (x, None, None, y)
+            return y
         if x.size // x.shape[1] < 2:
             raise self.error(f"training needs more than one value per channel, got {tuple(x.shape)}")
-        y, mean, invstd = self.kern.bn_fprop_train(x, g, b, rm, rv, self.momentum, self.eps)
-        self.saved = (x, mean, invstd)
+        relu = {"relu": True} if self.fuse_relu else {}
+        y, mean, invstd = self.kern.bn_fprop_train(x, g, b, rm, rv, self.momentum, self.eps, **relu)
+        self.saved = (x, mean, invstd, y)
         return y
 
     def backward(self, gy):
-        x, mean, invstd = self.saved
+        x, mean, invstd, y = self.saved
         if mean is not None:
-            return (self.kern.bn_bprop(x, gy, self.gamma.data, mean, invstd,
-                                       self.gamma.grad, self.beta.grad),)
+            relu = {"y": y, "relu": True} if self.fuse_relu else {}
+            return (self.kern.bn_bprop(x, gy, self.gamma.data, mean, invstd, self.gamma.grad,
+                                       self.beta.grad, **relu, **self.grad_mode()),)
+        if self.fuse_relu:
+            gy = self.act.relu_bprop(y, gy)
         # Evaluation: the interface has no separate kernel, so the affine map's gradients are
         # composed from existing ones: xhat and gx are bn_fprop_infer with gamma=1/beta=0 and mean=0.
         rv = self.running_var.data
         xhat = self.kern.bn_fprop_infer(x, self._ones, self._zeros, self.running_mean.data, rv, self.eps)
-        self.dense.bias_grad(gy * xhat, self.gamma.grad)
-        self.dense.bias_grad(gy, self.beta.grad)
+        self.dense.bias_grad(gy * xhat, self.gamma.grad, **self.grad_mode())
+        self.dense.bias_grad(gy, self.beta.grad, **self.grad_mode())
         return (self.kern.bn_fprop_infer(gy, self.gamma.data, self._zeros, self._zeros, rv, self.eps),)
 
 

@@ -119,10 +119,13 @@ def test_fused_conv_bias_relu_at_batch_1000_with_tf32(x_shape, w_shape, padding)
     assert_close(cp.asnumpy(got), want, 2e-2)
 
 
-def test_profile_times_every_op(compiled):
+@pytest.mark.parametrize("N", [2, 64])
+def test_profile_times_every_kernel_call(compiled, N):
     _, gpu = compiled["lenet5"]
-    rows = gpu.profile(batch(32, seed=3), repeats=5)
-    assert [r.name for r in rows] == [op.name for op in gpu.ops]
+    rows = gpu.profile(batch(N, seed=3), repeats=5)
+    steps = gpu.schedule(N)[0]
+    assert [r.name for r in rows] == [st.name for st in steps]
+    assert [op for st in steps for op in st.ops] == gpu.ops
     assert all(r.ms > 0 for r in rows if r.kind != "flatten")
 
 
@@ -153,3 +156,130 @@ def test_a_host_sync_inside_the_function_is_reported():
     ok.replay()
     dev.sync()
     np.testing.assert_array_equal(cp.asnumpy(ok.result), np.full(16, 3, np.float32))
+
+
+# -- the direct kernel family against the CPU reference (float64) ---------------------------------------
+def _rand(rng, shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _ref(a):
+    return None if a is None else np.asarray(a, dtype=np.float64)
+
+
+DIRECT_TOL = 1e-5        # full FP32 sums of at most a few hundred terms against float64
+
+
+@pytest.mark.parametrize("N,C,H,W,K,kH,kW,pads,pool,relu,bias,config", [
+    (1, 1, 28, 28, 6, 5, 5, 2, 2, True, True, None),                        # LeNet conv1, batch 1
+    (1000, 1, 28, 28, 6, 5, 5, 2, 2, True, True, None),                     # ... batch 1000
+    (1, 6, 14, 14, 16, 5, 5, 0, 2, True, True, None),                       # LeNet conv2
+    (333, 6, 14, 14, 16, 5, 5, 0, 2, True, True, None),                     # a partial last block
+    (333, 6, 14, 14, 16, 5, 5, 0, 2, True, True, (16, 10, 256)),            # throughput configuration
+    (5, 3, 11, 10, 5, 3, 4, (1, 2, 0, 3), 2, False, False, None),           # asymmetric pads, no bias, no ReLU
+    (7, 2, 9, 9, 7, 3, 3, 1, 1, True, True, None),                          # no pool
+    (4, 4, 13, 17, 12, 5, 3, (2, 1, 1, 2), 2, True, True, (4, 3, 64)),
+    (4, 4, 13, 17, 12, 5, 3, (2, 1, 1, 2), 2, True, True, (5, 3, 64)),      # K not a multiple of KT
+])
+def test_direct_conv_equals_cpu(N, C, H, W, K, kH, kW, pads, pool, relu, bias, config):
+    from minidl.kernels.cpu import direct as cpu
+    from minidl.kernels.gpu import direct as gpu
+    rng = np.random.default_rng(N + C + K)
+    x, w = _rand(rng, (N, C, H, W)), _rand(rng, (K, C, kH, kW))
+    b = _rand(rng, (K,)) if bias else None
+    f = "conv2d_bias_relu_maxpool2x2_fprop" if pool == 2 else "conv2d_bias_relu_fprop"
+    want = getattr(cpu, f)(_ref(x), _ref(w), _ref(b), pads, relu)
+    got = getattr(gpu, f)(cp.asarray(x), cp.asarray(w), None if b is None else cp.asarray(b), pads, relu,
+                          config=config)
+    assert got.shape == want.shape
+    assert_close(cp.asnumpy(got), want, DIRECT_TOL)
+
+
+def _lenet_stages(rng, xp=np):
+    shapes = [("conv", (6, 1, 5, 5), 2), ("conv", (16, 6, 5, 5), 0), ("dense", (120, 400), True),
+              ("dense", (84, 120), True), ("dense", (10, 84), False)]
+    stages = []
+    for kind, shape, extra in shapes:
+        w, b = xp.asarray(_rand(rng, shape) * 0.3), xp.asarray(_rand(rng, shape[:1]) * 0.1)
+        stages.append((kind, w, b, extra, 2, True) if kind == "conv" else (kind, w, b, extra))
+    return stages
+
+
+def _to(stages, f):
+    return [tuple(f(a) if hasattr(a, "shape") else a for a in st) for st in stages]
+
+
+@pytest.mark.parametrize("N,blocks", [(1, None), (1, 1), (1, 7), (1, 120), (3, None), (8, None), (40, None),
+                                      (200, None)])
+def test_chain_kernel_equals_cpu_and_repeats(N, blocks):
+    from minidl.kernels.cpu import direct as cpu
+    from minidl.kernels.gpu import direct as gpu
+    rng = np.random.default_rng(N)
+    stages = _lenet_stages(rng)
+    x = _rand(rng, (N, 1, 28, 28))
+    want = cpu.chain_fprop(_ref(x), _to(stages, _ref))
+    gstages, xg = _to(stages, cp.asarray), cp.asarray(x)
+    first = cp.asnumpy(gpu.chain_fprop(xg, gstages, blocks=blocks))
+    again = cp.asnumpy(gpu.chain_fprop(xg, gstages, blocks=blocks))      # the tickets were reset
+    assert_close(first, want, DIRECT_TOL)
+    np.testing.assert_array_equal(first, again)
+
+
+def test_chain_kernel_replays_in_a_cuda_graph():
+    from minidl.kernels.gpu import direct as gpu
+    dev = dl.get_device("cuda")
+    rng = np.random.default_rng(5)
+    stages = _to(_lenet_stages(rng), cp.asarray)
+    x = cp.asarray(_rand(rng, (2, 1, 28, 28)))
+    call = CapturedCall(dev, lambda: gpu.chain_fprop(x, stages))
+    for seed in (6, 7):
+        with dev.stream:
+            x[...] = cp.asarray(_rand(np.random.default_rng(seed), x.shape))
+        y = cp.asnumpy(call.replay()).copy()
+        with dev.stream:
+            want = cp.asnumpy(gpu.chain_fprop(x, stages))
+        np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("N", [1, 3, 300])                  # 300: beyond MLP_CHAIN_MAX, cuBLAS
+def test_mlp_and_dense_only_chains_equal_cpu(N):
+    from minidl.kernels.cpu import direct as cpu
+    from minidl.kernels.gpu import direct as gpu
+    rng = np.random.default_rng(N)
+    x = _rand(rng, (N, 2048))
+    ws = [_rand(rng, (96, 2048)) * 0.05, _rand(rng, (10, 96))]
+    bs = [None, _rand(rng, (10,))]
+    want = cpu.mlp_fprop(_ref(x), [_ref(w) for w in ws], [_ref(b) for b in bs], [True, False])
+    got = gpu.mlp_fprop(cp.asarray(x), [cp.asarray(w) for w in ws], [None if b is None else cp.asarray(b) for b in bs],
+                        [True, False])
+    assert_close(cp.asnumpy(got), want, DIRECT_TOL)
+    one = gpu.chain_fprop(cp.asarray(x), [("dense", cp.asarray(ws[0]), None, False)])      # one layer, split
+    assert_close(cp.asnumpy(one), _ref(x) @ _ref(ws[0]).T, DIRECT_TOL)
+
+
+def test_add_relu_and_bias_act():
+    from minidl.kernels.gpu import direct as gpu
+    rng = np.random.default_rng(0)
+    xs = [_rand(rng, (4, 8, 3, 3)) for _ in range(3)]
+    got = gpu.add_relu_fprop([cp.asarray(x) for x in xs])
+    np.testing.assert_allclose(cp.asnumpy(got), np.maximum(xs[0] + xs[1] + xs[2], 0), rtol=1e-6, atol=1e-6)
+    got = gpu.add_relu_fprop([cp.asarray(x) for x in xs[:2]])
+    np.testing.assert_allclose(cp.asnumpy(got), np.maximum(xs[0] + xs[1], 0), rtol=1e-6, atol=1e-6)
+    y, b = _rand(rng, (5, 7)), _rand(rng, (7,))
+    np.testing.assert_allclose(cp.asnumpy(gpu.bias_act_fprop(cp.asarray(y), cp.asarray(b), True)),
+                               np.maximum(y + b, 0), rtol=1e-6)
+
+
+def test_lenet_schedules_on_the_gpu(no_tf32, compiled):
+    cpu, gpu = compiled["lenet5"]
+    assert [st.kind for st in gpu.schedule(1)[0]] == ["chain"]
+    assert [st.kind for st in gpu.schedule(1000)[0]] == ["conv_pool", "conv_pool", "flatten", "mlp"]
+    x = batch(1, seed=21)
+    buf = gpu.input_buffer(1)
+    buf[...] = cp.asarray(x)
+    y = gpu.predict(buf)                                   # the fast path: the graph's output buffer
+    assert y is gpu.predict(buf)
+    assert_close(host(gpu, y), cpu.predict(x), TOL["lenet5"])
+    plain = inference.InferenceModel(cpu.ops, cpu.input_shapes, cpu.outputs, device="cuda", direct=False)
+    assert [st.kind for st in plain.schedule(1)[0]] == [op.kind for op in cpu.ops]
+    assert_close(host(plain, plain.predict(x)), cpu.predict(x), TOL["lenet5"])

@@ -110,9 +110,13 @@ def test_conv2d_on_misaligned_parameter_views(no_tf32, rand):
     close(gwv, want, "conv")
 
 
+@pytest.mark.parametrize("force_cudnn", [False, True])
 @pytest.mark.parametrize("shape", [(4, 3, 5, 5), (8, 16, 4, 4), (32, 10, 1, 1)])
-def test_batchnorm_matches_cpu(rand, shape):
+def test_batchnorm_matches_cpu(rand, shape, force_cudnn, monkeypatch):
+    """Both GPU paths: the one-block-per-channel kernels (small N*H*W) and cuDNN's graphs."""
     c, g = families("norm")
+    if force_cudnn:
+        monkeypatch.setattr(g, "_KERNEL_MAX_M", 0)
     C = shape[1]
     x = 2 * rand(*shape) + 0.5
     gamma, beta, rm, rv = rand(C), rand(C), 0.1 * rand(C), np.abs(rand(C)) + 0.5
@@ -131,7 +135,7 @@ def test_batchnorm_matches_cpu(rand, shape):
     close(got, want, "bn")
     close(gg, cgg, "bn")
     close(gb, cgb, "bn")
-    if C == 16:                                  # cuDNN has engines for this C; 3 and 10 take the CuPy kernels
+    if force_cudnn and C == 16:                  # cuDNN has engines for this C; 3 and 10 take the kernels
         _moved(before, bn_fprop_train=1, bn_bprop=1)
 
 

@@ -113,7 +113,11 @@ def conv2d_dgrad(plan, gy, w, out=None):
     return out
 
 
-def conv2d_wgrad(plan, x, gy, gw):
-    """Adds dL/dw = gy^T @ im2col(x) into gw (K, C, kH, kW)."""
+def conv2d_wgrad(plan, x, gy, gw, accumulate=True):
+    """Adds dL/dw = gy^T @ im2col(x) into gw (K, C, kH, kW); accumulate=False overwrites gw."""
     K = gy.shape[1]
-    gw += (gy.transpose(1, 0, 2, 3).reshape(K, -1) @ _cols(plan, x)).reshape(gw.shape)
+    dw = (gy.transpose(1, 0, 2, 3).reshape(K, -1) @ _cols(plan, x)).reshape(gw.shape)   # (K, C, kH, kW)
+    if accumulate:
+        gw += dw
+    else:
+        gw[...] = dw

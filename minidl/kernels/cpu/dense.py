@@ -15,11 +15,18 @@ def dense_dgrad(gy, w, out=None):
     return np.matmul(gy, w, out=out)
 
 
-def dense_wgrad(x, gy, gw):
-    """Adds gy^T x into gw (K, C)."""
-    gw += gy.T @ x
+def dense_wgrad(x, gy, gw, accumulate=True):
+    """Adds gy^T x into gw (K, C); accumulate=False overwrites gw."""
+    if accumulate:
+        gw += gy.T @ x
+    else:
+        np.matmul(gy.T, x, out=gw)
 
 
-def bias_grad(gy, gb):
-    """Adds gy summed over every axis but 1 into gb."""
-    gb += gy.sum(axis=tuple(i for i in range(gy.ndim) if i != 1))
+def bias_grad(gy, gb, accumulate=True):
+    """Adds gy summed over every axis but 1 into gb; accumulate=False overwrites gb."""
+    axes = tuple(i for i in range(gy.ndim) if i != 1)
+    if accumulate:
+        gb += gy.sum(axis=axes)
+    else:
+        np.sum(gy, axis=axes, out=gb)

@@ -14,10 +14,11 @@ def _count(x):
     return M
 
 
-def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out=None):
-    """Training forward with batch statistics.
+def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out=None, relu=False):
+    """Training forward with batch statistics, optionally followed by a ReLU.
 
-    y = gamma (x - mean) / sqrt(var + eps) + beta.   x (N, C, H, W) -> y, mean (C,), invstd (C,).
+    y = gamma (x - mean) / sqrt(var + eps) + beta (then max(y, 0) if relu).
+    x (N, C, H, W) -> y, mean (C,), invstd (C,).
     Updates running_mean/var in place: r = (1 - momentum) r + momentum * batch, the variance
     unbiased (M/(M-1) var), as cuDNN and PyTorch; normalisation itself uses the biased variance.
     """
@@ -32,28 +33,41 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
     running_var += (momentum * M / (M - 1)) * var
     y = np.multiply(xc, _c(gamma * invstd), out=out)
     y += _c(beta)
+    if relu:
+        np.maximum(y, 0, out=y)
     return y, mean, invstd
 
 
-def bn_fprop_infer(x, gamma, beta, running_mean, running_var, eps, out=None):
-    """y = gamma (x - running_mean) / sqrt(running_var + eps) + beta.   x (N, C, H, W) -> y."""
+def bn_fprop_infer(x, gamma, beta, running_mean, running_var, eps, out=None, relu=False):
+    """y = gamma (x - running_mean) / sqrt(running_var + eps) + beta (then max(y, 0) if relu).   x -> y."""
     scale = gamma / np.sqrt(running_var + eps)
     y = np.multiply(x, _c(scale), out=out)
     y += _c(beta - running_mean * scale)
+    if relu:
+        np.maximum(y, 0, out=y)
     return y
 
 
-def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None):
-    """Training backward through the batch statistics; adds into ggamma, gbeta (C,).
+def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=False, accumulate=True):
+    """Training backward through the batch statistics; adds into ggamma, gbeta (C,), or overwrites them.
 
     gx = gamma invstd (gy - mean(gy) - xhat mean(gy xhat)).   x, gy (N, C, H, W) -> gx (N, C, H, W).
+    relu=True differentiates the fused BN + ReLU: gy is first masked by y > 0, y the fused output.
     """
+    if relu:
+        if y is None:
+            raise ValueError("bn_bprop: relu=True needs y, the output of bn_fprop_train(..., relu=True)")
+        gy = gy * (y > 0)
     M = x.size // x.shape[1]
     xhat = (x - _c(mean)) * _c(invstd)
     gb = gy.sum(axis=(0, 2, 3))
     gg = (gy * xhat).sum(axis=(0, 2, 3))
-    gbeta += gb
-    ggamma += gg
+    if accumulate:
+        gbeta += gb
+        ggamma += gg
+    else:
+        gbeta[...] = gb
+        ggamma[...] = gg
     t = xhat * _c(gg / M)
     t += _c(gb / M)
     gx = np.subtract(gy, t, out=out)

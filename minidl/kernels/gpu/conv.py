@@ -59,18 +59,21 @@ def conv2d_dgrad(plan, gy, w, out=None):
     return gx
 
 
-def conv2d_wgrad(plan, x, gy, gw):
-    """gw += correlation of x with gy.   x (N, C, H, W), gy (N, K, oH, oW), gw (K, C, kH, kW)."""
+def conv2d_wgrad(plan, x, gy, gw, accumulate=True):
+    """gw += correlation of x with gy (gw = ... if not accumulate).   x (N, C, H, W), gy (N, K, oH, oW),
+    gw (K, C, kH, kW)."""
     _check_x(plan, x)
     if gw.shape != tuple(plan.w_shape):
         raise ValueError(f"conv2d_wgrad: gw has shape {gw.shape}, expected {plan.w_shape}")
-    # cuDNN overwrites its output: compute into a scratch buffer (one per shape, fixed address), then add.
-    dw = buffer("conv_wgrad", gw.shape, gw.dtype)
+    # cuDNN overwrites its output: to accumulate, compute into a scratch buffer (one per shape, fixed
+    # address), then add; to overwrite, write gw itself (one kernel).
+    dw = buffer("conv_wgrad", gw.shape, gw.dtype) if accumulate else gw
 
     def build(g, io):
         io.output("dw", g.conv_wgrad(image=io.input("x"), loss=io.input("gy"), **_conv_args(plan)))
 
     _cd.run("conv_wgrad", dict(x=x, gy=gy, dw=dw), build,
             extra=(plan.pads, plan.stride, plan.dilation), conv=True)
-    cp.add(gw, dw, out=gw)
+    if accumulate:
+        cp.add(gw, dw, out=gw)
     return gw
