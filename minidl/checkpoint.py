@@ -17,21 +17,15 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, corrupt, or does not fit the model."""
 
 
-def save(path, model, optimizer=None, meta=None):
-    """Write model (+ optimizer) state to `path` atomically: a temporary file, then rename."""
-    arrays = {f"param/{k}": v for k, v in model.get_weights().items()}
-    info = {"format": FORMAT, "model": model.config(), "meta": meta or {}}
-    if optimizer is not None and optimizer.model is not None:
-        state = optimizer.state_dict()
-        arrays.update({f"optim/{k}": v for k, v in state.pop("arrays").items()})
-        info["optimizer"] = state
-    arrays["__meta__"] = np.frombuffer(json.dumps(info).encode(), dtype=np.uint8)
+def write_npz(path, arrays, info):
+    """Write tensors and a JSON record as one .npz, atomically: a temporary file, then rename."""
+    arrays = dict(arrays, __meta__=np.frombuffer(json.dumps(info).encode(), dtype=np.uint8))
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".npz")
     umask = os.umask(0)
     os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)      # mkstemp makes 0600; a checkpoint is an ordinary file
+    os.fchmod(fd, 0o666 & ~umask)      # mkstemp makes 0600; these are ordinary files
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
@@ -44,16 +38,38 @@ def save(path, model, optimizer=None, meta=None):
     return path
 
 
-def read(path):
-    """(info dict, {name: array}) of a checkpoint; CheckpointError names the file if it is bad."""
+def read_npz(path, what="checkpoint", error=None):
+    """(info dict, {name: array}) of a file written by write_npz; `error` (a ValueError class)
+    names the file for anything missing, corrupt or not ours."""
+    error = error or CheckpointError
+    path = os.fspath(path)
     if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint {path}: no such file")
+        raise error(f"{what} {path}: no such file")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         info = json.loads(arrays.pop("__meta__").tobytes())
+        if not isinstance(info, dict):
+            raise ValueError("its JSON record is not an object")
     except Exception as e:
-        raise CheckpointError(f"checkpoint {path} is not a readable minidl checkpoint: {e}") from None
+        raise error(f"{what} {path} is not a readable minidl {what}: {type(e).__name__}: {e}") from None
+    return info, arrays
+
+
+def save(path, model, optimizer=None, meta=None):
+    """Write model (+ optimizer) state to `path` atomically: a temporary file, then rename."""
+    arrays = {f"param/{k}": v for k, v in model.get_weights().items()}
+    info = {"format": FORMAT, "model": model.config(), "meta": meta or {}}
+    if optimizer is not None and optimizer.model is not None:
+        state = optimizer.state_dict()
+        arrays.update({f"optim/{k}": v for k, v in state.pop("arrays").items()})
+        info["optimizer"] = state
+    return write_npz(path, arrays, info)
+
+
+def read(path):
+    """(info dict, {name: array}) of a checkpoint; CheckpointError names the file if it is bad."""
+    info, arrays = read_npz(path)
     if info.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path}: unknown format {info.get('format')!r}")
     return info, arrays

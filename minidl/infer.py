@@ -10,14 +10,9 @@ import time
 
 import numpy as np
 
+from .train import positive
+
 THROUGHPUT_IMAGES = 10_000
-
-
-def positive(v):
-    n = int(v)
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return n
 
 
 def parser():

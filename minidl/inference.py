@@ -35,15 +35,14 @@ the CPU, predict returns fresh arrays.
 """
 import importlib
 import inspect
-import json
 import os
-import tempfile
 import time
 from collections import Counter, defaultdict, namedtuple
 
 import numpy as np
 
 from .backend import get_device
+from .checkpoint import read_npz, write_npz
 from .kernels.cpu.conv import ConvPlan, out_size
 from .kernels.cpu.pool import pool2d_plan
 
@@ -723,20 +722,7 @@ class InferenceModel:
         info = {"format": FORMAT, "name": self.name, "dtype": self.dtype.name, "probabilities": self.probabilities,
                 "inputs": [list(s) for s in self.input_shapes], "outputs": self.outputs, "stats": self.stats,
                 "ops": [op.spec() for op in self.ops]}
-        arrays["__meta__"] = np.frombuffer(json.dumps(info).encode(), dtype=np.uint8)
-        folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)       # atomic: readers see the old file or the new one
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        return path
+        return write_npz(path, arrays, info)
 
 
 def load(path, device=None):
@@ -745,17 +731,8 @@ def load(path, device=None):
     The file is checked on the host first (format tag, every op's weights and shapes), so an
     ArtifactError naming the file is raised for a missing, corrupt or foreign file.
     """
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ArtifactError(f"artifact {path}: no such file")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        info = json.loads(arrays.pop("__meta__").tobytes())
-        fmt = info.get("format")
-    except Exception as e:
-        raise ArtifactError(f"artifact {path} is not a readable minidl artifact: "
-                            f"{type(e).__name__}: {e}") from None
+    info, arrays = read_npz(path, "artifact", ArtifactError)
+    fmt = info.get("format")
     if fmt != FORMAT:
         ckpt = str(fmt).startswith("minidl-checkpoint")
         hint = "; it is a checkpoint: use compile() or --checkpoint" if ckpt else ""

@@ -6,7 +6,6 @@
 import argparse
 import os
 import sys
-import time
 
 DEFAULT_LR = {"sgd": 0.01, "momentum": 0.05, "adam": 1e-3, "rmsprop": 1e-3}
 # Measured defaults (README, Results): LeNet-5 with Adam reached 98.1% after one epoch on the GPU;
@@ -57,6 +56,9 @@ def parser():
     tf.add_argument("--tf32", dest="tf32", action="store_true", default=True,
                     help="GPU: allow TF32 tensor cores in FP32 convolutions (the default)")
     tf.add_argument("--no-tf32", dest="tf32", action="store_false", help="GPU: full FP32 convolutions")
+    p.add_argument("--nondeterministic", action="store_true",
+                   help="GPU: let cuDNN pick engines that reduce in any order (faster for some shapes; "
+                        "seeded runs then differ in the last bits)")
     p.add_argument("--resume", action="store_true",
                    help="restore weights, optimizer state and step from the checkpoint and continue")
     return p
@@ -72,6 +74,7 @@ def run(args, out=print):
     path = args.checkpoint or os.path.join("checkpoints", f"{tag}.npz")
     device = dl.get_device(args.device, seed=args.seed, verbose=True)
     device.set_tf32(args.tf32)
+    device.set_deterministic(not args.nondeterministic)
 
     out(f"== {args.dataset.upper()} training with minidl ==")
     out("[TRAIN]")

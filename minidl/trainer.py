@@ -4,7 +4,6 @@ import math
 import sys
 import time
 
-import numpy as np
 
 from . import checkpoint as ckpt
 from .backend import get_device

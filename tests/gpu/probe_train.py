@@ -17,6 +17,7 @@ for name in ("cpu", "cuda"):
     model = branchy_net(dev)
     x, y = dl.data.Loader(images, labels, 32, dev, shuffle=False).batch(0, 0)
     tr = dl.Trainer(model, optim.SGD(0.0), graph=False, progress=False, log=lambda s: None)
+    model.fuse(True)
     tr._forward_backward(x, y)
     res[name] = ({n.layer.name: dev.to_host(model._values[id(n)]) for n in model.nodes}, model.get_grads())
 for i, what in enumerate(("output", "grad")):

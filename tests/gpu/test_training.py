@@ -45,6 +45,7 @@ def test_one_step_gradients_match_cpu(no_tf32):
         loader = dl.data.Loader(images, labels, 32, dev, shuffle=False)
         x, y = loader.batch(0, 0)
         trainer = dl.Trainer(model, optim.SGD(0.0), graph=False, progress=False, log=lambda s: None)
+        model.fuse(True)                    # as the GPU trainer does: fused outputs are post-ReLU
         trainer._forward_backward(x, y)
         outs[name] = {n.layer.name: dev.to_host(model._values[id(n)]) for n in model.nodes}
         grads[name] = model.get_grads()

@@ -43,7 +43,7 @@ import numpy as np
 from ._util import buffer
 
 calls = collections.Counter()   # op name -> executes, so tests can assert the cuDNN path ran
-_state = {"tf32": True}
+_state = {"tf32": True, "deterministic": True}
 _handles = {}                   # device id -> [handle, stream pointer it is bound to]
 _graphs = {}                    # full key -> _Graph
 _DT = {np.dtype("float32"): _fe.data_type.FLOAT, np.dtype("float64"): _fe.data_type.DOUBLE,
@@ -54,6 +54,11 @@ _HEUR = [_fe.heur_mode.A, _fe.heur_mode.FALLBACK]
 def set_tf32(on):
     """Allow (True, the default) or forbid TF32 tensor-core math in FP32 convolutions."""
     _state["tf32"] = bool(on)
+
+
+def set_deterministic(on):
+    """Use only engines whose reductions have a fixed order (the default), or any engine."""
+    _state["deterministic"] = bool(on)
 
 
 def tf32_enabled():
@@ -136,7 +141,7 @@ class _Graph:
         self.workspace_ptr = self.workspace.data.ptr
 
 
-def _build(op, arrays, build, tf32, conv):
+def _build(op, arrays, build, tf32, conv, deterministic):
     g = _fe.pygraph(handle=handle(), io_data_type=_fe.data_type.FLOAT,
                     intermediate_data_type=_fe.data_type.FLOAT, compute_data_type=_fe.data_type.FLOAT)
     io = _IO(g, arrays)
@@ -146,10 +151,11 @@ def _build(op, arrays, build, tf32, conv):
         g.build_operation_graph()
         g.create_execution_plans(_HEUR)
         # Two runs with one seed must agree bit for bit: no engines that reduce with atomics.
-        notes = [_fe.numerical_note.NONDETERMINISTIC]
+        notes = [_fe.numerical_note.NONDETERMINISTIC] if deterministic else []
         if conv and not tf32:
             notes += [_fe.numerical_note.TENSOR_CORE, _fe.numerical_note.DOWN_CONVERT_INPUTS]
-        g.deselect_numeric_notes(notes)
+        if notes:
+            g.deselect_numeric_notes(notes)
         g.check_support()
         g.build_plans()
     except (_fe.cudnnGraphNotSupportedError, RuntimeError) as e:   # no engine, or check_support said no
@@ -172,11 +178,12 @@ def run(op, arrays, build, scalars=None, extra=(), conv=False):
         ptrs[k] = a.data.ptr
     tf32 = conv and _state["tf32"]
     dev = cp.cuda.runtime.getDevice()
-    key = (op, dev, tf32, extra) + tuple((k, a.shape, a.dtype.char, _align(ptrs[k])) for k, a in arrays.items())
+    det = _state["deterministic"]
+    key = (op, dev, tf32, det, extra) + tuple((k, a.shape, a.dtype.char, _align(ptrs[k])) for k, a in arrays.items())
     gr = _graphs.get(key, _graphs)
     if gr is _graphs:
         try:
-            gr = _graphs[key] = _build(op, arrays, build, tf32, conv)
+            gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det)
         except Unsupported:
             _graphs[key] = None
             raise
