@@ -11,6 +11,7 @@ import minidl as dl
 from minidl import checkpoint, inference, layers as L, models, optim
 from minidl.data import write_idx
 from minidl.inference import ArtifactError
+from minidl.bench import randomize_weights  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RTOL = 1e-5     # max |compiled - model| / max |model|: float32 rounding of the folded weights
@@ -24,19 +25,7 @@ def assert_close(got, want, rtol=RTOL):
     assert err <= rtol * scale, f"max error {err:.3g} is more than {rtol:g} of max |y| {scale:.3g}"
 
 
-def randomize(model, seed=0):
-    """Non-trivial BN statistics, gamma, beta and biases, so that folding has something to fold."""
-    rng = np.random.default_rng(seed)
-    w = model.get_weights()
-    draw = {"gamma": lambda n: rng.uniform(0.5, 1.5, n), "beta": lambda n: rng.normal(0, 0.2, n),
-            "running_mean": lambda n: rng.normal(0, 0.2, n), "running_var": lambda n: rng.uniform(0.5, 2.0, n),
-            "b": lambda n: rng.normal(0, 0.1, n)}
-    for k, v in w.items():
-        f = draw.get(k.rsplit("/", 1)[1])
-        if f is not None:
-            w[k] = f(v.shape)
-    model.set_weights(w)
-    return model
+randomize = randomize_weights          # non-trivial BN statistics, gamma, beta and biases
 
 
 def eval_outputs(model, x):

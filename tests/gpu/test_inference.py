@@ -8,25 +8,14 @@ pytest.importorskip("cudnn")
 import minidl as dl  # noqa: E402
 from minidl import inference, models  # noqa: E402
 from minidl.cudagraph import CaptureError, CapturedCall  # noqa: E402
+from minidl.bench import randomize_weights  # noqa: E402
 
 # max |GPU - CPU| / max |CPU|, FP32 with TF32 off: cuDNN's engines (implicit GEMM, Winograd, FFT)
 # sum in other orders than im2col; ResNet-18 stacks 21 convs, so it gets more room.
 TOL = {"lenet5": 1e-4, "resnet18": 5e-4}
 
 
-def randomize(model, seed=0):
-    """Non-trivial BN statistics, gamma, beta and biases (folding must carry them)."""
-    rng = np.random.default_rng(seed)
-    w = model.get_weights()
-    draw = {"gamma": lambda n: rng.uniform(0.5, 1.5, n), "beta": lambda n: rng.normal(0, 0.2, n),
-            "running_mean": lambda n: rng.normal(0, 0.2, n), "running_var": lambda n: rng.uniform(0.5, 2.0, n),
-            "b": lambda n: rng.normal(0, 0.1, n)}
-    for k, v in w.items():
-        f = draw.get(k.rsplit("/", 1)[1])
-        if f is not None:
-            w[k] = f(v.shape)
-    model.set_weights(w)
-    return model
+randomize = randomize_weights          # non-trivial BN statistics, gamma, beta and biases
 
 
 def host(m, y):
