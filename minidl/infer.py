@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from .train import positive
+from .train import positive, run_cli
 
 THROUGHPUT_IMAGES = 10_000
 
@@ -156,21 +156,7 @@ def run(args, out=print):
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
-    from minidl.backend import DeviceError
-    from minidl.checkpoint import CheckpointError
-    from minidl.data import DataError
-    from minidl.cudagraph import CaptureError
-    from minidl.inference import ArtifactError
-    try:
-        run(args)
-    except (DataError, CheckpointError, ArtifactError, DeviceError, CaptureError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0
+    return run_cli(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -129,21 +129,24 @@ def run(args, out=print):
     return loss, acc
 
 
-def main(argv=None):
-    args = parser().parse_args(argv)
+def run_cli(run, args):
+    """Run a command line's `run(args)`: a known failure is one `error:` line and exit status 1."""
     from minidl.backend import DeviceError
-    from minidl.checkpoint import CheckpointError
-    from minidl.data import DataError
+    from minidl.cudagraph import CaptureError
     from minidl.trainer import TrainingDiverged
     try:
         run(args)
-    except (DataError, CheckpointError, DeviceError, TrainingDiverged, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, DeviceError, CaptureError, TrainingDiverged) as e:   # data, checkpoint,
+        print(f"error: {e}", file=sys.stderr)                                 # artifact, shape errors
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def main(argv=None):
+    return run_cli(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

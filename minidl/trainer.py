@@ -8,6 +8,7 @@ import time
 from . import checkpoint as ckpt
 from .backend import get_device
 from .data.loader import Loader
+from .layers.dropout import Dropout
 from .losses import backward_from_loss, softmax_cross_entropy
 from .metrics import Mean
 
@@ -36,7 +37,7 @@ class Trainer:
         self.progress = sys.stdout.isatty() if progress is None else progress
         # On the GPU the whole step is captured as one CUDA graph per loader (graph=False: eager).
         self.graph = graph and self.device.name == "cuda"
-        if self.graph and any(type(l).__name__ == "Dropout" for l in model.layers):
+        if self.graph and any(isinstance(l, Dropout) for l in model.layers):
             # CuPy's generator allocates per draw, which a captured graph cannot replay.
             log("note: the model has Dropout, which cannot be captured yet: training runs eagerly")
             self.graph = False
