@@ -9,7 +9,7 @@ import types
 import numpy as np
 
 KERNEL_FAMILIES = ("conv", "dense", "activation", "merge", "pad", "pool", "norm", "lrn",
-                   "dropout", "softmax", "optim")
+                   "dropout", "softmax", "optim", "direct")
 
 
 class DeviceError(RuntimeError):
@@ -27,6 +27,17 @@ def _load_kernels(backend):
     return ns
 
 
+_KERNELS = {}
+
+
+def kernels_for(a):
+    """The kernel families of the backend that holds array `a` (NumPy: cpu, else gpu)."""
+    backend = "cpu" if isinstance(a, np.ndarray) else "gpu"
+    if backend not in _KERNELS:
+        _KERNELS[backend] = _load_kernels(backend)
+    return _KERNELS[backend]
+
+
 class Device:
     """An array module, its kernels, a generator and a dtype: everything a layer needs to run."""
 
@@ -35,11 +46,15 @@ class Device:
         if name == "cpu":
             self.xp = np
             self.rng = np.random.default_rng(seed)
+            self.can_capture = False         # CUDA graphs: a captured training step
+            self.rng_capturable = True       # nothing to capture: every draw is eager
         elif name == "cuda":
             cp = _import_cupy()
             self.xp = cp
             self.stream = _compute_stream(cp)
             self.rng = cp.random.default_rng(seed)
+            self.can_capture = True
+            self.rng_capturable = False      # CuPy's generator allocates per draw: not replayable
         else:
             raise ValueError(f"unknown device {name!r}: expected 'cpu', 'cuda' or 'auto'")
         self.kernels = _load_kernels("cpu" if name == "cpu" else "gpu")
@@ -61,6 +76,20 @@ class Device:
         bit), or any engine (faster for some shapes: LeNet-5 at batch 256 steps in 0.58 ms, not 0.98)."""
         if self.name == "cuda":
             importlib.import_module("minidl.kernels.gpu.cudnn").set_deterministic(on)
+
+    def rng_state(self):
+        """The generator's state as JSON-able data (None where it cannot be saved and restored)."""
+        bit = getattr(self.rng, "bit_generator", None)
+        return bit.state if self.name == "cpu" and bit is not None else None
+
+    def set_rng_state(self, state):
+        if state is not None and self.name == "cpu":
+            self.rng.bit_generator.state = state
+
+    def is_out_of_memory(self, exc):
+        """Whether `exc` says the device ran out of memory."""
+        return self.name == "cuda" and (type(exc).__name__ == "OutOfMemoryError" or "CUDNN_STATUS_ALLOC_FAILED"
+                                        in str(exc) or "out of memory" in str(exc).lower())
 
     def asarray(self, a, dtype=None):
         """Copy a host array (or scalar) to this device."""

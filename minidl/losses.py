@@ -1,17 +1,14 @@
-"""Losses: softmax cross-entropy, computed stably from logits."""
+"""Losses on arrays: softmax cross-entropy, computed stably from logits."""
+from .backend import kernels_for
 
 
-def softmax_cross_entropy(model, labels, gz=None):
-    """Mean cross-entropy of the last forward's logits against int `labels` (N,).
+def softmax_cross_entropy(logits, labels, gz=None):
+    """Mean cross-entropy of logits (N, K) against int labels (N,), from log-softmax.
 
-    For a model ending in Softmax the logits are that layer's input, so the log of a rounded
-    probability is never taken. Returns (loss_sum, correct, gz) as 0-d device arrays and the
-    gradient of the mean loss w.r.t. the logits; pass gz to `model.backward(gz, from_logits=...)`.
+    Returns (loss_sum, correct, gz) as 0-d device arrays and the gradient of the mean loss
+    w.r.t. the logits, written into `gz` when given (a fixed buffer for captured steps).
     """
-    z = model.logits
-    return model.device.kernels.softmax.softmax_xent(z, labels, gz)
-
-
-def backward_from_loss(model, gz, accumulate=True):
-    """Backpropagate the loss gradient w.r.t. the logits through the model (no input gradient)."""
-    model.backward(gz, from_logits=model.ends_in_softmax, input_grads=False, accumulate=accumulate)
+    if logits.ndim != 2 or labels.shape != logits.shape[:1]:
+        raise ValueError(f"softmax_cross_entropy: logits must be (N, classes) and labels (N,), "
+                         f"got {tuple(logits.shape)} and {tuple(labels.shape)}")
+    return kernels_for(logits).softmax.softmax_xent(logits, labels, gz)

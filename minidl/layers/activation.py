@@ -23,20 +23,17 @@ class _Activation(Layer):
         self.saved = x if self.needs_input else y
         return y
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         return (self.bprop(self.saved, gy, *self.extra()),)
 
 
 class ReLU(_Activation):
-    """y = max(x, 0).  After Model.fuse, the layer before applies it and this one passes through."""
-    prefix, kernel = "relu", "relu"
-    identity = False
+    """y = max(x, 0).  The fusion pass lets the layer before apply it where that layer can."""
+    prefix, kernel, fusable_activation = "relu", "relu", "relu"
 
-    def forward(self, xs, training):
-        return xs[0] if self.identity else super().forward(xs, training)
-
-    def backward(self, gy):
-        return (gy,) if self.identity else super().backward(gy)
+    @record_config
+    def __init__(self, name=None):
+        super().__init__(name)
 
 
 class LeakyReLU(_Activation):
@@ -58,7 +55,15 @@ class Sigmoid(_Activation):
     """y = 1 / (1 + exp(-x))."""
     prefix, kernel = "sigmoid", "sigmoid"
 
+    @record_config
+    def __init__(self, name=None):
+        super().__init__(name)
+
 
 class Tanh(_Activation):
     """y = tanh(x)."""
     prefix, kernel = "tanh", "tanh"
+
+    @record_config
+    def __init__(self, name=None):
+        super().__init__(name)

@@ -1,7 +1,10 @@
 """The Layer contract, parameters, and the small helpers every layer family shares."""
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import init as _init
+from .node import Node
 
 
 class Parameter:
@@ -34,25 +37,56 @@ def _fans(shape):
     return shape[1] * receptive, shape[0] * receptive
 
 
+class Need(NamedTuple):
+    """What the graph asks of a backward (Caffe's propagate_down).
+
+    inputs: one flag per input, whether its gradient is read (else return None for it);
+    accumulate: add parameter gradients into what is there (else overwrite; only layers that
+    declare `overwrites_grads` are asked to).
+    """
+    inputs: tuple = (True,)
+    accumulate: bool = True
+
+    @property
+    def grad_kw(self):
+        """Keyword arguments for parameter-gradient kernels: {} adds, accumulate=False overwrites."""
+        return {} if self.accumulate else {"accumulate": False}
+
+
 class Layer:
     """Base class: `build` decides shapes and parameters once, `forward`/`backward` compute.
 
     Subclasses implement `build(in_shapes, device) -> out_shape` (shapes carry the batch
     dimension first, possibly None), `forward(xs, training) -> y` and
-    `backward(gy) -> tuple of gx, one per input`.
+    `backward(gy, need) -> tuple of gx, one per input` (None where `need` says it is not read).
+
+    What the graph passes need is declared here, never looked up by class name:
+    `kind`, the constructor arguments (`config()`), the parameters, and the class attributes below.
     """
 
+    registry = {}          # class name -> class, for rebuilding models from their configs
+    kind = None            # what passes see: "conv2d", "batchnorm", "relu", ... (default: prefix)
     prefix = None          # the seed's layer-name stem, e.g. "conv2d", "fbn"
     n_inputs = 1           # None: any number >= 2
     first_index = 0        # the seed numbered adds from add_1
-    needs_gx = True        # the model clears it where no one reads the input gradient
-    accumulate = True      # False: parameter gradients overwrite (the trainer skips zero_grad)
-    overwrites = False     # the layer honours accumulate=False (its kernels take the flag)
+    overwrites_grads = False   # backward honours need.accumulate=False (its kernels take the flag)
+    fusable_activation = None  # "relu": a producer that takes this activation can apply it instead
+    activations = ()           # activations this layer can apply to its output (its `activation` argument)
+    inference_identity = False # the layer is the identity in evaluation (dropout): inference drops it
+    needs_rng = False          # forward draws random numbers from device.rng in training
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not cls.__name__.startswith("_"):
+            Layer.registry[cls.__name__] = cls
+        if cls.kind is None and cls.prefix is not None:
+            cls.kind = cls.prefix
 
     def __init__(self, name=None):
         self.name = name if name is None else str(name)
         self.params = {}
         self.saved = None
+        self.device = None
 
     # -- parameters -----------------------------------------------------------------------
     def param(self, name, shape, initializer, trainable=True, fan=None):
@@ -68,7 +102,7 @@ class Layer:
 
     def get_weights(self):
         """{param name: NumPy copy} of this layer's parameters and statistics."""
-        return {k: (p.data if isinstance(p.data, np.ndarray) else p.data.get()).copy() for k, p in self.params.items()}
+        return {k: np.array(self.device.to_host(p.data)) for k, p in self.params.items()}
 
     def set_weights(self, weights):
         """Copy arrays into this layer's parameters by name ('w', 'b', 'gamma', ...), checking shapes."""
@@ -79,8 +113,7 @@ class Layer:
                 raise self.error(f"parameter {k} has shape {self.params[k].shape}, got {tuple(np.shape(a))}")
         for k, a in weights.items():
             p = self.params[k]
-            xp = np if isinstance(p.data, np.ndarray) else __import__("cupy")
-            p.data[...] = xp.asarray(a, dtype=p.data.dtype)
+            p.data[...] = self.device.asarray(np.asarray(a), dtype=p.data.dtype)
 
     # -- the contract -------------------------------------------------------------------------
     def build(self, in_shapes, device):
@@ -89,18 +122,36 @@ class Layer:
     def forward(self, xs, training):
         raise NotImplementedError
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         raise NotImplementedError
 
     def __call__(self, *nodes):
-        from ..graph import Node
         return Node.from_layer(self, nodes)
 
-    # -- helpers for subclasses -----------------------------------------------------------
-    def grad_mode(self):
-        """Keyword arguments for parameter-gradient kernels: {} adds, accumulate=False overwrites."""
-        return {} if self.accumulate else {"accumulate": False}
+    # -- what the passes ask ------------------------------------------------------------------
+    def clone(self, share_params=False, **changes):
+        """A new, unbuilt layer of this class and name with `changes` to its arguments.
 
+        share_params=True: the clone uses this layer's Parameter objects (a lowering of a model
+        that trains the same weights); else it declares its own when built.
+        """
+        layer = type(self)(**{**self.config(), **changes}, name=self.name)
+        if share_params:
+            layer.params = self.params
+        return layer
+
+    def fold_into_producer(self, producer, weights):
+        """(producer', weights') with this layer's effect folded into the layer before it, or None.
+
+        `weights` are the producer's host arrays by parameter name ('w', 'b'), in float64.
+        """
+        return None
+
+    def fold_into_consumer(self, consumer, weights):
+        """(consumer', weights') with this layer folded into the layer that reads it, or None."""
+        return None
+
+    # -- helpers for subclasses -----------------------------------------------------------
     def error(self, message):
         """A ValueError naming this layer."""
         return ValueError(f"layer {self.name or type(self).__name__} ({type(self).__name__}): {message}")
@@ -109,9 +160,15 @@ class Layer:
         if len(shape) != rank:
             raise self.error(f"expects a {rank}-D {what} (with batch), got shape {_fmt(shape)}")
 
+    def check_activation(self, activation):
+        """The `activation` argument: None or one of the activations this layer applies."""
+        if activation is not None and activation not in self.activations:
+            raise self.error(f"activation must be None or one of {list(self.activations)}, got {activation!r}")
+        return activation
+
     def config(self):
         """The constructor arguments, for checkpoints (JSON-serialisable)."""
-        return dict(getattr(self, "_config", {}))
+        return {k: v for k, v in getattr(self, "_config", {}).items() if k != "name"}
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r})"

@@ -1,20 +1,22 @@
 """Convolution layer."""
 from .. import init
+from ..kernels.cpu.conv import resolve_pads   # shape arithmetic, the same on every device
 from .base import Layer, pair, positive_pair, record_config
 
 
 class Conv2D(Layer):
-    """y = conv(x, w) + b.   x (N, C, H, W), w (K, C, kH, kW) -> y (N, K, oH, oW).
+    """y = act(conv(x, w) + b).   x (N, C, H, W), w (K, C, kH, kW) -> y (N, K, oH, oW).
 
-    padding: an int, a pair (pH, pW), 'same' (output H/stride, extra padding at the end) or
-    'valid' (none). Weights He-normal (the nets here put a ReLU after a conv), bias zeros.
+    padding: an int, a pair (pH, pW), (top, bottom, left, right), 'same' (output H/stride, extra
+    padding at the end) or 'valid' (none). activation: None or 'relu' (applied to the output; the
+    inference passes set it when they fuse a following ReLU). Weights He-normal, bias zeros.
     """
 
-    prefix, overwrites = "conv2d", True
+    prefix, overwrites_grads, activations = "conv2d", True, ("relu",)
 
     @record_config
     def __init__(self, filters, ksize, stride=1, padding=0, dilation=1, bias=True,
-                 w_init="he_normal", name=None):
+                 w_init="he_normal", activation=None, name=None):
         super().__init__(name)
         if int(filters) <= 0:
             raise self.error(f"filters must be positive, got {filters!r}")
@@ -25,9 +27,14 @@ class Conv2D(Layer):
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise self.error(f"unknown padding {padding!r}: expected an int, a pair, 'same' or 'valid'")
+        elif isinstance(padding, (list, tuple)) and len(padding) == 4:
+            if min(int(p) for p in padding) < 0:
+                raise self.error(f"padding must be non-negative, got {padding!r}")
+            padding = tuple(int(p) for p in padding)
         elif min(pair(padding, "padding")) < 0:
             raise self.error(f"padding must be non-negative, got {padding!r}")
         self.padding, self.use_bias, self.w_init = padding, bias, w_init
+        self.activation = self.check_activation(activation)
 
     def build(self, in_shapes, device):
         shape, = in_shapes
@@ -35,21 +42,36 @@ class Conv2D(Layer):
         C = shape[1]
         self.w = self.param("w", (self.K, C, *self.ksize), self.w_init)
         self.b = self.param("b", (self.K,), init.zeros) if self.use_bias else None
-        self.kern, self.dense = device.kernels.conv, device.kernels.dense
+        self.kern, self.dense, self.act = device.kernels.conv, device.kernels.dense, device.kernels.activation
         try:
             self.plan = self.kern.conv2d_plan(shape, self.w.shape, self.stride, self.padding, self.dilation)
         except ValueError as e:
             raise self.error(f"input {shape[1:]}: {e}") from None
+        # One cuDNN graph for conv + bias + ReLU where the device offers it (inference).
+        self._fused = getattr(self.kern, "conv2d_bias_relu_fprop", None) if self.activation else None
         return self.plan.out_shape
 
     def forward(self, xs, training):
         x, = xs
-        self.saved = x
-        return self.kern.conv2d_fprop(self.plan, x, self.w.data, None if self.b is None else self.b.data)
+        b = None if self.b is None else self.b.data
+        if self._fused is not None and b is not None and not training:
+            y = self._fused(self.plan, x, self.w.data, b)
+        else:
+            y = self.kern.conv2d_fprop(self.plan, x, self.w.data, b)
+            if self.activation:
+                self.act.relu_fprop(y, out=y)            # in place: y is fresh
+        self.saved = (x, y)
+        return y
 
-    def backward(self, gy):
-        x = self.saved
-        self.kern.conv2d_wgrad(self.plan, x, gy, self.w.grad, **self.grad_mode())
+    def backward(self, gy, need):
+        x, y = self.saved
+        if self.activation:
+            gy = self.act.relu_bprop(y, gy)
+        self.kern.conv2d_wgrad(self.plan, x, gy, self.w.grad, **need.grad_kw)
         if self.b is not None:
-            self.dense.bias_grad(gy, self.b.grad, **self.grad_mode())
-        return (None if not self.needs_gx else self.kern.conv2d_dgrad(self.plan, gy, self.w.data),)
+            self.dense.bias_grad(gy, self.b.grad, **need.grad_kw)
+        return (self.kern.conv2d_dgrad(self.plan, gy, self.w.data) if need.inputs[0] else None,)
+
+    def pads(self, in_shape):
+        """(top, bottom, left, right) this conv pads an input of per-sample shape (C, H, W) with."""
+        return resolve_pads(self.padding, in_shape[1:], self.ksize, self.stride, self.dilation)

@@ -10,6 +10,10 @@ class Flatten(Layer):
 
     prefix = "flatten"
 
+    @record_config
+    def __init__(self, name=None):
+        super().__init__(name)
+
     def build(self, in_shapes, device):
         shape, = in_shapes
         self.in_shape = tuple(shape[1:])
@@ -19,21 +23,22 @@ class Flatten(Layer):
         x, = xs
         return x.reshape(x.shape[0], -1)                       # (N, C*H*W)
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         return (gy.reshape(gy.shape[0], *self.in_shape),)     # (N, C, H, W)
 
 
 class Dense(Layer):
-    """y = x w^T + b.   x (N, C), w (K, C), b (K,) -> y (N, K)."""
+    """y = act(x w^T + b).   x (N, C), w (K, C), b (K,) -> y (N, K).   activation: None or 'relu'."""
 
-    prefix, overwrites = "dense", True
+    prefix, overwrites_grads, activations = "dense", True, ("relu",)
 
     @record_config
-    def __init__(self, units, bias=True, w_init="he_normal", name=None):
+    def __init__(self, units, bias=True, w_init="he_normal", activation=None, name=None):
         super().__init__(name)
         if int(units) <= 0:
             raise self.error(f"units must be positive, got {units!r}")
         self.K, self.use_bias, self.w_init = int(units), bias, w_init
+        self.activation = self.check_activation(activation)
 
     def build(self, in_shapes, device):
         shape, = in_shapes
@@ -41,17 +46,22 @@ class Dense(Layer):
             raise self.error(f"expects a 2-D input (N, features), got shape {shape}; put a Flatten before it")
         self.w = self.param("w", (self.K, shape[1]), self.w_init)
         self.b = self.param("b", (self.K,), init.zeros) if self.use_bias else None
-        self.kern = device.kernels.dense
+        self.kern, self.act = device.kernels.dense, device.kernels.activation
         return (shape[0], self.K)
 
     def forward(self, xs, training):
         x, = xs
-        self.saved = x
-        return self.kern.dense_fprop(x, self.w.data, None if self.b is None else self.b.data)
+        y = self.kern.dense_fprop(x, self.w.data, None if self.b is None else self.b.data)
+        if self.activation:
+            self.act.relu_fprop(y, out=y)                # in place: y is fresh
+        self.saved = (x, y)
+        return y
 
-    def backward(self, gy):
-        x = self.saved
-        self.kern.dense_wgrad(x, gy, self.w.grad, **self.grad_mode())
+    def backward(self, gy, need):
+        x, y = self.saved
+        if self.activation:
+            gy = self.act.relu_bprop(y, gy)
+        self.kern.dense_wgrad(x, gy, self.w.grad, **need.grad_kw)
         if self.b is not None:
-            self.kern.bias_grad(gy, self.b.grad, **self.grad_mode())
-        return (None if not self.needs_gx else self.kern.dense_dgrad(gy, self.w.data),)
+            self.kern.bias_grad(gy, self.b.grad, **need.grad_kw)
+        return (self.kern.dense_dgrad(gy, self.w.data) if need.inputs[0] else None,)

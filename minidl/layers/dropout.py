@@ -11,7 +11,7 @@ class Dropout(Layer):
     seeded generator (`device.rng`), so a run is reproducible from the model's seed.
     """
 
-    prefix = "dropout"
+    prefix, inference_identity, needs_rng = "dropout", True, True
 
     @record_config
     def __init__(self, rate=0.5, name=None):
@@ -33,6 +33,6 @@ class Dropout(Layer):
         y, self.saved = self.kern.dropout_fprop(x, self.rate, self.rng)
         return y
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         mask = self.saved
         return (gy if mask is None else self.kern.dropout_bprop(gy, mask),)

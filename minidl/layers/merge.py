@@ -1,12 +1,17 @@
 """Add: the elementwise sum of two or more inputs (ResNet shortcuts)."""
-from .base import Layer, _fmt
+from .base import Layer, _fmt, record_config
 
 
 class Add(Layer):
-    """y = x0 + x1 + ...   all inputs (N, ...) of one shape; gx_i = gy."""
+    """y = act(x0 + x1 + ...)   all inputs (N, ...) of one shape; gx_i = gy.  activation: None or 'relu'."""
 
     prefix, n_inputs, first_index = "add", None, 1      # the seed numbered adds from add_1
-    fuse_relu = False      # set by Model.fuse: this layer also applies the ReLU that follows it
+    activations = ("relu",)
+
+    @record_config
+    def __init__(self, activation=None, name=None):
+        super().__init__(name)
+        self.activation = self.check_activation(activation)
 
     def build(self, in_shapes, device):
         first = tuple(in_shapes[0])
@@ -17,12 +22,12 @@ class Add(Layer):
         return first
 
     def forward(self, xs, training):
-        if not self.fuse_relu:
+        if not self.activation:
             return self.kern.add_fprop(xs)
         self.saved = y = self.kern.add_fprop(xs, relu=True)
         return y
 
-    def backward(self, gy):
-        if self.fuse_relu:
+    def backward(self, gy, need):
+        if self.activation:
             gy = self.act.relu_bprop(self.saved, gy)
-        return (gy,) * self.n
+        return tuple(gy if n else None for n in need.inputs)

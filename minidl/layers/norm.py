@@ -1,6 +1,8 @@
 """Normalisation layers: BatchNorm2D (per channel, over the batch) and LRN (across channels)."""
 from numbers import Real
 
+import numpy as np
+
 from .. import init
 from .base import Layer, record_config
 
@@ -14,15 +16,14 @@ class BatchNorm2D(Layer):
     the fixed affine map y = gamma * xhat + beta, and backward is that map's gradient only.
     """
 
-    prefix = "fbn"          # the seed's "fused batch norm"
-
-    overwrites = True
-    fuse_relu = False      # set by Model.fuse: this layer also applies the ReLU that follows it
+    prefix, kind = "fbn", "batchnorm"       # the seed's "fused batch norm"
+    overwrites_grads, activations = True, ("relu",)
 
     @record_config
-    def __init__(self, momentum=0.1, eps=1e-5, gamma_init="ones", name=None):
+    def __init__(self, momentum=0.1, eps=1e-5, gamma_init="ones", activation=None, name=None):
         super().__init__(name)
         self.gamma_init = gamma_init
+        self.activation = self.check_activation(activation)
         if not (isinstance(momentum, Real) and 0.0 <= momentum <= 1.0):
             raise self.error(f"momentum must be in [0, 1], got {momentum!r}")
         if not (isinstance(eps, Real) and eps > 0.0):
@@ -48,32 +49,44 @@ class BatchNorm2D(Layer):
         g, b, rm, rv = self.gamma.data, self.beta.data, self.running_mean.data, self.running_var.data
         if not training:
             y = self.kern.bn_fprop_infer(x, g, b, rm, rv, self.eps)
-            if self.fuse_relu:
+            if self.activation:
                 self.act.relu_fprop(y, out=y)
             self.saved = (x, None, None, y)
             return y
         if x.size // x.shape[1] < 2:
             raise self.error(f"training needs more than one value per channel, got {tuple(x.shape)}")
-        relu = {"relu": True} if self.fuse_relu else {}
+        relu = {"relu": True} if self.activation else {}
         y, mean, invstd = self.kern.bn_fprop_train(x, g, b, rm, rv, self.momentum, self.eps, **relu)
         self.saved = (x, mean, invstd, y)
         return y
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         x, mean, invstd, y = self.saved
         if mean is not None:
-            relu = {"y": y, "relu": True} if self.fuse_relu else {}
+            relu = {"y": y, "relu": True} if self.activation else {}
             return (self.kern.bn_bprop(x, gy, self.gamma.data, mean, invstd, self.gamma.grad,
-                                       self.beta.grad, **relu, **self.grad_mode()),)
-        if self.fuse_relu:
+                                       self.beta.grad, **relu, **need.grad_kw),)
+        if self.activation:
             gy = self.act.relu_bprop(y, gy)
         # Evaluation: the interface has no separate kernel, so the affine map's gradients are
         # composed from existing ones: xhat and gx are bn_fprop_infer with gamma=1/beta=0 and mean=0.
         rv = self.running_var.data
         xhat = self.kern.bn_fprop_infer(x, self._ones, self._zeros, self.running_mean.data, rv, self.eps)
-        self.dense.bias_grad(gy * xhat, self.gamma.grad, **self.grad_mode())
-        self.dense.bias_grad(gy, self.beta.grad, **self.grad_mode())
+        self.dense.bias_grad(gy * xhat, self.gamma.grad, **need.grad_kw)
+        self.dense.bias_grad(gy, self.beta.grad, **need.grad_kw)
         return (self.kern.bn_fprop_infer(gy, self.gamma.data, self._zeros, self._zeros, rv, self.eps),)
+
+
+    def fold_into_producer(self, producer, weights):
+        """A conv read only by this BN takes over its evaluation map (running statistics):
+        w' = gamma w / sqrt(var + eps),  b' = gamma (b - mean) / sqrt(var + eps) + beta."""
+        if producer.kind != "conv2d":
+            return None
+        mine = {k: weights[f"{self.name}/{k}"] for k in ("gamma", "beta", "running_mean", "running_var")}
+        s = mine["gamma"] / np.sqrt(mine["running_var"] + self.eps)                    # (K,)
+        w = weights[f"{producer.name}/w"] * s[:, None, None, None]                     # (K, C, kH, kW)
+        b = (weights.get(f"{producer.name}/b", 0.0) - mine["running_mean"]) * s + mine["beta"]
+        return producer.clone(bias=True, activation=self.activation), {"w": w, "b": b}
 
 
 class LRN(Layer):
@@ -115,6 +128,6 @@ class LRN(Layer):
         self.saved = (x, y, scale)
         return y
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         x, y, scale = self.saved
         return (self.kern.lrn_bprop(x, y, scale, gy, *self.hyper()),)

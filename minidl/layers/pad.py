@@ -33,5 +33,14 @@ class Pad2D(Layer):
         x, = xs
         return self.kern.pad2d_fprop(x, self.pads, self.value)
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         return (self.kern.pad2d_bprop(gy, self.pads),)
+
+    def fold_into_consumer(self, consumer, in_shape):
+        """A zero pad read only by a conv becomes that conv's padding (ResNet's strided convs)."""
+        if self.value != 0 or consumer.kind != "conv2d":
+            return None
+        C, H, W = in_shape
+        t, b, l, r = self.pads
+        own = consumer.pads((C, H + t + b, W + l + r))
+        return consumer.clone(padding=[p + q for p, q in zip(self.pads, own)])

@@ -56,7 +56,7 @@ class MaxPool2D(_Pool2D):
         self.saved = x, y
         return y
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         x, y = self.saved
         return (self.kern.maxpool2d_bprop(self.plan, x, y, gy),)
 
@@ -78,7 +78,7 @@ class AvgPool2D(_Pool2D):
         x, = xs
         return self.kern.avgpool2d_fprop(self.plan, x)
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         return (self.kern.avgpool2d_bprop(self.plan, gy),)
 
 
@@ -102,5 +102,5 @@ class GlobalAvgPool2D(Layer):
         self.saved = x.shape
         return self.kern.global_avgpool_fprop(x)
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         return (self.kern.global_avgpool_bprop(gy, self.saved),)

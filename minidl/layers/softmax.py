@@ -1,15 +1,19 @@
 """Softmax over the class axis."""
-from .base import Layer
+from .base import Layer, record_config
 
 
 class Softmax(Layer):
     """y_k = exp(x_k) / sum_j exp(x_j) over axis 1.   x (N, K) -> y (N, K).
 
     Trainers take the cross-entropy from this layer's input (the logits) rather than from its
-    rounded output; see Model.backward(from_logits=True).
+    rounded output: the training lowering drops a final Softmax and the loss reads logits.
     """
 
     prefix = "softmax"
+
+    @record_config
+    def __init__(self, name=None):
+        super().__init__(name)
 
     def build(self, in_shapes, device):
         shape, = in_shapes
@@ -23,5 +27,5 @@ class Softmax(Layer):
         self.saved = y = self.kern.softmax_fprop(x)
         return y
 
-    def backward(self, gy):
+    def backward(self, gy, need):
         return (self.kern.softmax_bprop(self.saved, gy),)

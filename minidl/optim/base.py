@@ -1,26 +1,32 @@
 """Optimizer: one fused kernel call per step over the model's flat parameter and gradient buffers."""
+import math
+from numbers import Real
+
 import numpy as np
 
 from . import schedules as _schedules
 
 
 class Optimizer:
-    """Base optimizer: p ← update(p, g, state, lr_t) with lr_t = schedule(lr, t - 1) at step t >= 1.
+    """Base optimizer: p <- update(p, g, state, lr_t) with lr_t = schedule(lr, t - 1) at step t >= 1.
 
-    Subclasses set `name`, `slots` (state arrays, each zeros_like(flat)), `hyper` (the constructor's
-    other hyper-parameters, kept as attributes) and `update(lr)`.
+    The step count t, the base learning rate and lr_t live on the device as 0-d arrays, and
+    `step()` computes lr_t there: the same update runs eagerly and inside a captured CUDA graph
+    (whose replays then advance t and the schedule themselves), with nothing read back to the host.
+    Subclasses set `name`, `slots` (state arrays, each zeros_like(flat)), `hyper` (the
+    constructor's other hyper-parameters, kept as attributes) and `update(lr, t)`.
     """
     name = "optimizer"
     slots = ()
     hyper = ()
 
     def __init__(self, lr, weight_decay=0.0, schedule=None):
-        if lr < 0 or weight_decay < 0:
-            raise ValueError(f"{type(self).__name__}: lr and weight_decay must be >= 0, got {lr}, {weight_decay}")
-        self.lr, self.weight_decay = float(lr), float(weight_decay)
+        for what, v in (("lr", lr), ("weight_decay", weight_decay)):
+            if not (isinstance(v, Real) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{type(self).__name__}: {what} must be a finite number >= 0, got {v!r}")
+        self._lr, self.weight_decay = float(lr), float(weight_decay)
         self.schedule = _schedules.resolve(schedule)
-        self.current_lr = self.lr
-        self.t = 0
+        self._t = 0                        # host copy while no model is set up
         self.state = {}
         self.model = self._pending = None
 
@@ -36,55 +42,72 @@ class Optimizer:
         pending, self._pending = self._pending, None
         if pending is None and model is self.model and self.state:
             pending = self.state_dict()
+        t, same = self.t, model is self.model
         self.model, self.device = model, model.device
         self.flat, self.grads = model.flat, model.grads
         self.xp, self.kernels = model.device.xp, model.device.kernels.optim
         self.state = {k: self.xp.zeros_like(self.flat) for k in self.slots}
+        # 0-d device scalars: a captured step reads and advances them at every replay.
+        self._t_dev = self.xp.zeros((), self.flat.dtype)
+        self._lr_dev = self.xp.zeros((), np.float64)
+        self.t, self.lr = (t if same else 0), self._lr
         if pending is not None:
             self.load_state_dict(pending)
-        else:
-            self.t = 0
         return self
 
-    def step(self):
-        """Apply one update in place from model.grads; the first step is t = 1."""
+    # -- the step ---------------------------------------------------------------------------
+    def step(self, gate=None):
+        """Apply one update in place from model.grads; the first step is t = 1.
+
+        gate: a 0-d device bool; where False the learning rate is 0 (the trainer's NaN guard).
+        """
         if self.model is None:
             raise RuntimeError(f"{type(self).__name__}.step() before setup(model)")
-        self.t += 1
-        self.current_lr = float(self.schedule(self.lr, self.t - 1))
-        self.update(self.current_lr, self.t)
+        lr = self.schedule(self._lr_dev, self._t_dev.astype(np.float64))   # at schedule step t - 1, in float64
+        if gate is not None:
+            lr = lr * gate
+        self._t_dev += 1
+        self.update(lr, self._t_dev)
 
     def update(self, lr, t):
-        """One in-place update with learning rate `lr` at step `t` (floats, or 0-d device arrays)."""
+        """One in-place update with learning rate `lr` (0-d float64) at step `t` (0-d, the flat's dtype)."""
         raise NotImplementedError
 
-    # -- a step captured in a CUDA graph ---------------------------------------------------
-    # A graph freezes scalar kernel arguments, so lr and t live in 0-d device arrays: the graph
-    # increments t itself, and the host rewrites lr before a replay only when the schedule moves it.
-    def bind_device_scalars(self):
-        """Allocate (or reset to the current step) the device copies of lr and t."""
-        dtype = self.flat.dtype
-        self._t_dev = self.xp.full((), self.t, dtype)
-        self._lr_dev = self.xp.zeros((), dtype)
-        self._lr_set = None
+    @property
+    def t(self):
+        """Steps taken (one host read of the device counter)."""
+        return self._t if self.model is None else int(self.device.to_host(self._t_dev))
 
-    def device_step(self):
-        """The update reading lr and t from the device: what a captured step records."""
-        self._t_dev += 1
-        self.update(self._lr_dev, self._t_dev)
+    @t.setter
+    def t(self, t):
+        if self.model is None:
+            self._t = int(t)
+        else:
+            self._t_dev.fill(int(t))
 
-    def host_step(self):
-        """Before each replay: advance the host step count and refresh lr on the device if needed."""
-        self.t += 1
-        self.current_lr = float(self.schedule(self.lr, self.t - 1))
-        if self.current_lr != self._lr_set:
-            self._lr_dev.fill(self.current_lr)
-            self._lr_set = self.current_lr
+    @property
+    def lr(self):
+        """The base learning rate; setting it takes effect at the next step (captured ones too)."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, lr):
+        if not (isinstance(lr, Real) and math.isfinite(lr) and lr >= 0):
+            raise ValueError(f"{type(self).__name__}: lr must be a finite number >= 0, got {lr!r}")
+        self._lr = float(lr)
+        if self.model is not None:
+            self._lr_dev.fill(self._lr)
+
+    @property
+    def current_lr(self):
+        """The learning rate of the last step taken (the base one before any)."""
+        return float(self.schedule(self._lr, max(self.t - 1, 0)))
 
     def device_arrays(self):
         """Every array a step changes: snapshotted around a capture's warm-up."""
         return list(self.state.values()) + [self._t_dev]
 
+    # -- state ------------------------------------------------------------------------------
     def config(self):
         """The constructor's arguments, JSON-able: get(name, **config()) rebuilds this optimizer."""
         cfg = {"lr": self.lr, "weight_decay": self.weight_decay}
@@ -95,32 +118,41 @@ class Optimizer:
 
     def state_dict(self):
         """{"name", "config", "t", "arrays": {slot: NumPy host copy}}."""
-        arrays = {}
-        for k, a in self.state.items():
-            h = self.device.to_host(a)
-            arrays[k] = h.copy() if h is a else h
+        arrays = {k: np.array(self.device.to_host(a)) for k, a in self.state.items()}
         return {"name": self.name, "config": self.config(), "t": self.t, "arrays": arrays}
 
     def load_state_dict(self, d):
-        """Restore step, hyper-parameters and state arrays (copied in place: addresses are kept)."""
-        if d.get("name") != self.name:
-            raise ValueError(f"optimizer state is for {d.get('name')!r}, not {self.name!r}")
-        arrays = d.get("arrays", {})
-        if set(arrays) != set(self.slots):
-            raise ValueError(f"{self.name} state arrays must be {sorted(self.slots)}, got {sorted(arrays)}")
+        """Restore step, hyper-parameters and state arrays (copied in place: addresses are kept).
+
+        Everything is checked before anything changes; a ValueError says what does not fit.
+        """
+        if not isinstance(d, dict) or d.get("name") != self.name:
+            raise ValueError(f"optimizer state is for {d.get('name') if isinstance(d, dict) else d!r}, "
+                             f"not {self.name!r}")
+        arrays, config, t = d.get("arrays", {}), d.get("config", {}), d.get("t", 0)
+        if not isinstance(arrays, dict) or set(arrays) != set(self.slots):
+            raise ValueError(f"{self.name} state arrays must be {sorted(self.slots)}, "
+                             f"got {sorted(arrays) if isinstance(arrays, dict) else arrays!r}")
+        if type(t) is not int or t < 0:
+            raise ValueError(f"{self.name} state: step t must be an int >= 0, got {t!r}")
+        if not isinstance(config, dict):
+            raise ValueError(f"{self.name} state: config must be an object, got {config!r}")
+        hyper = {k: v for k, v in config.items() if k in ("lr", "weight_decay") or k in self.hyper}
+        for k, v in hyper.items():
+            if not (isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{self.name} state: {k} must be a finite number >= 0, got {v!r}")
         if self.model is None:  # nothing to copy into yet: applied by setup()
             self._pending = d
             return
         for k, a in arrays.items():
-            if np.size(a) != self.state[k].size:
-                raise ValueError(f"{self.name} state {k!r} has {np.size(a)} values, the model has "
-                                 f"{self.state[k].size} parameters")
+            if getattr(a, "dtype", np.dtype("O")).kind != "f" or np.size(a) != self.state[k].size:
+                raise ValueError(f"{self.name} state {k!r} must be {self.state[k].size} floats (one per "
+                                 f"parameter), got {np.size(a)} of {getattr(a, 'dtype', type(a).__name__)}")
         for k, a in arrays.items():
             self.state[k][...] = self.xp.asarray(np.asarray(a).reshape(-1), dtype=self.state[k].dtype)
-        for k, v in d.get("config", {}).items():
-            if k in ("lr", "weight_decay") or k in self.hyper:
-                setattr(self, k, v)
-        self.t = int(d.get("t", 0))
+        for k, v in hyper.items():
+            setattr(self, k, v)
+        self.t = t
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if v is not None)

@@ -1,9 +1,13 @@
 """Learning-rate schedules: callables f(base_lr, step) -> lr, with step counted from 0.
 
+base_lr and step may be numbers or 0-d device arrays: the expressions use NumPy ufuncs (which
+CuPy arrays answer too), so an optimizer evaluates its schedule on the device, inside a
+captured training step, without reading anything back to the host.
+
 Each carries a JSON-able `config` ({"name": ..., **arguments}) so an optimizer's state can name
 its schedule and `get(**config)` can rebuild it.
 """
-import math
+import numpy as np
 
 
 def _schedule(fn, name, **kw):
@@ -21,7 +25,7 @@ def step_decay(step_size, gamma=0.1):
     """lr = base_lr · gamma^⌊step / step_size⌋."""
     if step_size < 1:
         raise ValueError(f"step_decay: step_size must be >= 1, got {step_size}")
-    return _schedule(lambda base_lr, step: base_lr * gamma ** (step // step_size),
+    return _schedule(lambda base_lr, step: base_lr * np.power(gamma, np.floor_divide(step, step_size)),
                      "step_decay", step_size=step_size, gamma=gamma)
 
 
@@ -32,7 +36,7 @@ def cosine(total_steps, min_lr=0.0):
 
     def f(base_lr, step):
         # held at min_lr after total_steps rather than climbing back up the cosine
-        return min_lr + (base_lr - min_lr) * (1 + math.cos(math.pi * min(step, total_steps) / total_steps)) / 2
+        return min_lr + (base_lr - min_lr) * (1 + np.cos(np.pi * np.minimum(step, total_steps) / total_steps)) / 2
     return _schedule(f, "cosine", total_steps=total_steps, min_lr=min_lr)
 
 

@@ -28,6 +28,11 @@ def resolve_pads(padding, size, ksize, stride, dilation):
         return tuple(pads)
     if isinstance(padding, str):
         raise ValueError(f"unknown padding {padding!r}: expected an int, a pair, 'same' or 'valid'")
+    if not isinstance(padding, (int, np.integer)) and len(padding) == 4:
+        pads = tuple(int(p) for p in padding)                # (top, bottom, left, right)
+        if min(pads) < 0:
+            raise ValueError(f"padding must be non-negative, got {padding!r}")
+        return pads
     ph, pw = (padding, padding) if isinstance(padding, (int, np.integer)) else tuple(padding)
     if min(ph, pw) < 0:
         raise ValueError(f"padding must be non-negative, got {padding!r}")

@@ -21,6 +21,7 @@ def _decayed(p, g, wd):
 
 def sgd_update(p, g, lr, wd):
     """p -= lr (g + wd p).   p, g (P,)."""
+    lr = float(lr)                       # a 0-d array from the optimizer: a host number here
     d = _decayed(p, g, wd)
     step = np.multiply(d, lr, out=None if d is g else d)     # reuse our own g' buffer, never g
     np.subtract(p, step, out=p)
@@ -28,6 +29,7 @@ def sgd_update(p, g, lr, wd):
 
 def momentum_update(p, g, v, lr, mu, wd, nesterov):
     """v = mu v + g';  p -= lr v, or with Nesterov p -= lr (g' + mu v).   p, g, v (P,)."""
+    lr = float(lr)                       # a 0-d array from the optimizer: a host number here
     d = _decayed(p, g, wd)
     np.multiply(v, mu, out=v)
     np.add(v, d, out=v)
@@ -40,6 +42,7 @@ def momentum_update(p, g, v, lr, mu, wd, nesterov):
 
 def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t):
     """m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;  p -= lr m̂ / (√v̂ + eps), at step t >= 1.   (P,)"""
+    lr, t = float(lr), float(t)          # 0-d arrays from the optimizer: host numbers here
     d = _decayed(p, g, wd)
     tmp = np.multiply(d, 1.0 - b1)              # one scratch buffer serves every stage below
     np.multiply(m, b1, out=m)
@@ -59,6 +62,7 @@ def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t):
 
 def rmsprop_update(p, g, s, lr, rho, eps, wd):
     """s = rho s + (1-rho) g'²;  p -= lr g' / (√s + eps).   p, g, s (P,)."""
+    lr = float(lr)                       # a 0-d array from the optimizer: a host number here
     d = _decayed(p, g, wd)
     tmp = np.square(d)
     tmp *= 1.0 - rho

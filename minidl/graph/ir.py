@@ -1,0 +1,83 @@
+"""The graph the passes read and rewrite: nodes in topological order, readers, host weights.
+
+A `Graph` is a copy of a model's nodes with fresh (unbuilt) layer clones, so a pass may change
+it freely; `weights` holds host arrays by 'layer/param' name for the passes that fold weights.
+"""
+from collections import Counter
+
+from ..layers.node import Node, toposort
+
+
+class Graph:
+    """Nodes from `inputs` to `outputs`, each after its parents; `stats` counts what passes did."""
+
+    def __init__(self, inputs, outputs, weights=None):
+        self.inputs, self.outputs = list(inputs), list(outputs)
+        self.weights = dict(weights or {})
+        self.stats = Counter()
+        self._order()
+
+    def _order(self):
+        order = toposort(self.outputs)
+        inputs = {id(n) for n in self.inputs}
+        for node in order:
+            if node.layer is None and id(node) not in inputs:
+                raise ValueError(f"{node.name} is reached from the outputs but is not among the model's inputs")
+        self.nodes = [n for n in order if n.layer is not None]
+
+    @classmethod
+    def of(cls, model, share_params=False, weights=None):
+        """A copy of `model`'s graph with layer clones (sharing the model's parameters, or not)."""
+        copies = {}
+        for node in model.inputs:
+            copies[id(node)] = Node(None, (), node.shape, name=node.name)
+        for node in model.nodes:
+            layer = node.layer.clone(share_params=share_params)
+            copies[id(node)] = Node(layer, [copies[id(p)] for p in node.parents], node.shape)
+        return cls([copies[id(n)] for n in model.inputs], [copies[id(n)] for n in model.outputs], weights)
+
+    # -- reading ----------------------------------------------------------------------------
+    def readers(self, node):
+        """The nodes that read `node`, once per read."""
+        return [n for n in self.nodes for p in n.parents if p is node]
+
+    def is_output(self, node):
+        return any(o is node for o in self.outputs)
+
+    def sole_reader(self, node):
+        """The one node reading `node`, if exactly one does and `node` is not a model output."""
+        readers = self.readers(node)
+        return readers[0] if len(readers) == 1 and not self.is_output(node) else None
+
+    def nodes_of_kind(self, kind):
+        return [n for n in self.nodes if n.kind == kind]
+
+    def layer_weights(self, layer):
+        """{param: host array} of one layer, from `weights`."""
+        stem = layer.name + "/"
+        return {k[len(stem):]: v for k, v in self.weights.items() if k.startswith(stem)}
+
+    # -- rewriting --------------------------------------------------------------------------
+    def bypass(self, node, stat=None):
+        """Remove a one-input node: whatever read it reads its input instead."""
+        src = node.parents[0]
+        for n in self.nodes:
+            if any(p is node for p in n.parents):
+                n.parents = tuple(src if p is node else p for p in n.parents)
+        self.outputs = [src if o is node else o for o in self.outputs]
+        for k in [k for k in self.weights if k.startswith(node.layer.name + "/")]:
+            del self.weights[k]
+        if stat:
+            self.stats[stat] += 1
+        self._order()
+
+    def replace(self, node, layer, weights=None):
+        """Give `node` a new layer (and, if given, new host weights for it)."""
+        if weights is not None:
+            for k in [k for k in self.weights if k.startswith(node.layer.name + "/")]:
+                del self.weights[k]
+            self.weights.update({f"{layer.name}/{k}": v for k, v in weights.items()})
+        node.layer = layer
+
+    def __repr__(self):
+        return f"Graph({len(self.nodes)} nodes: {', '.join(n.layer.name for n in self.nodes)})"

@@ -1,0 +1,332 @@
+"""Model and Sequential: a DAG of layers, built on a device, its parameters in one flat buffer.
+
+`layer(node)` records an edge; `Model(inputs, outputs)` orders the DAG once, names layers the
+way the seed printed them, builds every layer (shape inference), and lays all parameters out in
+one flat buffer with their gradients in a second. Backward runs in reverse order, tells each
+layer which input gradients are read and whether parameter gradients add up, and sums the
+gradients of nodes that feed several layers (ResNet shortcuts). `lower(passes)` gives the same
+model rewritten by graph passes, training the same parameters (see minidl.graph.passes).
+"""
+import numpy as np
+
+from ..backend import get_device
+from ..layers.base import Layer, Need, _fmt
+from ..layers.node import Input, Node
+from .ir import Graph
+
+
+class Model:
+    """A DAG of layers from `inputs` to `outputs`, built on `device` in `dtype`.
+
+    forward(x, training) -> y;  backward(gy) -> gx, adding parameter gradients into `grads`.
+    weights: {'layer/param': array} to start from (checked against the model before anything is
+    allocated) instead of the seeded initializers.
+    """
+
+    def __init__(self, inputs, outputs, device="cpu", dtype="float32", seed=0, name="model", weights=None,
+                 _shares=None):
+        self.single_input = isinstance(inputs, Node)
+        self.single_output = isinstance(outputs, Node)
+        graph = Graph([inputs] if self.single_input else inputs, [outputs] if self.single_output else outputs)
+        self.inputs, self.outputs, self.nodes = graph.inputs, graph.outputs, graph.nodes
+        self.layers = [n.layer for n in self.nodes]
+        self.name, self.seed = name, seed
+        self._name_layers()
+        self.device = None
+        if _shares is not None:            # a lowering: the same parameters, already in an arena
+            self._build_shared(_shares)
+            return
+        self.build(get_device(device, dtype=dtype, seed=seed), weights)
+        if weights is None:
+            self.init_weights(seed)
+
+    @classmethod
+    def of_graph(cls, graph, device, name="model", weights=None, shares=None):
+        """A model of a pass-rewritten Graph: on its own arena from `weights`, or sharing `shares`'."""
+        ins, outs = graph.inputs, graph.outputs
+        return cls(ins[0] if len(ins) == 1 else ins, outs[0] if len(outs) == 1 else outs, device=device,
+                   dtype=device.dtype, name=name, weights=weights, _shares=shares)
+
+    def lower(self, passes):
+        """This model rewritten by `passes` (Graph -> Graph), training the same parameters."""
+        return Model.of_graph(passes(Graph.of(self, share_params=True)), self.device, self.name, shares=self)
+
+    # -- construction ---------------------------------------------------------------------
+    def _name_layers(self):
+        taken = {layer.name for layer in self.layers if layer.name}
+        counters = {}
+        for layer in self.layers:
+            if layer.name:
+                continue
+            stem = layer.prefix or type(layer).__name__.lower()
+            i = counters.get(stem, layer.first_index)
+            while (name := stem if i == 0 else f"{stem}_{i}") in taken:
+                i += 1
+            layer.name, counters[stem] = name, i + 1
+            taken.add(name)
+        names = [layer.name for layer in self.layers]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"layer names must be unique in a model: {', '.join(sorted(dup))}")
+
+    def _infer_shapes(self, device):
+        """Build every layer on `device`: shapes, parameter declarations, kernel plans."""
+        self.device = device
+        for node in self.nodes:
+            node.layer.device = device
+            out = node.layer.build([p.shape for p in node.parents], device)
+            node.shape = tuple(out)
+        self.params = {f"{layer.name}/{k}": p for layer in self.layers for k, p in layer.params.items()}
+        # What each backward must give: an input's gradient only where a layer reads it.
+        self._needs = [tuple(p.layer is not None for p in node.parents) for node in self.nodes]
+
+    def build(self, device, weights=None):
+        """Infer every shape, declare parameters and make kernel plans on `device`; then allocate.
+
+        Given `weights`, their names and shapes are checked before anything is allocated.
+        """
+        self._infer_shapes(device)
+        if weights is not None:
+            self._check_weights(weights, strict=True)
+        self._allocate()
+        if weights is not None:
+            self.set_weights(weights)
+
+    def _build_shared(self, model):
+        self._infer_shapes(model.device)
+        self.flat, self.grads, self.state_flat = model.flat, model.grads, model.state_flat
+        for k, p in self.params.items():
+            if p.data is None or p is not model.params.get(k):
+                raise ValueError(f"{self.name}: lowered layer parameter {k} is not one of the model's")
+
+    def _allocate(self):
+        xp, dtype = self.device.xp, self.device.dtype
+        trainable = [p for p in self.params.values() if p.trainable]
+        frozen = [p for p in self.params.values() if not p.trainable]
+        # Each tensor starts on a 256-byte boundary: cuDNN's fast engines want aligned pointers.
+        # The gaps hold zeros with zero gradients, which every optimizer leaves at zero.
+        align = max(256 // dtype.itemsize, 1)
+
+        def layout(group):
+            offsets, end = [], 0
+            for p in group:
+                offsets.append(end)
+                end += -(-p.size // align) * align
+            return offsets, end
+
+        (t_off, t_end), (f_off, f_end) = layout(trainable), layout(frozen)
+        self.flat = xp.zeros(t_end, dtype=dtype)
+        self.grads = xp.zeros_like(self.flat)
+        self.state_flat = xp.zeros(f_end, dtype=dtype)
+        for p, o in zip(trainable, t_off):
+            p.data = self.flat[o:o + p.size].reshape(p.shape)
+            p.grad = self.grads[o:o + p.size].reshape(p.shape)
+        for p, o in zip(frozen, f_off):
+            p.data, p.grad = self.state_flat[o:o + p.size].reshape(p.shape), None
+
+    def init_weights(self, seed=0):
+        """Draw every parameter from its initializer with one seeded host generator."""
+        rng = np.random.default_rng(seed)
+        for p in self.params.values():
+            p.data[...] = self.device.asarray(p.initializer(rng, p.shape, *p.fan).astype(self.device.dtype))
+
+    def to(self, device, dtype=None):
+        """Rebuild on another device (or dtype), keeping the weights and running statistics."""
+        weights = self.get_weights()
+        self.build(get_device(device, dtype=dtype or self.device.dtype, seed=self.seed), weights)
+        return self
+
+    # -- running --------------------------------------------------------------------------
+    @property
+    def needs_rng(self):
+        """Whether a training forward draws random numbers (dropout)."""
+        return any(layer.needs_rng for layer in self.layers)
+
+    @property
+    def overwrites_grads(self):
+        """Whether every layer with parameters can overwrite its gradients (backward(accumulate=False))."""
+        return all(l.overwrites_grads for l in self.layers if any(p.trainable for p in l.params.values()))
+
+    def forward(self, *xs, training=False):
+        """Run the graph; returns the output (or a list of outputs)."""
+        if len(xs) != len(self.inputs):
+            raise ValueError(f"{self.name} takes {len(self.inputs)} input(s), got {len(xs)}")
+        values = {}
+        for node, x in zip(self.inputs, xs):
+            values[id(node)] = self._input(node, x)
+        for node in self.nodes:
+            values[id(node)] = node.layer.forward([values[id(p)] for p in node.parents], training)
+        self._values = values
+        outs = [values[id(o)] for o in self.outputs]
+        return outs[0] if self.single_output else outs
+
+    __call__ = forward
+
+    def _input(self, node, x):
+        """x as this model's array: checked for shape, on its device, in its dtype."""
+        shape = getattr(x, "shape", None)
+        if shape is None or tuple(shape[1:]) != node.shape[1:] or shape[0] < 1:
+            raise ValueError(f"{self.name}: input {node.name} expects a batch of shape {_fmt(node.shape)} "
+                             f"with N >= 1, got {None if shape is None else tuple(shape)}")
+        if not isinstance(x, self.device.xp.ndarray):
+            return self.device.asarray(x, dtype=self.device.dtype)
+        if x.dtype != self.device.dtype:
+            if x.dtype.kind not in "fiub":
+                raise ValueError(f"{self.name}: input {node.name} has dtype {x.dtype}, expected numbers")
+            return x.astype(self.device.dtype)
+        return x
+
+    def backward(self, *gys, input_grads=True, accumulate=True):
+        """Propagate output gradients back; returns the input gradient(s).
+
+        Parameter gradients are added into `grads` (call `zero_grad` between steps). With
+        input_grads=False, layers fed only by model inputs skip their input gradient (training
+        never needs it) and None is returned. accumulate=False overwrites the parameter gradients
+        instead of adding (no zero_grad needed); only for models where `overwrites_grads` holds.
+        """
+        if not accumulate and not self.overwrites_grads:
+            raise ValueError(f"{self.name}: a layer adds into its gradients; use accumulate=True")
+        if len(gys) != len(self.outputs):
+            raise ValueError(f"{self.name}: backward takes {len(self.outputs)} output gradient(s), got {len(gys)}")
+        grads = {}
+        for o, g in zip(self.outputs, gys):
+            grads[id(o)] = g if id(o) not in grads else grads[id(o)] + g
+        for node, reads in zip(reversed(self.nodes), reversed(self._needs)):
+            gy = grads.pop(id(node), None)
+            if gy is None:      # this node does not lead to the outputs
+                if not accumulate:
+                    for p in node.layer.params.values():
+                        if p.grad is not None:
+                            p.grad.fill(0)
+                continue
+            need = Need(tuple(input_grads or r for r in reads), accumulate)
+            gxs = node.layer.backward(gy, need)
+            for parent, gx in zip(node.parents, gxs):
+                if gx is None:
+                    continue
+                prev = grads.get(id(parent))
+                grads[id(parent)] = gx if prev is None else prev + gx
+        gxs = [grads.get(id(i)) for i in self.inputs]
+        return gxs[0] if self.single_input else gxs
+
+    def zero_grad(self):
+        self.grads.fill(0)
+
+    # -- parameters by name -------------------------------------------------------------
+    def layer(self, name):
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(f"{self.name} has no layer {name!r}; layers: {', '.join(l.name for l in self.layers)}")
+
+    def get_weights(self):
+        """{'layer/param': NumPy array} for every parameter and running statistic."""
+        return {k: np.array(self.device.to_host(p.data)) for k, p in self.params.items()}
+
+    def get_grads(self):
+        """{'layer/param': NumPy array} of the trainable parameters' gradients."""
+        return {k: np.array(self.device.to_host(p.grad)) for k, p in self.params.items() if p.trainable}
+
+    def _check_weights(self, weights, strict):
+        unknown = sorted(set(weights) - set(self.params))
+        missing = sorted(set(self.params) - set(weights))
+        if unknown or (strict and missing):
+            raise ValueError(f"{self.name}: weights do not match the model: "
+                             f"unknown {unknown or 'none'}, missing {missing or 'none'}")
+        for k, a in weights.items():
+            if tuple(np.shape(a)) != self.params[k].shape:
+                raise ValueError(f"{self.name}: {k} has shape {self.params[k].shape}, got {tuple(np.shape(a))}")
+            kind = getattr(getattr(a, "dtype", None), "kind", "f")
+            if kind not in "fiu":
+                raise ValueError(f"{self.name}: {k} has dtype {a.dtype}, expected real numbers")
+
+    def set_weights(self, weights, strict=True):
+        """Copy arrays into parameters by 'layer/param' name, checking names and shapes first."""
+        self._check_weights(weights, strict)
+        for k, a in weights.items():
+            self.params[k].data[...] = self.device.asarray(np.asarray(a), dtype=self.device.dtype)
+
+    @property
+    def n_params(self):
+        """Trainable parameters (the flat buffer also holds alignment gaps)."""
+        return sum(p.size for p in self.params.values() if p.trainable)
+
+    # -- architecture as JSON ---------------------------------------------------------------
+    def config(self):
+        """The architecture as JSON-able data: inputs, and each layer's class, arguments and inputs."""
+        index = {id(n): i for i, n in enumerate(self.inputs)}
+        layers = []
+        for node in self.nodes:
+            index[id(node)] = len(self.inputs) + len(layers)
+            layers.append({"class": type(node.layer).__name__, "name": node.layer.name,
+                           "config": node.layer.config(), "inputs": [index[id(p)] for p in node.parents]})
+        return {"name": self.name, "inputs": [list(n.shape[1:]) for n in self.inputs], "layers": layers,
+                "outputs": [index[id(o)] for o in self.outputs]}
+
+    @classmethod
+    def from_config(cls, config, **kwargs):
+        """Rebuild a model from `config()`; kwargs (device, dtype, seed, weights) go to Model.
+
+        A config that is not one `config()` could have written raises a ValueError naming the
+        part that is wrong; with `weights`, they are checked against it before any allocation.
+        """
+        return cls(*_graph_of_config(config), name=str(config.get("name", "model")), **kwargs)
+
+    def summary(self, print_fn=print):
+        """Print layer, output shape and parameter count, one row per layer, and the totals."""
+        rows = [("layer (type)", "output shape", "params")]
+        for node in self.nodes:
+            n = sum(p.size for p in node.layer.params.values() if p.trainable)
+            rows.append((f"{node.layer.name} ({type(node.layer).__name__})", _fmt(node.shape), f"{n:,}"))
+        w = [max(len(r[i]) for r in rows) for i in range(3)]
+        line = "-" * (w[0] + w[1] + w[2] + 4)
+        print_fn(line)
+        for i, r in enumerate(rows):
+            print_fn(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}")
+            if i == 0:
+                print_fn(line)
+        print_fn(line)
+        frozen = sum(p.size for p in self.params.values() if not p.trainable)
+        print_fn(f"total params: {self.n_params:,} trainable, {frozen:,} non-trainable")
+
+
+def _graph_of_config(config):
+    """(inputs, outputs) nodes of a model config, every field checked before a layer is made."""
+    if not isinstance(config, dict):
+        raise ValueError(f"a model config is a JSON object, got {type(config).__name__}")
+    try:
+        ins, specs, outs = config["inputs"], config["layers"], config["outputs"]
+    except KeyError as e:
+        raise ValueError(f"the model config has no {e.args[0]!r}") from None
+    if not (isinstance(ins, list) and ins and isinstance(specs, list) and isinstance(outs, list) and outs):
+        raise ValueError("the model config needs non-empty lists 'inputs', 'layers' and 'outputs'")
+    nodes = [Input(shape) if isinstance(shape, list) else Input(None) for shape in ins]
+    for i, spec in enumerate(specs):
+        where = f"model config layer {i}"
+        if not isinstance(spec, dict) or not isinstance(spec.get("config", {}), dict):
+            raise ValueError(f"{where}: expected an object with 'class', 'name', 'config', 'inputs'")
+        layer_cls = Layer.registry.get(spec.get("class")) if isinstance(spec.get("class"), str) else None
+        if layer_cls is None:
+            raise ValueError(f"{where}: unknown layer class {spec.get('class')!r}")
+        refs = spec.get("inputs")
+        if not (isinstance(refs, list) and refs and all(type(r) is int and 0 <= r < len(nodes) for r in refs)):
+            raise ValueError(f"{where} ({spec.get('name')}): inputs must index earlier nodes, got {refs!r}")
+        try:
+            layer = layer_cls(**spec.get("config", {}), name=spec.get("name"))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise ValueError(f"{where} ({spec.get('name')}): {e}") from None
+        nodes.append(layer(*[nodes[r] for r in refs]))
+    if not all(type(o) is int and 0 <= o < len(nodes) for o in outs):
+        raise ValueError(f"model config outputs must index nodes, got {outs!r}")
+    ins, outs = nodes[:len(ins)], [nodes[o] for o in outs]
+    return ins[0] if len(ins) == 1 else ins, outs[0] if len(outs) == 1 else outs
+
+
+def Sequential(layers, input_shape, **kwargs):
+    """A Model that chains `layers` from one input of per-sample `input_shape`."""
+    x = h = Input(input_shape)
+    for layer in layers:
+        if not isinstance(layer, Layer):
+            raise TypeError(f"Sequential takes layers, got {type(layer).__name__}")
+        h = layer(h)
+    return Model(x, h, **kwargs)

@@ -1,0 +1,98 @@
+"""Passes: Graph -> Graph rewrites, each asking the layers what they declare (never their class).
+
+Training and inference are two lowerings of one model graph:
+    training(graph)                 the final Softmax dropped (the loss reads logits), a ReLU fused
+                                    into the BN or Add before it (one kernel instead of two)
+    inference(graph, probabilities) dropout removed, zero pads and BN folded into the convs, every
+                                    fusable ReLU fused, the final Softmax dropped unless asked for
+and `last_reads` plans buffers: each value is dropped after the step that reads it last.
+"""
+
+
+def drop_inference_identities(g):
+    """Remove layers that are the identity in evaluation (dropout)."""
+    for node in [n for n in g.nodes if n.layer.inference_identity]:
+        g.bypass(node, f"{node.kind}_removed")
+    return g
+
+
+def drop_final_softmax(g):
+    """A Softmax that is a model output read by nobody else goes: the model then outputs logits."""
+    for node in [o for o in g.outputs if o.kind == "softmax" and not g.readers(o)]:
+        g.bypass(node, "softmax_removed")
+    return g
+
+
+def fold_into_producers(g):
+    """A layer that folds into the layer before it (BN into a conv) does, where it is that layer's only reader."""
+    for node in list(g.nodes):
+        src = node.parents[0]
+        if src.layer is None or g.sole_reader(src) is not node:
+            continue
+        folded = node.layer.fold_into_producer(src.layer, g.weights)
+        if folded is not None:
+            layer, weights = folded
+            g.replace(src, layer, weights)
+            g.bypass(node, f"{node.kind}_folded")
+    return g
+
+
+def fold_into_consumers(g):
+    """A layer that folds into the layer reading it (a zero pad into a conv's padding) does."""
+    for node in list(g.nodes):
+        reader = g.sole_reader(node)
+        if reader is None:
+            continue
+        layer = node.layer.fold_into_consumer(reader.layer, node.parents[0].shape[1:])
+        if layer is not None:
+            g.replace(reader, layer)
+            g.bypass(node, f"{node.kind}_folded")
+    return g
+
+
+def fuse_activations(g, into=None):
+    """A fusable activation read from a layer that can apply it (and has none yet) joins that layer.
+
+    into: the producer kinds allowed (None: any that declares the activation).
+    """
+    for node in list(g.nodes):
+        act, src = node.layer.fusable_activation, node.parents[0]
+        if act is None or src.layer is None or g.sole_reader(src) is not node:
+            continue
+        if act in src.layer.activations and src.layer.activation is None and (into is None or src.kind in into):
+            g.replace(src, src.layer.clone(share_params=True, activation=act))
+            g.bypass(node, f"{act}_fused")
+    return g
+
+
+# The training kernels of BN and Add apply a ReLU in the same pass over memory; a conv or dense
+# layer would only add a separate ReLU kernel, so training fuses into these two only.
+TRAINING_FUSION = ("batchnorm", "add")
+
+
+def training(g):
+    return fuse_activations(drop_final_softmax(g), into=TRAINING_FUSION)
+
+
+def inference(g, probabilities=False):
+    g = drop_inference_identities(g)
+    if not probabilities:
+        g = drop_final_softmax(g)
+    return fuse_activations(fold_into_producers(fold_into_consumers(g)))
+
+
+def last_reads(steps, outputs):
+    """For steps [(input ids, output id)], the ids each step is the last to read (not outputs).
+
+    Dropping a value right after its last reader lets the memory pool hand it to later steps.
+    """
+    last = {}
+    for i, (ins, out) in enumerate(steps):
+        last[out] = i
+        for v in ins:
+            last[v] = i
+    free = [[] for _ in steps]
+    for v, i in last.items():
+        if v not in outputs:
+            free[i].append(v)
+    return free

@@ -1,0 +1,46 @@
+"""Optimised inference: a trained Model lowered by the inference passes, scheduled, replayed.
+
+    m = minidl.inference.compile(model)            # or compile("checkpoints/lenet5.npz", device="cuda")
+    y = m.predict(x)                               # logits (probabilities=True keeps the Softmax)
+    m.save("lenet5.artifact.npz"); m = minidl.inference.load("lenet5.artifact.npz")
+
+`compile` copies the model's graph and runs minidl.graph.passes.inference on it (dropout removed,
+zero pads and BN folded into the convs, ReLUs fused, the final Softmax dropped unless asked for),
+builds the result as a Model of its own on the chosen device, and schedules it into kernel
+calls (minidl.inference.schedule). Weights only, in float32 by default.
+"""
+import os
+
+import numpy as np
+
+from ..backend import get_device
+from ..graph import Graph, Model, passes
+from .artifact import ArtifactError, load
+from .model import InferenceModel, OpTime
+from .schedule import CHAIN_MAX_BATCH
+
+__all__ = ["compile", "load", "InferenceModel", "ArtifactError", "OpTime", "CHAIN_MAX_BATCH"]
+
+
+def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="float32", direct=True):
+    """An InferenceModel of a trained Model, or of the model a checkpoint file describes.
+
+    device: 'cpu', 'cuda', 'auto' or a Device; None keeps the model's device ('auto' for a path).
+    probabilities: keep a final Softmax (else the model outputs logits).
+    direct: schedule the fused direct kernels (conv+ReLU+pool, dense chains, whole small models).
+    """
+    source = model_or_checkpoint_path
+    if isinstance(source, (str, os.PathLike)):
+        from ..checkpoint import load_model
+        model = load_model(os.fspath(source), device="cpu")          # folding is host work
+        device = "auto" if device is None else device
+    else:
+        model = source
+        device = model.device if device is None else device
+    weights = {k: v.astype(np.float64) for k, v in model.get_weights().items()}
+    graph = passes.inference(Graph.of(model, weights=weights), probabilities)
+    dev = get_device(device, dtype=dtype)
+    dev = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
+    lowered = Model.of_graph(graph, dev, name=model.name, weights=graph.weights)
+    stats = {"layers": len(model.layers), "nodes": len(lowered.nodes), **graph.stats}
+    return InferenceModel(lowered, probabilities, stats, direct)

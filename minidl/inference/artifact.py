@@ -1,0 +1,49 @@
+"""Inference artifacts: the inference-lowered graph (Model.config's node format) and its weights.
+
+One .npz written atomically: every parameter by 'layer/param' name in the model's dtype, and a
+JSON record {format, model (the config), dtype, probabilities, stats}. Loading checks the
+format, rebuilds the graph from the config (every layer argument validated) and checks every
+tensor's name, shape and dtype against it before anything is allocated.
+"""
+import numpy as np
+
+from ..backend import get_device
+from ..checkpoint import read_npz, write_npz
+from ..graph import Model
+
+FORMAT = "minidl-artifact-2"
+DTYPES = ("float32", "float64", "float16")
+
+
+class ArtifactError(ValueError):
+    """An inference artifact is missing, corrupt, or not a minidl artifact; the message names the file."""
+
+
+def save(model, path):
+    info = {"format": FORMAT, "model": model.model.config(), "dtype": model.dtype.name,
+            "probabilities": model.probabilities, "stats": model.stats}
+    return write_npz(path, model.model.get_weights(), info)
+
+
+def load(path, device=None):
+    """An InferenceModel from an artifact written by `save`, on `device` (None: 'auto')."""
+    from .model import InferenceModel
+    info, arrays = read_npz(path, "artifact", ArtifactError)
+    fmt = info.get("format")
+    if fmt != FORMAT:
+        ckpt = str(fmt).startswith("minidl-checkpoint")
+        hint = "; it is a checkpoint: use compile() or --checkpoint" if ckpt else ""
+        raise ArtifactError(f"artifact {path}: unknown format {fmt!r}, expected {FORMAT!r}{hint}")
+    dtype = info.get("dtype")
+    if dtype not in DTYPES:
+        raise ArtifactError(f"artifact {path}: dtype must be one of {DTYPES}, got {dtype!r}")
+    for k, a in arrays.items():
+        if a.dtype != np.dtype(dtype):
+            raise ArtifactError(f"artifact {path}: tensor {k} is {a.dtype}, the artifact says {dtype}")
+    dev = get_device("auto" if device is None else device, dtype=dtype)
+    dev = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
+    try:
+        model = Model.from_config(info.get("model"), device=dev, dtype=dtype, weights=arrays)
+    except ValueError as e:
+        raise ArtifactError(f"artifact {path} is inconsistent: {e}") from None
+    return InferenceModel(model, bool(info.get("probabilities")), info.get("stats"))

@@ -1,0 +1,191 @@
+"""InferenceModel: a model after the inference passes, scheduled into kernel calls, replayed as CUDA graphs.
+
+On a device that captures (cuda), `predict` keeps one fixed input buffer and one CUDA graph per
+batch size (captured at first use, its first replay checked against eager execution); a call
+copies x into the buffer and launches the graph. Given the input buffer itself
+(`input_buffer(N)`), predict is one dict lookup and the graph launch. The array it returns is the
+graph's output buffer: valid until the next call at that batch size (copy it to keep it).
+Elsewhere predict returns fresh arrays.
+"""
+from collections import namedtuple
+
+import numpy as np
+
+from ..graph.passes import last_reads
+from . import schedule as _schedule
+
+GRAPH_CHECK_RTOL = 1e-4     # replay vs eager: the same kernels, so only nondeterministic sums differ
+OpTime = namedtuple("OpTime", "name kind shape ms")
+
+
+class InferenceModel:
+    """A built, inference-lowered Model on one device.   predict(x (N, *input_shape)) -> y."""
+
+    def __init__(self, model, probabilities=False, stats=None, direct=True):
+        self.model, self.device, self.name = model, model.device, model.name
+        self.dtype, self.probabilities = model.device.dtype, bool(probabilities)
+        self.stats = dict(stats or {})
+        self.input_shapes = [tuple(n.shape[1:]) for n in model.inputs]
+        self.cuda_graphs = self.device.can_capture        # False: run eagerly (debugging)
+        self._direct = bool(direct)
+        self._plan()
+
+    @property
+    def nodes(self):
+        return self.model.nodes
+
+    @property
+    def n_params(self):
+        return int(sum(p.size for p in self.model.params.values()))
+
+    # -- scheduling -----------------------------------------------------------------------------------
+    @property
+    def direct(self):
+        """Whether fused direct kernels are scheduled (True by default); setting it drops captured graphs."""
+        return self._direct
+
+    @direct.setter
+    def direct(self, on):
+        self._direct = bool(on)
+        self._plan()
+
+    def _plan(self):
+        dk = _schedule.direct_family(self.device, self.dtype) if self._direct else None
+        self.steps, self.chain = _schedule.plan(self.model, dk)
+        self._schedules, self._entries, self._replays = {}, {}, {}
+
+    def schedule(self, N):
+        """(steps, free) at batch N: the kernel calls in order, and after each the values to drop."""
+        sched = self._schedules.get(N)
+        if sched is None:
+            chain = self.chain is not None and N <= _schedule.CHAIN_MAX_BATCH
+            steps = [self.chain] if chain else self.steps
+            keep = set(self.outputs) | set(range(len(self.input_shapes)))      # the caller's arrays
+            free = last_reads([(st.inputs, st.out) for st in steps], keep)
+            sched = self._schedules[N] = (steps, free)
+        return sched
+
+    @property
+    def outputs(self):
+        """Value ids of the model outputs."""
+        n_in, index = len(self.input_shapes), {id(n): i for i, n in enumerate(self.model.nodes)}
+        return [n_in + index[id(o)] if id(o) in index else self.model.inputs.index(o) for o in self.model.outputs]
+
+    # -- running --------------------------------------------------------------------------------------
+    def _forward(self, xs, keep=False):
+        steps, free = self.schedule(xs[0].shape[0])
+        values = dict(enumerate(xs))
+        for st, drop in zip(steps, free):
+            values[st.out] = st.run([values[v] for v in st.inputs])
+            if not keep:
+                for v in drop:
+                    del values[v]
+        return values if keep else [values[v] for v in self.outputs]
+
+    def _inputs(self, xs):
+        if len(xs) != len(self.input_shapes):
+            raise ValueError(f"{self.name} takes {len(self.input_shapes)} input(s), got {len(xs)}")
+        N = None
+        for x, shape in zip(xs, self.input_shapes):
+            s = tuple(getattr(x, "shape", ()))
+            if s[1:] != shape or (N is not None and s[0] != N) or not s or s[0] < 1:
+                raise ValueError(f"{self.name}: inputs must be (N, *{shape}) with one N >= 1, got {s}")
+            N = s[0]
+        return N
+
+    def _pack(self, outs):
+        return outs[0] if len(outs) == 1 else list(outs)
+
+    def _to_device(self, x):
+        return self.device.asarray(x, dtype=self.dtype)
+
+    def _entry(self, N):
+        entry = self._entries.get(N)
+        if entry is None:
+            bufs = [self.device.xp.zeros((N, *s), dtype=self.dtype) for s in self.input_shapes]
+            call = self._capture(bufs) if self.cuda_graphs else None
+            entry = self._entries[N] = (bufs, call)
+            if call is not None and len(bufs) == 1:
+                replay, out = call.replay, self._pack(call.result)
+
+                def launch():
+                    replay()
+                    return out
+                self._replays[id(bufs[0])] = (bufs[0], launch)
+        return entry
+
+    def _capture(self, bufs):
+        """The forward on `bufs` as a captured call, its first replay checked against eager execution.
+
+        The check runs once per batch size, on a random probe input: the graph replays the very
+        kernels the eager run launched, so any difference means some kernel is not safe to
+        capture, and that must fail loudly rather than return wrong outputs at every replay.
+        """
+        from ..backend import CaptureError
+        rng = np.random.default_rng(0)
+        for buf in bufs:
+            buf[...] = self._to_device(rng.standard_normal(buf.shape, dtype=np.float32))
+        want = [y.copy() for y in self._forward(bufs)]
+        call = self.device.capture(lambda: self._forward(bufs))
+        for w, y in zip(want, call.replay()):
+            err, scale = float(abs(y - w).max()), float(abs(w).max())    # one host sync, at capture only
+            if not err <= GRAPH_CHECK_RTOL * scale:
+                raise CaptureError(f"{self.name}: the CUDA graph at batch {bufs[0].shape[0]} disagrees with "
+                                   f"eager execution (max error {err:.3g}, max |y| {scale:.3g}): a kernel is not "
+                                   "safe to capture; set cuda_graphs = False (minidl.infer --no-graphs)")
+        return call
+
+    def input_buffer(self, N, index=0):
+        """The fixed input buffer for batch size N: write into it and pass it to predict (no copy)."""
+        return self._entry(N)[0][index]
+
+    def predict(self, *xs):
+        """Outputs for inputs xs (host or device arrays, (N, *input_shape)).
+
+        With CUDA graphs (the default on cuda) the result is the graph's output buffer for this
+        batch size, overwritten by the next call at the same N; the call does not wait for the GPU.
+        Given the input buffer of a captured batch size (input_buffer(N)), it only launches the graph.
+        """
+        hit = self._replays.get(id(xs[0])) if len(xs) == 1 and self.cuda_graphs else None
+        if hit is not None and hit[0] is xs[0]:
+            return hit[1]()
+        N = self._inputs(xs)
+        if not self.cuda_graphs:
+            return self._pack(self._forward([self._to_device(x) for x in xs]))
+        bufs, call = self._entry(N)
+        for buf, x in zip(bufs, xs):
+            if x is not buf:
+                buf[...] = self._to_device(x)
+        return self._pack(call.replay())
+
+    __call__ = predict
+
+    def profile(self, *xs, repeats=20):
+        """Per-step times [OpTime(name, kind, shape, ms)] at this batch, one row per kernel call of
+        schedule(N): each step's inputs come from one forward pass, and each step is timed over
+        `repeats` runs by the device (GPU: CUDA events around captured repeats; CPU: the clock).
+        """
+        N = self._inputs(xs)
+        values = self._forward([self._to_device(x) for x in xs], keep=True)
+        rows = []
+        for st in self.schedule(N)[0]:
+            ins = [values[v] for v in st.inputs]
+            ms = 0.0 if st.kind == "flatten" else self.device.elapsed_ms(lambda st=st, ins=ins: st.run(ins), repeats)
+            rows.append(OpTime(st.name, st.kind, tuple(values[st.out].shape), ms))
+        return rows
+
+    # -- description ------------------------------------------------------------------------------------
+    def summary(self, print_fn=print):
+        """The lowered model's layers, then what the passes did."""
+        self.model.summary(print_fn)
+        print_fn(f"{len(self.steps)} kernel calls at large batches, {self.dtype.name}, {self.device.name}; "
+                 + ", ".join(f"{k} {v}" for k, v in sorted(self.stats.items())))
+
+    def __repr__(self):
+        return f"InferenceModel({self.name!r}, {len(self.nodes)} nodes, {self.device})"
+
+    def save(self, path):
+        """Write the weights-only artifact (the lowered graph in Model.config's format) atomically."""
+        from .artifact import save
+        return save(self, path)
+

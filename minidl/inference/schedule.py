@@ -1,0 +1,137 @@
+"""Scheduling: the nodes of an inference-lowered model -> kernel calls, the same way on every device.
+
+A `Step` is one kernel call standing for one or more nodes. Node outputs are values numbered
+after the model inputs (node i gives value n_inputs + i). Where the device's `direct` kernel
+family takes the shapes (float32):
+- conv(+bias)(+ReLU) read only by a 2x2 stride-2 max-pool, stride 1 and small -> one direct
+  kernel (cuDNN is slow at LeNet's shapes);
+- a run of dense layers, each the only reader of the last -> one `mlp` call;
+- add + ReLU -> one kernel;
+- a whole model of conv-pool stages, a flatten and a dense chain (LeNet-5) -> ONE `chain`
+  kernel at batch sizes up to CHAIN_MAX_BATCH (latency); the steps above beyond (throughput).
+Everything else is the node's own layer in evaluation mode.
+"""
+from collections import Counter
+
+import numpy as np
+
+CHAIN_MAX_BATCH = 256       # batch sizes up to this run a chain-shaped model (LeNet) as one kernel
+
+
+class Step:
+    """One kernel call: `run([input arrays]) -> output` for the values `inputs`, giving value `out`."""
+
+    def __init__(self, name, kind, nodes, inputs, out, run):
+        self.name, self.kind, self.nodes, self.inputs, self.out, self.run = \
+            name, kind, nodes, list(inputs), out, run
+
+    def __repr__(self):
+        return f"Step({self.kind}, {self.name!r})"
+
+
+def _layer_step(node, inputs, out):
+    layer = node.layer
+
+    def run(xs):
+        y = layer.forward(xs, False)
+        layer.saved = None                  # nothing runs backward here: let the buffers go
+        return y
+    return Step(layer.name, node.kind, [node], inputs, out, run)
+
+
+def _arrays(layer):
+    return layer.w.data, (None if layer.b is None else layer.b.data)
+
+
+def _conv_pool_ok(dk, conv, pool):
+    """A stride-1 conv read only by a 2x2 stride-2 unpadded max-pool, of a size the direct kernel takes."""
+    c, p = conv.layer, pool.layer
+    return (c.stride == (1, 1) and c.dilation == (1, 1) and tuple(p.plan.ksize) == (2, 2)
+            and tuple(p.plan.stride) == (2, 2) and not any(p.plan.pads)
+            and dk.supported_conv(c.plan.in_shape[1:], c.w.shape, c.plan.pads, 2))
+
+
+def plan(model, dk):
+    """(steps at any batch size, the chain step for small batches or None) of an inference model.
+
+    dk: the device's direct kernel family, or None to run one layer per step.
+    """
+    nodes, n_in = model.nodes, len(model.inputs)
+    vid = {id(n): i for i, n in enumerate(model.inputs)}
+    vid.update({id(n): n_in + i for i, n in enumerate(nodes)})
+    outputs = {vid[id(o)] for o in model.outputs}
+    ins = [[vid[id(p)] for p in n.parents] for n in nodes]
+    readers = Counter(v for i in ins for v in i) + Counter(outputs)
+
+    def sole(i):                             # node i's value is read once, by the next node
+        v = n_in + i
+        return readers[v] == 1 and v not in outputs and i + 1 < len(nodes) and ins[i + 1] == [v]
+
+    steps, i = [], 0
+    while i < len(nodes):
+        node = nodes[i]
+        if dk is not None and node.kind == "conv2d" and sole(i) and nodes[i + 1].kind == "pool" \
+                and _conv_pool_ok(dk, node, nodes[i + 1]):
+            steps.append(_conv_pool_step(dk, node, nodes[i + 1], ins[i], n_in + i + 1))
+            i += 2
+        elif dk is not None and node.kind == "dense":
+            j = i
+            while j + 1 < len(nodes) and nodes[j + 1].kind == "dense" and sole(j):
+                j += 1
+            steps.append(_mlp_step(dk, nodes[i:j + 1], ins[i], n_in + j))
+            i = j + 1
+        elif dk is not None and node.kind == "add" and node.layer.activation == "relu":
+            steps.append(Step(node.layer.name, "add_relu", [node], ins[i], n_in + i, dk.add_relu_fprop))
+            i += 1
+        else:
+            steps.append(_layer_step(node, ins[i], n_in + i))
+            i += 1
+    chain = _chain_step(dk, model, steps, outputs) if dk is not None else None
+    return steps, chain
+
+
+def _conv_pool_step(dk, conv, pool, inputs, out):
+    layer = conv.layer
+    w, b = _arrays(layer)
+    pads, relu = tuple(layer.plan.pads), layer.activation == "relu"
+    return Step(f"{layer.name}+{pool.layer.name}", "conv_pool", [conv, pool], inputs, out,
+                lambda xs: dk.conv2d_bias_relu_maxpool2x2_fprop(xs[0], w, b, pads, relu))
+
+
+def _mlp_step(dk, nodes, inputs, out):
+    ws, bs = zip(*[_arrays(n.layer) for n in nodes])
+    relus = [n.layer.activation == "relu" for n in nodes]
+    name = nodes[0].layer.name if len(nodes) == 1 else f"{nodes[0].layer.name}..{nodes[-1].layer.name}"
+    return Step(name, "mlp", nodes, inputs, out, lambda xs: dk.mlp_fprop(xs[0], list(ws), list(bs), relus))
+
+
+def _chain_step(dk, model, steps, outputs):
+    """The whole model as one chain kernel call, if it is conv-pool stages, a flatten, a dense chain."""
+    if len(model.inputs) != 1 or len(outputs) != 1 or not steps:
+        return None
+    stages, prev = [], 0
+    for j, st in enumerate(steps):
+        last = j == len(steps) - 1
+        if st.inputs != [prev] or (last and st.out not in outputs):
+            return None
+        dense_seen = any(s[0] == "dense" for s in stages)
+        if st.kind == "conv_pool" and not dense_seen:
+            layer = st.nodes[0].layer
+            stages.append(("conv", *_arrays(layer), tuple(layer.plan.pads), 2, layer.activation == "relu"))
+        elif st.kind == "flatten" and not dense_seen:
+            pass
+        elif st.kind == "mlp" and last:
+            stages += [("dense", *_arrays(n.layer), n.layer.activation == "relu") for n in st.nodes]
+        else:
+            return None
+        prev = st.out
+    if not dk.supported_chain(model.inputs[0].shape[1:], stages):
+        return None
+    nodes = [n for st in steps for n in st.nodes]
+    return Step(f"{nodes[0].layer.name}..{nodes[-1].layer.name}", "chain", nodes, [0], steps[-1].out,
+                lambda xs: dk.chain_fprop(xs[0], stages))
+
+
+def direct_family(device, dtype):
+    """The device's direct kernel family where it serves (float32), else None."""
+    return getattr(device.kernels, "direct", None) if np.dtype(dtype) == np.float32 else None

@@ -1,0 +1,94 @@
+"""One training step, run eagerly or captured once as a CUDA graph and replayed.
+
+A step is: gather the batch, forward, softmax cross-entropy from the logits, backward, the
+optimizer update, and the metrics; all of it on the device with no host sync, so the whole step
+can be recorded as one graph. A device flag `finite` turns False at the first step whose loss
+is not finite; from then on no update reaches the weights (the gradients are zeroed and the
+learning rate gated), and `good_steps` counts the steps before it, so the host, reading both at
+its monitoring interval, can say where training diverged.
+"""
+from .graph import passes
+from .losses import softmax_cross_entropy
+
+
+class TrainStep:
+    """forward/loss/backward/update of `model` (lowered for training) with `optimizer`; `metrics` add up."""
+
+    def __init__(self, model, optimizer, metrics):
+        self.net = model.lower(passes.training)            # logits out; ReLUs fused into BN and Add
+        self.optimizer, self.metrics, self.device = optimizer, metrics, model.device
+        self.overwrite = self.net.overwrites_grads           # backward overwrites: no zero_grad
+        xp = self.device.xp
+        self.finite, self.good_steps = xp.ones((), bool), xp.zeros((), "int64")
+        self._gz = None
+        self._captured = {}
+
+    def reset_flag(self):
+        self.finite.fill(True)
+        self.good_steps.fill(0)
+
+    def forward_backward(self, x, y):
+        """Forward, loss from the logits, backward: on-device (loss_sum, correct); no update."""
+        logits = self.net.forward(x, training=True)
+        if self._gz is None or self._gz.shape != logits.shape:
+            self._gz = self.device.xp.empty_like(logits)
+        loss_sum, correct, gz = softmax_cross_entropy(logits, y, self._gz)
+        if not self.overwrite:
+            self.net.zero_grad()
+        self.net.backward(gz, input_grads=False, accumulate=not self.overwrite)
+        return loss_sum, correct
+
+    def __call__(self, x, y):
+        """One eager step on the batch (x, y)."""
+        loss_sum, correct = self.forward_backward(x, y)
+        self._update(loss_sum)
+        self.metrics.update(loss_sum, correct, len(y))
+
+    def _update(self, loss_sum):
+        xp = self.device.xp
+        xp.logical_and(self.finite, xp.isfinite(loss_sum), out=self.finite)
+        self.good_steps += self.finite
+        # Past the first non-finite loss the weights stay as they were: zero gradients keep the
+        # optimizer state finite, and a zero learning rate (gate) leaves weight decay out too.
+        xp.copyto(self.net.grads, 0, where=xp.logical_not(self.finite))
+        self.optimizer.step(gate=self.finite)
+
+    # -- captured -------------------------------------------------------------------------
+    def replay(self, loader, epoch, k):
+        """The step on batch k of `epoch` as one graph launch (captured at the first call per loader)."""
+        captured = self._captured.get(id(loader))
+        if captured is None:
+            captured = self._captured[id(loader)] = self._capture(loader)
+        idx, call = captured
+        idx[...] = loader.indices(epoch, k)
+        call.replay()
+        self.metrics.count += loader.batch_size
+
+    def _capture(self, loader):
+        """The whole step, the batch gathered on the device from a fixed index buffer.
+
+        Per step the host then issues one device-to-device copy of the indices and one launch.
+        """
+        xp, model = self.device.xp, self.net
+        idx = xp.zeros(loader.batch_size, dtype=loader.indices(0, 0).dtype)
+        idx[...] = loader.indices(0, 0)
+
+        def step():
+            x = xp.take(loader.x, idx, axis=0)
+            y = xp.take(loader.y, idx, axis=0)
+            loss_sum, correct = self.forward_backward(x, y)
+            self._update(loss_sum)
+            self.metrics.add(loss_sum, correct)
+
+        # The warm-up run really trains: snapshot everything a step changes and put it back.
+        state = [model.flat, model.state_flat, self.metrics.loss, self.metrics.correct, self.finite,
+                 self.good_steps] + self.optimizer.device_arrays()
+        saved = [a.copy() for a in state]
+        call = self.device.capture(step, warmup=1)
+        for a, b in zip(state, saved):
+            a[...] = b
+        return idx, call
+
+    def forget_captures(self):
+        """Drop captured graphs (after a resume rewrites what they were recorded with)."""
+        self._captured.clear()
