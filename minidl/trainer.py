@@ -57,7 +57,7 @@ class Trainer:
         if self.graph:
             self._step.replay(loader, epoch, k)
         else:
-            self._step(*loader.batch(epoch, k))
+            self.train_step(*loader.batch(epoch, k))
 
     def _train_loader(self, data, batch_size):
         """The training loader; one per dataset and batch size, kept so captured graphs stay valid."""
@@ -140,8 +140,9 @@ class Trainer:
         if bool(self.device.to_host(self._step.finite)):
             return
         bad = start + int(self.device.to_host(self._step.good_steps)) + 1
+        loss = float(self.device.to_host(self.metrics.loss))      # nan or inf from there on
         self.step = bad - 1                  # the weights are those before the bad step
-        raise TrainingDiverged(f"loss is not finite at step {bad}: training stopped, the weights are "
+        raise TrainingDiverged(f"loss is {loss} at step {bad}: training stopped, the weights are "
                                f"those after step {bad - 1}"
                                + (f"; {save_to} was not overwritten" if save_to else ""))
 

@@ -109,7 +109,7 @@ def test_layers_are_named_as_the_seed_printed_them():
     h = AvgPool2D(2)(MaxPool2D(2)(MaxPool2D(1)(x)))
     model = Model(x, GlobalAvgPool2D()(h))
     assert [layer.name for layer in model.layers] == ["pool", "pool_1", "avgpool", "gap"]
-    assert model.layers[0].config() == {"ksize": 1, "stride": None, "padding": 0, "name": None}
+    assert model.layers[0].config() == {"ksize": 1, "stride": None, "padding": 0}
 
 
 @pytest.mark.parametrize("Pool", [MaxPool2D, AvgPool2D])

@@ -164,10 +164,11 @@ class Model:
 
     def _input(self, node, x):
         """x as this model's array: checked for shape, on its device, in its dtype."""
-        shape = getattr(x, "shape", None)
-        if shape is None or tuple(shape[1:]) != node.shape[1:] or shape[0] < 1:
-            raise ValueError(f"{self.name}: input {node.name} expects a batch of shape {_fmt(node.shape)} "
-                             f"with N >= 1, got {None if shape is None else tuple(shape)}")
+        shape = tuple(getattr(x, "shape", ()))
+        if shape[1:] != node.shape[1:]:
+            raise ValueError(f"{self.name}: input {node.name} expects shape {_fmt(node.shape)}, got {shape}")
+        if shape[0] < 1:
+            raise ValueError(f"{self.name}: input {node.name} got an empty batch {shape}; N must be >= 1")
         if not isinstance(x, self.device.xp.ndarray):
             return self.device.asarray(x, dtype=self.device.dtype)
         if x.dtype != self.device.dtype:

@@ -1,5 +1,5 @@
 """Elementwise activations: ReLU, LeakyReLU, Sigmoid, Tanh."""
-from .base import Layer, record_config
+from .base import ALL, Layer, record_config
 
 
 class _Activation(Layer):
@@ -23,7 +23,7 @@ class _Activation(Layer):
         self.saved = x if self.needs_input else y
         return y
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         return (self.bprop(self.saved, gy, *self.extra()),)
 
 

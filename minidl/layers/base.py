@@ -40,17 +40,24 @@ def _fans(shape):
 class Need(NamedTuple):
     """What the graph asks of a backward (Caffe's propagate_down).
 
-    inputs: one flag per input, whether its gradient is read (else return None for it);
-    accumulate: add parameter gradients into what is there (else overwrite; only layers that
-    declare `overwrites_grads` are asked to).
+    inputs: one flag per input, whether its gradient is read (else return None for it); None:
+    all are. accumulate: add parameter gradients into what is there (else overwrite; only layers
+    that declare `overwrites_grads` are asked to).
     """
-    inputs: tuple = (True,)
+    inputs: tuple = None
     accumulate: bool = True
+
+    def input(self, i):
+        """Whether input i's gradient is read."""
+        return self.inputs is None or self.inputs[i]
 
     @property
     def grad_kw(self):
         """Keyword arguments for parameter-gradient kernels: {} adds, accumulate=False overwrites."""
         return {} if self.accumulate else {"accumulate": False}
+
+
+ALL = Need()       # every input gradient, parameter gradients added: a backward called by hand
 
 
 class Layer:
@@ -122,7 +129,7 @@ class Layer:
     def forward(self, xs, training):
         raise NotImplementedError
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         raise NotImplementedError
 
     def __call__(self, *nodes):

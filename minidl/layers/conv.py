@@ -1,7 +1,7 @@
 """Convolution layer."""
 from .. import init
 from ..kernels.cpu.conv import resolve_pads   # shape arithmetic, the same on every device
-from .base import Layer, pair, positive_pair, record_config
+from .base import ALL, Layer, pair, positive_pair, record_config
 
 
 class Conv2D(Layer):
@@ -63,14 +63,14 @@ class Conv2D(Layer):
         self.saved = (x, y)
         return y
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         x, y = self.saved
         if self.activation:
             gy = self.act.relu_bprop(y, gy)
         self.kern.conv2d_wgrad(self.plan, x, gy, self.w.grad, **need.grad_kw)
         if self.b is not None:
             self.dense.bias_grad(gy, self.b.grad, **need.grad_kw)
-        return (self.kern.conv2d_dgrad(self.plan, gy, self.w.data) if need.inputs[0] else None,)
+        return (self.kern.conv2d_dgrad(self.plan, gy, self.w.data) if need.input(0) else None,)
 
     def pads(self, in_shape):
         """(top, bottom, left, right) this conv pads an input of per-sample shape (C, H, W) with."""

@@ -2,7 +2,7 @@
 import numpy as np
 
 from .. import init
-from .base import Layer, record_config
+from .base import ALL, Layer, record_config
 
 
 class Flatten(Layer):
@@ -23,7 +23,7 @@ class Flatten(Layer):
         x, = xs
         return x.reshape(x.shape[0], -1)                       # (N, C*H*W)
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         return (gy.reshape(gy.shape[0], *self.in_shape),)     # (N, C, H, W)
 
 
@@ -57,11 +57,11 @@ class Dense(Layer):
         self.saved = (x, y)
         return y
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         x, y = self.saved
         if self.activation:
             gy = self.act.relu_bprop(y, gy)
         self.kern.dense_wgrad(x, gy, self.w.grad, **need.grad_kw)
         if self.b is not None:
             self.kern.bias_grad(gy, self.b.grad, **need.grad_kw)
-        return (self.kern.dense_dgrad(gy, self.w.data) if need.inputs[0] else None,)
+        return (self.kern.dense_dgrad(gy, self.w.data) if need.input(0) else None,)

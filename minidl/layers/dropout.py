@@ -1,7 +1,7 @@
 """Dropout."""
 from numbers import Real
 
-from .base import Layer, record_config
+from .base import ALL, Layer, record_config
 
 
 class Dropout(Layer):
@@ -33,6 +33,6 @@ class Dropout(Layer):
         y, self.saved = self.kern.dropout_fprop(x, self.rate, self.rng)
         return y
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         mask = self.saved
         return (gy if mask is None else self.kern.dropout_bprop(gy, mask),)

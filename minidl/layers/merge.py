@@ -1,5 +1,5 @@
 """Add: the elementwise sum of two or more inputs (ResNet shortcuts)."""
-from .base import Layer, _fmt, record_config
+from .base import ALL, Layer, _fmt, record_config
 
 
 class Add(Layer):
@@ -27,7 +27,7 @@ class Add(Layer):
         self.saved = y = self.kern.add_fprop(xs, relu=True)
         return y
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         if self.activation:
             gy = self.act.relu_bprop(self.saved, gy)
-        return tuple(gy if n else None for n in need.inputs)
+        return tuple(gy if need.input(i) else None for i in range(self.n))

@@ -4,7 +4,7 @@ from numbers import Real
 import numpy as np
 
 from .. import init
-from .base import Layer, record_config
+from .base import ALL, Layer, record_config
 
 
 class BatchNorm2D(Layer):
@@ -60,7 +60,7 @@ class BatchNorm2D(Layer):
         self.saved = (x, mean, invstd, y)
         return y
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         x, mean, invstd, y = self.saved
         if mean is not None:
             relu = {"y": y, "relu": True} if self.activation else {}
@@ -128,6 +128,6 @@ class LRN(Layer):
         self.saved = (x, y, scale)
         return y
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         x, y, scale = self.saved
         return (self.kern.lrn_bprop(x, y, scale, gy, *self.hyper()),)

@@ -1,5 +1,5 @@
 """Pad2D: constant padding of height and width."""
-from .base import Layer, record_config
+from .base import ALL, Layer, record_config
 
 
 class Pad2D(Layer):
@@ -33,7 +33,7 @@ class Pad2D(Layer):
         x, = xs
         return self.kern.pad2d_fprop(x, self.pads, self.value)
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         return (self.kern.pad2d_bprop(gy, self.pads),)
 
     def fold_into_consumer(self, consumer, in_shape):

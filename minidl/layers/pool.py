@@ -1,5 +1,5 @@
 """Pooling layers: max and average over sliding windows, and global average pooling."""
-from .base import Layer, pair, positive_pair, record_config
+from .base import ALL, Layer, pair, positive_pair, record_config
 
 
 class _Pool2D(Layer):
@@ -56,7 +56,7 @@ class MaxPool2D(_Pool2D):
         self.saved = x, y
         return y
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         x, y = self.saved
         return (self.kern.maxpool2d_bprop(self.plan, x, y, gy),)
 
@@ -78,7 +78,7 @@ class AvgPool2D(_Pool2D):
         x, = xs
         return self.kern.avgpool2d_fprop(self.plan, x)
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         return (self.kern.avgpool2d_bprop(self.plan, gy),)
 
 
@@ -102,5 +102,5 @@ class GlobalAvgPool2D(Layer):
         self.saved = x.shape
         return self.kern.global_avgpool_fprop(x)
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         return (self.kern.global_avgpool_bprop(gy, self.saved),)

@@ -1,5 +1,5 @@
 """Softmax over the class axis."""
-from .base import Layer, record_config
+from .base import ALL, Layer, record_config
 
 
 class Softmax(Layer):
@@ -27,5 +27,5 @@ class Softmax(Layer):
         self.saved = y = self.kern.softmax_fprop(x)
         return y
 
-    def backward(self, gy, need):
+    def backward(self, gy, need=ALL):
         return (self.kern.softmax_bprop(self.saved, gy),)

@@ -139,15 +139,19 @@ class Optimizer:
             raise ValueError(f"{self.name} state: config must be an object, got {config!r}")
         hyper = {k: v for k, v in config.items() if k in ("lr", "weight_decay") or k in self.hyper}
         for k, v in hyper.items():
-            if not (isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+            if isinstance(getattr(self, k), bool):
+                if not isinstance(v, bool):
+                    raise ValueError(f"{self.name} state: {k} must be true or false, got {v!r}")
+            elif not (isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"{self.name} state: {k} must be a finite number >= 0, got {v!r}")
         if self.model is None:  # nothing to copy into yet: applied by setup()
             self._pending = d
             return
         for k, a in arrays.items():
             if getattr(a, "dtype", np.dtype("O")).kind != "f" or np.size(a) != self.state[k].size:
-                raise ValueError(f"{self.name} state {k!r} must be {self.state[k].size} floats (one per "
-                                 f"parameter), got {np.size(a)} of {getattr(a, 'dtype', type(a).__name__)}")
+                raise ValueError(f"{self.name} state {k!r} has {np.size(a)} values of "
+                                 f"{getattr(a, 'dtype', type(a).__name__)}, the model has {self.state[k].size} "
+                                 "float parameters")
         for k, a in arrays.items():
             self.state[k][...] = self.xp.asarray(np.asarray(a).reshape(-1), dtype=self.state[k].dtype)
         for k, v in hyper.items():
