@@ -32,7 +32,11 @@ class Graph:
         for node in model.inputs:
             copies[id(node)] = Node(None, (), node.shape, name=node.name)
         for node in model.nodes:
-            layer = node.layer.clone(share_params=share_params)
+            try:
+                layer = node.layer.clone(share_params=share_params)
+            except TypeError as e:
+                raise ValueError(f"layer {node.layer.name} ({type(node.layer).__name__}) cannot be copied for the "
+                                 f"graph passes ({e}): decorate its __init__ with @record_config") from None
             copies[id(node)] = Node(layer, [copies[id(p)] for p in node.parents], node.shape)
         return cls([copies[id(n)] for n in model.inputs], [copies[id(n)] for n in model.outputs], weights)
 
