@@ -7,6 +7,7 @@ exactly where the saved one stopped.
 import json
 import os
 import tempfile
+import zipfile
 
 import numpy as np
 
@@ -20,9 +21,11 @@ class CheckpointError(ValueError):
 def write_npz(path, arrays, info):
     """Write tensors and a JSON record as one .npz, atomically: a temporary file, then rename."""
     arrays = dict(arrays, __meta__=np.frombuffer(json.dumps(info).encode(), dtype=np.uint8))
-    folder = os.path.dirname(os.path.abspath(path))
+    folder, base = os.path.split(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".npz")
+    prefix = f".{base}.tmp-"
+    _remove_stale(folder, prefix)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".npz")
     umask = os.umask(0)
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)      # mkstemp makes 0600; these are ordinary files
@@ -38,6 +41,16 @@ def write_npz(path, arrays, info):
     return path
 
 
+def _remove_stale(folder, prefix):
+    """Temporary files of this target left by a save that was killed (kill -9) before its rename."""
+    for name in os.listdir(folder):
+        if name.startswith(prefix) and name.endswith(".npz"):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
 def read_npz(path, what="checkpoint", error=None):
     """(info dict, {name: array}) of a file written by write_npz; `error` (a ValueError class)
     names the file for anything missing, corrupt or not ours."""
@@ -45,7 +58,11 @@ def read_npz(path, what="checkpoint", error=None):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise error(f"{what} {path}: no such file")
+    with open(path, "rb") as f:
+        if f.read(4) != b"PK\x03\x04":
+            raise error(f"{what} {path} is not a minidl {what}: not an .npz (zip) archive")
     try:
+        _check_members(path)
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         info = json.loads(arrays.pop("__meta__").tobytes())
@@ -53,7 +70,21 @@ def read_npz(path, what="checkpoint", error=None):
             raise ValueError("its JSON record is not an object")
     except Exception as e:
         raise error(f"{what} {path} is not a readable minidl {what}: {type(e).__name__}: {e}") from None
+    for k, a in arrays.items():
+        if a.dtype.kind not in "fiub":
+            raise error(f"{what} {path}: tensor {k} has dtype {a.dtype}, expected numbers")
     return info, arrays
+
+
+def _check_members(path):
+    """Every member stored uncompressed, as np.savez writes them, so reading allocates no more
+    than the file's own size (a compressed member could expand to anything)."""
+    with zipfile.ZipFile(path) as z:
+        for m in z.infolist():
+            if m.compress_type != zipfile.ZIP_STORED or m.file_size != m.compress_size:
+                raise ValueError(f"member {m.filename} is compressed; minidl writes stored members only")
+        if "__meta__.npy" not in z.namelist():
+            raise ValueError("it has no JSON record (__meta__)")
 
 
 def save(path, model, optimizer=None, meta=None):
@@ -75,12 +106,23 @@ def read(path):
     return info, arrays
 
 
+def _weights(arrays):
+    return {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
+
+
+def _meta(path, info):
+    meta = info.get("meta", {})
+    ok = isinstance(meta, dict) and all(type(meta.get(k, 0)) is int and meta.get(k, 0) >= 0 for k in ("step", "seed"))
+    if not ok or not isinstance(meta.get("rng", {}), dict):
+        raise CheckpointError(f"checkpoint {path}: its meta record (step, seed, rng) is malformed: {meta!r}"[:300])
+    return meta
+
+
 def load_weights(path, model):
     """Copy a checkpoint's parameters and statistics into `model`, naming any mismatch."""
     info, arrays = read(path)
-    weights = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
     try:
-        model.set_weights(weights)
+        model.set_weights(_weights(arrays))
     except ValueError as e:
         raise CheckpointError(f"checkpoint {path} does not fit the model: {e}") from None
     return info, arrays
@@ -89,31 +131,36 @@ def load_weights(path, model):
 def load(path, model, optimizer=None):
     """Restore weights and, when given, the optimizer state; returns the checkpoint's meta dict.
 
-    The optimizer state is checked before anything is written, so a checkpoint of another
-    optimizer leaves the model untouched.
+    Everything is checked before anything is written: the weights against the model (a wrong
+    model is named by its first mismatching layer), then the optimizer state.
     """
     info, arrays = read(path)
+    meta, weights = _meta(path, info), _weights(arrays)
+    try:
+        model._check_weights(weights, strict=True)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {path} does not fit the model: {e}") from None
     if optimizer is not None:
-        state = dict(info.get("optimizer") or {})
-        if not state:
+        state = info.get("optimizer")
+        if not isinstance(state, dict):
             raise CheckpointError(f"checkpoint {path} has no optimizer state")
-        state["arrays"] = {k[len("optim/"):]: v for k, v in arrays.items() if k.startswith("optim/")}
-        if state.get("name") != optimizer.name or set(state["arrays"]) != set(optimizer.slots):
-            raise CheckpointError(f"checkpoint {path} holds {state.get('name')!r} optimizer state, "
-                                  f"not {optimizer.name!r}")
-    load_weights(path, model)
-    if optimizer is not None:
+        state = dict(state, arrays={k[len("optim/"):]: v for k, v in arrays.items() if k.startswith("optim/")})
         try:
             optimizer.load_state_dict(state)
         except ValueError as e:
             raise CheckpointError(f"checkpoint {path}: {e}") from None
-    return info["meta"]
+    model.set_weights(weights)
+    return meta
 
 
 def load_model(path, **kwargs):
-    """Rebuild the model a checkpoint describes and load its weights; kwargs go to Model."""
+    """Rebuild the model a checkpoint describes and load its weights; kwargs go to Model.
+
+    The config is validated and every tensor checked against it before anything is allocated.
+    """
     from .graph import Model
-    info, _ = read(path)
-    model = Model.from_config(info["model"], **kwargs)
-    load_weights(path, model)
-    return model
+    info, arrays = read(path)
+    try:
+        return Model.from_config(info.get("model"), weights=_weights(arrays), **kwargs)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {path}: {e}") from None

@@ -39,9 +39,7 @@ class BatchNorm2D(Layer):
         self.running_mean = self.state("running_mean", (C,), init.zeros)
         self.running_var = self.state("running_var", (C,), init.ones)
         self.kern, self.dense, self.act = device.kernels.norm, device.kernels.dense, device.kernels.activation
-        # Constants for the evaluation-mode backward, allocated once here, not per step.
-        self._zeros = device.xp.zeros(C, dtype=device.dtype)
-        self._ones = device.xp.ones(C, dtype=device.dtype)
+        self._zeros = self._ones = None     # evaluation-mode backward constants, made at first use
         return tuple(shape)
 
     def forward(self, xs, training):
@@ -71,6 +69,8 @@ class BatchNorm2D(Layer):
         # Evaluation: the interface has no separate kernel, so the affine map's gradients are
         # composed from existing ones: xhat and gx are bn_fprop_infer with gamma=1/beta=0 and mean=0.
         rv = self.running_var.data
+        if self._zeros is None:             # allocated once, not per step
+            self._zeros, self._ones = self.device.xp.zeros_like(rv), self.device.xp.ones_like(rv)
         xhat = self.kern.bn_fprop_infer(x, self._ones, self._zeros, self.running_mean.data, rv, self.eps)
         self.dense.bias_grad(gy * xhat, self.gamma.grad, **need.grad_kw)
         self.dense.bias_grad(gy, self.beta.grad, **need.grad_kw)
