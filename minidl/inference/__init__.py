@@ -15,11 +15,20 @@ import numpy as np
 
 from ..backend import get_device
 from ..graph import Graph, Model, passes
-from .artifact import ArtifactError, load
+from .artifact import ArtifactError, read as _read
 from .model import InferenceModel, OpTime
 from .schedule import CHAIN_MAX_BATCH
 
 __all__ = ["compile", "load", "InferenceModel", "ArtifactError", "OpTime", "CHAIN_MAX_BATCH"]
+
+
+def load(path, device=None):
+    """An InferenceModel from an artifact written by InferenceModel.save, on `device` (None: 'auto').
+
+    The file is checked first (format, dtype, the graph's config, every tensor's name and shape),
+    so a bad file is one ArtifactError naming it, before anything is allocated.
+    """
+    return InferenceModel(*_read(path, device))
 
 
 def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="float32", direct=True):

@@ -19,15 +19,15 @@ class ArtifactError(ValueError):
     """An inference artifact is missing, corrupt, or not a minidl artifact; the message names the file."""
 
 
-def save(model, path):
-    info = {"format": FORMAT, "model": model.model.config(), "dtype": model.dtype.name,
-            "probabilities": model.probabilities, "stats": model.stats}
-    return write_npz(path, model.model.get_weights(), info)
+def write(path, model, probabilities, stats):
+    """Write the lowered `model` (a Model) and how it was made as an artifact."""
+    info = {"format": FORMAT, "model": model.config(), "dtype": model.device.dtype.name,
+            "probabilities": probabilities, "stats": stats}
+    return write_npz(path, model.get_weights(), info)
 
 
-def load(path, device=None):
-    """An InferenceModel from an artifact written by `save`, on `device` (None: 'auto')."""
-    from .model import InferenceModel
+def read(path, device=None):
+    """(lowered Model on `device` (None: 'auto'), probabilities, stats) of an artifact."""
     info, arrays = read_npz(path, "artifact", ArtifactError)
     fmt = info.get("format")
     if fmt != FORMAT:
@@ -46,4 +46,5 @@ def load(path, device=None):
         model = Model.from_config(info.get("model"), device=dev, dtype=dtype, weights=arrays)
     except ValueError as e:
         raise ArtifactError(f"artifact {path} is inconsistent: {e}") from None
-    return InferenceModel(model, bool(info.get("probabilities")), info.get("stats"))
+    stats = info.get("stats")
+    return model, bool(info.get("probabilities")), stats if isinstance(stats, dict) else {}

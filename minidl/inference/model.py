@@ -12,7 +12,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..graph.passes import last_reads
-from . import schedule as _schedule
+from . import artifact, schedule as _schedule
 
 GRAPH_CHECK_RTOL = 1e-4     # replay vs eager: the same kernels, so only nondeterministic sums differ
 OpTime = namedtuple("OpTime", "name kind shape ms")
@@ -186,6 +186,5 @@ class InferenceModel:
 
     def save(self, path):
         """Write the weights-only artifact (the lowered graph in Model.config's format) atomically."""
-        from .artifact import save
-        return save(self, path)
+        return artifact.write(path, self.model, self.probabilities, self.stats)
 

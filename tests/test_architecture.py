@@ -1,0 +1,85 @@
+"""The structure docs/architecture.md promises: no import circle, GPU libraries named in two
+rooms only, files that read in one sitting."""
+import ast
+import pathlib
+
+import pytest
+
+PKG = pathlib.Path(__file__).resolve().parents[1] / "minidl"
+
+
+def _module(path):
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path):
+    """minidl modules imported anywhere in the file (functions included), relative ones resolved."""
+    mod = _module(path)
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            stem = (base + "." + node.module if node.module else base) if node.level else node.module
+            found.add(stem)
+            found |= {f"{stem}.{a.name}" for a in node.names}
+    files = {_module(p) for p in PKG.rglob("*.py")}
+    return {m for m in found if m in files and m != mod}
+
+
+def test_no_import_circle_in_the_package():
+    graph = {_module(p): _imports(p) for p in PKG.rglob("*.py")}
+    # a package's __init__ re-exports its children: the edge parent -> child is not a dependency
+    # of the child on the parent, so it is left out of the child's side only
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for n in graph.get(m, ()):
+            if n.startswith(m + "."):
+                continue                 # a package importing its own submodule
+            if state.get(n) == "open":
+                cycle = stack[stack.index(n):] + [n]
+                pytest.fail("import circle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_cupy_and_cudnn_are_named_only_in_kernels_gpu_and_backend():
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG).as_posix()
+        if rel.startswith("kernels/gpu/") or rel == "backend.py":
+            continue
+        names = {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)}
+        mods = _imports_raw(path)
+        assert not {"cupy", "cudnn", "cp"} & (names | mods), rel
+
+
+def _imports_raw(path):
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.module and "gpu" in node.module.split("."):
+            out.add("cupy")                  # a relative import of kernels.gpu from outside it
+    return out
+
+
+def test_files_read_in_one_sitting():
+    long = {p.relative_to(PKG).as_posix(): n for p in PKG.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 310}      # ~300: a file read in one sitting
+    assert not long, long
