@@ -1,15 +1,30 @@
 """Devices: the CPU (NumPy) and CUDA (CuPy + cuDNN Frontend) backends.
 
 A `Device` bundles the array module `xp`, the kernel families of that backend, a seeded random
-generator and the compute dtype. CuPy is imported lazily so `import minidl` works without it.
+generator and the compute dtype, and answers the questions callers would otherwise ask CuPy or
+cuDNN: whether an exception means out of memory, how many SMs the GPU has, how long a call takes,
+how much device memory is held; it also captures CUDA graphs (`capture`). CuPy and cuDNN are named
+only here and in `minidl/kernels/gpu/`; CuPy is imported lazily so `import minidl` works without it.
 """
+import collections
 import importlib
+import os
+import time
 import types
 
 import numpy as np
 
+from .kernels.gpu.capture import CaptureError, CapturedCall  # imports no CuPy
+
+__all__ = ["CaptureError", "CapturedCall", "Device", "DeviceError", "KERNEL_FAMILIES", "MemoryUse", "cuda_status",
+           "get_device"]
+
 KERNEL_FAMILIES = ("conv", "dense", "activation", "merge", "pad", "pool", "norm", "lrn",
                    "dropout", "softmax", "optim", "direct")
+
+MemoryUse = collections.namedtuple("MemoryUse", "used reserved")
+MemoryUse.__doc__ = """Device memory in bytes: `used` by live arrays now, `reserved` by the pools (their high-water
+mark: CuPy pools keep freed blocks), over CuPy's default pool and every live CapturedCall's pool."""
 
 
 class DeviceError(RuntimeError):
@@ -86,11 +101,6 @@ class Device:
         if state is not None and self.name == "cpu":
             self.rng.bit_generator.state = state
 
-    def is_out_of_memory(self, exc):
-        """Whether `exc` says the device ran out of memory."""
-        return self.name == "cuda" and (type(exc).__name__ == "OutOfMemoryError" or "CUDNN_STATUS_ALLOC_FAILED"
-                                        in str(exc) or "out of memory" in str(exc).lower())
-
     def asarray(self, a, dtype=None):
         """Copy a host array (or scalar) to this device."""
         return self.xp.asarray(a, dtype=dtype)
@@ -102,6 +112,58 @@ class Device:
     def sync(self):
         if self.name == "cuda":
             self.stream.synchronize()
+
+    def is_out_of_memory(self, exc):
+        """Whether `exc` says the device ran out of memory (CuPy, the CUDA runtime or cuDNN); False on cpu."""
+        if self.name != "cuda":
+            return False
+        msg = str(exc)
+        return (isinstance(exc, self.xp.cuda.memory.OutOfMemoryError) or "CUDNN_STATUS_ALLOC_FAILED" in msg
+                or "out of memory" in msg.lower())
+
+    @property
+    def sm_count(self):
+        """Streaming multiprocessors of the GPU (from its CUDA attributes); os.cpu_count() on cpu."""
+        if self.name != "cuda":
+            return os.cpu_count()
+        return importlib.import_module("minidl.kernels.gpu._util").sm_count()
+
+    def capture(self, fn, warmup=2):
+        """fn() recorded as a CUDA graph after `warmup` eager runs -> CapturedCall (`.replay()`, `.result`).
+
+        The rules fn must follow are in minidl/kernels/gpu/capture.py; a broken capture raises
+        CaptureError. CUDA graphs exist only on cuda: on cpu this raises DeviceError.
+        """
+        if self.name != "cuda":
+            raise DeviceError(f"CUDA graphs need a cuda device; this is {self!r} (run fn directly on the cpu)")
+        return CapturedCall(self, fn, warmup=warmup)
+
+    def elapsed_ms(self, fn, repeats=1):
+        """Milliseconds per call of fn(), over `repeats` calls: CUDA events on the device stream (device
+        time, launches included when fn launches from Python); on cpu, time.perf_counter."""
+        if self.name != "cuda":
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                fn()
+            return 1e3 * (time.perf_counter() - t0) / repeats
+        cp = self.xp
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        with self.stream:
+            start.record(self.stream)
+            for _ in range(repeats):
+                fn()
+            end.record(self.stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / repeats
+
+    def memory_bytes(self):
+        """MemoryUse(used, reserved) of device memory: CuPy's default pool plus every live CapturedCall's
+        private pool (graph memory lives there). None on cpu (NumPy allocations are not tracked)."""
+        if self.name != "cuda":
+            return None
+        live = importlib.import_module("minidl.kernels.gpu.capture").live_pools()
+        pools = [self.xp.get_default_memory_pool()] + live
+        return MemoryUse(sum(p.used_bytes() for p in pools), sum(p.total_bytes() for p in pools))
 
     def __repr__(self):
         return f"Device({self.name!r}, dtype={self.dtype.name})"
@@ -143,7 +205,7 @@ def cuda_status():
     except DeviceError as e:
         return False, str(e)
     try:
-        import cudnn  # noqa: F401  the cuDNN Frontend Python API
+        importlib.import_module("cudnn")   # the cuDNN Frontend Python API
     except Exception as e:
         return False, f"the cuDNN Frontend (import cudnn) is missing: {e}"
     return True, "CuPy, a CUDA device and the cuDNN Frontend are usable"

@@ -170,9 +170,19 @@ class InferenceModel:
         rows = []
         for st in self.schedule(N)[0]:
             ins = [values[v] for v in st.inputs]
-            ms = 0.0 if st.kind == "flatten" else self.device.elapsed_ms(lambda st=st, ins=ins: st.run(ins), repeats)
+            ms = 0.0 if st.kind == "flatten" else self._time(st, ins, repeats)
             rows.append(OpTime(st.name, st.kind, tuple(values[st.out].shape), ms))
         return rows
+
+    def _time(self, st, ins, repeats):
+        """ms per run of one step; captured repeats where the device captures (kernel time, no launches)."""
+        if not self.device.can_capture:
+            return self.device.elapsed_ms(lambda: st.run(ins), repeats)
+
+        def loop():                              # outputs dropped: the pool reuses them
+            for _ in range(repeats):
+                st.run(ins)
+        return self.device.elapsed_ms(self.device.capture(loop, warmup=1).replay) / repeats
 
     # -- description ------------------------------------------------------------------------------------
     def summary(self, print_fn=print):

@@ -28,7 +28,21 @@ template<typename T> __device__ T block_sum(T v) {
 """
 
 
+# The ReLU kernels, defined once for every family (activation, merge, norm, direct).
+RELU = cp.ElementwiseKernel("T x", "T y", "y = x > (T)0 ? x : (T)0", "minidl_relu")
+RELU_BPROP = cp.ElementwiseKernel("T y, T gy", "T gx", "gx = y > (T)0 ? gy : (T)0", "minidl_relu_bprop")
+ADD_RELU = cp.ElementwiseKernel("T a, T b", "T y", "T s = a + b; y = s > (T)0 ? s : (T)0", "minidl_add_relu")
+
 _buffers = {}   # (device, tag, shape, dtype) -> CuPy array
+_sm_counts = {}  # device id -> streaming multiprocessors
+
+
+def sm_count():
+    """The current GPU's streaming multiprocessors (132 on an H100 SXM or H200), asked once per GPU."""
+    dev = cp.cuda.Device()
+    if dev.id not in _sm_counts:
+        _sm_counts[dev.id] = int(dev.attributes["MultiProcessorCount"])
+    return _sm_counts[dev.id]
 
 
 def buffer(tag, shape, dtype):

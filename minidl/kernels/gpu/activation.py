@@ -1,8 +1,7 @@
 """Activations on the GPU: one CuPy ElementwiseKernel per function and per gradient."""
 import cupy as cp
 
-_relu = cp.ElementwiseKernel("T x", "T y", "y = x > (T)0 ? x : (T)0", "minidl_relu")
-_relu_b = cp.ElementwiseKernel("T y, T gy", "T gx", "gx = y > (T)0 ? gy : (T)0", "minidl_relu_bprop")
+from ._util import RELU, RELU_BPROP
 _leaky = cp.ElementwiseKernel("T x, T alpha", "T y", "y = x > (T)0 ? x : alpha * x", "minidl_leaky")
 _leaky_b = cp.ElementwiseKernel("T x, T gy, T alpha", "T gx", "gx = x > (T)0 ? gy : alpha * gy",
                                 "minidl_leaky_bprop")
@@ -18,12 +17,12 @@ def _call(kern, *args, out=None):
 
 def relu_fprop(x, out=None):
     """y = max(x, 0)."""
-    return _call(_relu, x, out=out)
+    return _call(RELU, x, out=out)
 
 
 def relu_bprop(y, gy, out=None):
     """gx = gy where y > 0, else 0."""
-    return _call(_relu_b, y, gy, out=out)
+    return _call(RELU_BPROP, y, gy, out=out)
 
 
 def leaky_relu_fprop(x, alpha, out=None):

@@ -1,8 +1,7 @@
 """Merging layers on the GPU: the sum of two inputs (and its ReLU) is one elementwise kernel."""
 import cupy as cp
 
-_add_relu = cp.ElementwiseKernel("T a, T b", "T y", "T s = a + b; y = s > (T)0 ? s : (T)0", "minidl_add_relu")
-_relu = cp.ElementwiseKernel("T x", "T y", "y = x > (T)0 ? x : (T)0", "minidl_merge_relu")
+from ._util import ADD_RELU, RELU
 
 
 def add_fprop(xs, out=None, relu=False):
@@ -12,9 +11,9 @@ def add_fprop(xs, out=None, relu=False):
             out = xs[0].copy()
         else:
             cp.copyto(out, xs[0])
-        return _relu(out, out) if relu else out
+        return RELU(out, out) if relu else out
     if len(xs) == 2 and relu:                   # the ResNet shortcut: one kernel
-        return _add_relu(xs[0], xs[1]) if out is None else _add_relu(xs[0], xs[1], out)
+        return ADD_RELU(xs[0], xs[1]) if out is None else ADD_RELU(xs[0], xs[1], out)
     rest = list(xs)
     if any(x is out for x in xs):               # accumulate into the aliased input, never read it overwritten
         del rest[next(i for i, x in enumerate(xs) if x is out)]
@@ -23,7 +22,7 @@ def add_fprop(xs, out=None, relu=False):
     for x in rest[:-1]:
         cp.add(out, x, out=out)
     if rest and relu:                           # the last add applies the ReLU
-        return _add_relu(out, rest[-1], out)
+        return ADD_RELU(out, rest[-1], out)
     if rest:
         cp.add(out, rest[-1], out=out)
-    return _relu(out, out) if relu else out
+    return RELU(out, out) if relu else out

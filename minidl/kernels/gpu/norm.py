@@ -20,7 +20,7 @@ import cupy as cp
 import numpy as np
 
 from . import cudnn as _cd
-from ._util import CTYPES, Module, buffer, out_arrays
+from ._util import CTYPES, RELU, RELU_BPROP, Module, buffer, out_arrays
 
 _KERNEL_MAX_M = 8192            # values per channel up to which the RawKernels beat cuDNN (H100 timings)
 _RS = (4, 8, 16)                # values a thread may keep in registers (a kernel each: fewer, fewer registers)
@@ -163,8 +163,6 @@ _infer = cp.ElementwiseKernel(
     T t = (x - rm[c]) * (rsqrt(rv[c] + eps) * gamma[c]) + beta[c];
     y = relu && t < (T)0 ? (T)0 : t
     """, "minidl_bn_infer")
-_relu = cp.ElementwiseKernel("T x", "T y", "y = x > (T)0 ? x : (T)0", "minidl_bn_relu")
-_relu_mask = cp.ElementwiseKernel("T y, T gy", "T gx", "gx = y > (T)0 ? gy : (T)0", "minidl_bn_relu_mask")
 _add2 = cp.ElementwiseKernel("T da, T db", "T a, T b", "a += da; b += db", "minidl_bn_add2")
 
 
@@ -267,7 +265,7 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
         try:
             _cudnn_fprop(*args)
             if relu:
-                _relu(y, y)
+                RELU(y, y)
             return y, mean, invstd
         except _cd.Unsupported:
             pass
@@ -291,7 +289,7 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
     gx, = out_arrays(out, [(x.shape, x.dtype)])
     if not _use_kernel(x):
         if relu:                                 # masked gy in a scratch buffer: fixed address per shape
-            gy, relu = _relu_mask(y, gy, buffer("bn_gy_relu", x.shape, x.dtype)), False
+            gy, relu = RELU_BPROP(y, gy, buffer("bn_gy_relu", x.shape, x.dtype)), False
         # cuDNN overwrites dscale/dbias: accumulating goes through scratch buffers and an add.
         dgamma = buffer("bn_dgamma", ggamma.shape, ggamma.dtype) if accumulate else ggamma
         dbeta = buffer("bn_dbeta", gbeta.shape, gbeta.dtype) if accumulate else gbeta

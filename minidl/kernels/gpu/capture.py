@@ -1,6 +1,7 @@
 """CUDA graphs for CuPy code: capture a Python function once, replay it with one launch.
 
-`CapturedCall(device, fn)` runs `fn()` eagerly to warm up, then records one call of it on
+Reach it through the device: `device.capture(fn, warmup=2) -> CapturedCall`, and catch
+`minidl.backend.CaptureError`. `CapturedCall(device, fn)` runs `fn()` eagerly to warm up, then records one call of it on
 `device.stream` as a CUDA graph; `replay()` re-runs every kernel it launched, on the same
 addresses, for the cost of one graph launch instead of one Python-driven launch per kernel.
 
@@ -23,12 +24,23 @@ Memory: warm-up and capture allocate from a private `cupy.cuda.MemoryPool` kept 
 object, so memory the graph reads or writes (its temporaries included) is never handed to other
 code afterwards. Temporaries freed during the capture are reused by later allocations of the
 same capture, which is safe because a graph captured on one stream runs its kernels in order.
+Every live CapturedCall is kept in a weak registry, so `live_pools()` (and through it
+`Device.memory_bytes()`) counts the memory the graphs hold besides CuPy's default pool.
 """
 import gc
+import weakref
 
 
 _RULES = ("inside it, avoid host synchronisation (.get(), float(), synchronize()) and host-to-device "
-          "copies (see minidl.cudagraph)")
+          "copies (see minidl.kernels.gpu.capture)")
+
+
+_LIVE = weakref.WeakSet()      # every CapturedCall not yet collected: their private pools hold memory
+
+
+def live_pools():
+    """The private memory pools of the CapturedCalls alive now."""
+    return [c.pool for c in list(_LIVE)]
 
 
 class CaptureError(RuntimeError):
@@ -51,6 +63,7 @@ class CapturedCall:
         cp = device.xp
         self.device, self.stream, self.fn = device, device.stream, fn
         self.pool = cp.cuda.MemoryPool()
+        _LIVE.add(self)
         with self.stream, cp.cuda.using_allocator(self.pool.malloc):
             for _ in range(warmup):
                 fn()
