@@ -107,18 +107,17 @@ def run(args, out=print):
     from minidl.data.loader import Loader
 
     device = dl.get_device(args.device, verbose=True)
-    if args.no_tf32 and device.name == "cuda":
-        from minidl.kernels.gpu import cudnn
-        cudnn.set_tf32(False)
+    if args.no_tf32:
+        device.set_tf32(False)
     if args.checkpoint:
         model = inference.compile(args.checkpoint, device=device)
         s = model.stats
-        out(f"compiled {args.checkpoint}: {s.get('layers', '?')} layers -> {len(model.ops)} ops "
-            f"({s.get('bn_folded', 0)} BN folded, {s.get('relu_fused', 0)} ReLU fused, "
+        out(f"compiled {args.checkpoint}: {s.get('layers', '?')} layers -> {len(model.nodes)} nodes "
+            f"({s.get('batchnorm_folded', 0)} BN folded, {s.get('relu_fused', 0)} ReLU fused, "
             f"{s.get('pad_folded', 0)} pads folded, {s.get('dropout_removed', 0)} dropout removed)")
     else:
         model = inference.load(args.artifact, device=device)
-        out(f"loaded {args.artifact}: {model.name}, {len(model.ops)} ops, {model.n_params:,} parameters")
+        out(f"loaded {args.artifact}: {model.name}, {len(model.nodes)} nodes, {model.n_params:,} parameters")
     if args.no_graphs:
         model.cuda_graphs = False
     if args.no_direct:

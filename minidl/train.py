@@ -112,8 +112,8 @@ def run(args, out=print):
                 save_to=path if args.save else None)
     t = trainer.timing
     rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
-    out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s, "
-        f"with compilation{' and capture' if trainer.graph else ''}{rest})")
+    setup = " with compilation and capture" if trainer.graph else ""     # only a GPU compiles and captures
+    out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{setup}{rest})")
     if args.save:
         out(f"saved {path}")
 
@@ -132,7 +132,7 @@ def run(args, out=print):
 def run_cli(run, args):
     """Run a command line's `run(args)`: a known failure is one `error:` line and exit status 1."""
     from minidl.backend import DeviceError
-    from minidl.cudagraph import CaptureError
+    from minidl.backend import CaptureError
     from minidl.trainer import TrainingDiverged
     try:
         run(args)
