@@ -401,7 +401,7 @@ def test_cli_latency_and_profile(trained):
     out = p.stdout
     assert "latency (batch 1, 1000 runs, input on the device): median" in out and " p99 " in out
     assert "throughput (10000 images in one batch" in out and "images/s" in out
-    assert "profile at batch 200" in out and "conv2d+relu" in out and "dense_2" in out and "total" in out
+    assert "profile at batch 200" in out and "conv2d..dense_2" in out and "total" in out
 
 
 def test_cli_errors(trained, tmp_path):
