@@ -4,6 +4,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))        # `from tests.helpers import ...` (importlib mode adds no path)
 SHARED = ROOT.parent / "shared" / "datasets"
 if "MINIDL_DATA" in os.environ:
     # absolute, so subprocesses started in other folders find it too

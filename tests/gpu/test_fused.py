@@ -8,7 +8,7 @@ cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 
 import minidl  # noqa: E402
-from minidl.cudagraph import CapturedCall  # noqa: E402
+from minidl.backend import CapturedCall  # noqa: E402
 from minidl.kernels.cpu import conv as cconv, dense as cdense, merge as cmerge, norm as cnorm  # noqa: E402
 from minidl.kernels.gpu import _util, cudnn  # noqa: E402
 from minidl.kernels.gpu import conv as gconv, dense as gdense, merge as gmerge, norm as gnorm  # noqa: E402

@@ -80,3 +80,61 @@ class Module:
         if self._mod is None:
             self._mod = cp.RawModule(code=self.code, options=("-std=c++14",), name_expressions=self.names)
         return self._mod.get_function(name)
+
+
+# NV consecutive floats of shared memory into registers, as float4 or float2 loads where NV allows
+# (p aligned to 4 floats when NV % 4 == 0, to 2 when even): the direct conv and chain kernels' weights.
+LOAD_K = r"""
+template<int NV>
+__device__ __forceinline__ void load_k(float (&r)[NV], const float* p) {
+    if (NV % 4 == 0) {
+        #pragma unroll
+        for (int i = 0; i < NV / 4; ++i) {
+            const float4 v = reinterpret_cast<const float4*>(p)[i];
+            r[4 * i] = v.x; r[4 * i + 1] = v.y; r[4 * i + 2] = v.z; r[4 * i + 3] = v.w;
+        }
+    } else if (NV % 2 == 0) {
+        #pragma unroll
+        for (int i = 0; i < NV / 2; ++i) {
+            const float2 v = reinterpret_cast<const float2*>(p)[i];
+            r[2 * i] = v.x; r[2 * i + 1] = v.y;
+        }
+    } else {
+        #pragma unroll
+        for (int i = 0; i < NV; ++i) r[i] = p[i];
+    }
+}
+"""
+
+_F32 = np.dtype(np.float32)
+_raw = {}        # source key -> (RawKernel, dynamic shared bytes, RawModule kept alive)
+
+
+def check_f32(name, a, ndim=None):
+    """Raise unless `a` is a C-contiguous float32 array (of `ndim` dimensions): what the direct kernels take."""
+    if a.dtype != _F32 or not a.flags.c_contiguous or (ndim is not None and a.ndim != ndim):
+        raise ValueError(f"direct kernels take C-contiguous float32 arrays{f' of {ndim} dimensions' if ndim else ''}; "
+                         f"{name} is {a.shape} {a.dtype}")
+
+
+def raw_kernel(key, make_source, name):
+    """(RawKernel `name`, dynamic shared bytes), compiled once per key from make_source() -> (CUDA source, bytes)."""
+    hit = _raw.get(key)
+    if hit is None:
+        src, smem = make_source()
+        mod = cp.RawModule(code=src, options=("-std=c++14",))
+        kern = mod.get_function(name)
+        if smem > 48 * 1024:                        # beyond 48 KiB dynamic shared memory is opt-in
+            kern.max_dynamic_shared_size_bytes = smem
+        hit = _raw[key] = (kern, smem, mod)
+    return hit[0], hit[1]
+
+
+def defines(**kw):
+    """`#define NAME value` lines for integer (or bool) template values of a CUDA source."""
+    return "".join(f"#define {k} {int(v)}\n" for k, v in kw.items())
+
+
+def round_up(v, m):
+    """v rounded up to a multiple of m."""
+    return -(-v // m) * m
