@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from gradcheck import gradcheck, numeric_grad, rel_error
+from tests.helpers.gradcheck import gradcheck, numeric_grad, rel_error
 
 from minidl import Input, Model
 from minidl.kernels.cpu import dropout

@@ -2,7 +2,7 @@
 and True adds, add + ReLU equals add then ReLU; the fused BN + ReLU gradient by central differences."""
 import numpy as np
 import pytest
-from gradcheck import numeric_grad
+from tests.helpers.gradcheck import numeric_grad
 
 from minidl.kernels.cpu import activation, conv, dense, merge, norm
 

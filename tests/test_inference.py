@@ -11,7 +11,7 @@ import minidl as dl
 from minidl import checkpoint, inference, layers as L, models, optim
 from minidl.data import write_idx
 from minidl.inference import ArtifactError
-from minidl.bench import randomize_weights  # noqa: E402
+from tests.helpers import randomize_weights
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RTOL = 1e-5     # max |compiled - model| / max |model|: float32 rounding of the folded weights

@@ -1,7 +1,7 @@
 """Activations, Add, Pad2D, Dense, Flatten, Softmax: forwards against references, gradient checks."""
 import numpy as np
 import pytest
-from gradcheck import check_model, gradcheck
+from tests.helpers.gradcheck import check_model, gradcheck
 
 from minidl import Input, Model, Sequential
 from minidl import layers as L

@@ -7,7 +7,7 @@ import numpy as np
 
 import minidl as dl
 import pytest
-from gradcheck import check_model
+from tests.helpers.gradcheck import check_model
 
 from minidl import Input, Model, models
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
-import reference
-from gradcheck import gradcheck
+from tests.helpers import reference
+from tests.helpers.gradcheck import gradcheck
 
 from minidl import Input, Model
 from minidl.kernels.cpu import pool
