@@ -2,8 +2,9 @@
 
 Reach it through the device: `device.capture(fn, warmup=2) -> CapturedCall`, and catch
 `minidl.backend.CaptureError`. `CapturedCall(device, fn)` runs `fn()` eagerly to warm up, then
-records one call of it on `device.stream` as a CUDA graph; `replay()` re-runs every kernel it launched, on the same
-addresses, for the cost of one graph launch instead of one Python-driven launch per kernel.
+records one call of it on `device.stream` as a CUDA graph; `replay()` re-runs every kernel it
+launched, on the same addresses, for the cost of one graph launch instead of one Python-driven
+launch per kernel.
 
 The rules `fn` must follow, because a graph replays kernels, never Python:
 
