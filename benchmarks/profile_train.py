@@ -5,24 +5,19 @@ own CUDA graph (so launch overhead is excluded), summed by layer type.
 """
 import argparse
 import collections
+import sys
 
 import numpy as np
 
 import minidl as dl
 from minidl import models, optim
-from minidl.cudagraph import CapturedCall
 
 
 def gpu_ms(device, fn, repeats):
-    cp = device.xp
-    call = CapturedCall(device, lambda: [fn() for _ in range(repeats)], warmup=1)
-    start, end = cp.cuda.Event(), cp.cuda.Event()
+    """GPU milliseconds per call of fn: `repeats` calls captured as one CUDA graph, timed by events."""
+    call = device.capture(lambda: [fn() for _ in range(repeats)], warmup=1)
     call.replay()
-    start.record(device.stream)
-    call.replay()
-    end.record(device.stream)
-    end.synchronize()
-    return cp.cuda.get_elapsed_time(start, end) / repeats
+    return device.elapsed_ms(call.replay) / repeats
 
 
 def main():
@@ -31,6 +26,10 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--repeats", type=int, default=20)
     args = p.parse_args()
+    ok, why = dl.backend.cuda_status()
+    if not ok:
+        print(f"profile_train: needs a GPU: {why}", file=sys.stderr)
+        return 2
     dev = dl.get_device("cuda")
     model = models.resnet(args.depth, device=dev) if args.depth else models.lenet5(device=dev)
     trainer = dl.Trainer(model, optim.Momentum(0.01), progress=False, log=lambda s: None)
@@ -60,4 +59,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -165,6 +165,12 @@ class Device:
         pools = [self.xp.get_default_memory_pool()] + live
         return MemoryUse(sum(p.used_bytes() for p in pools), sum(p.total_bytes() for p in pools))
 
+    def free_memory(self):
+        """Give CuPy's cached, unused blocks back to the GPU, so that the `reserved` of the next
+        memory_bytes() counts only what later code holds (a fresh peak). No-op on cpu."""
+        if self.name == "cuda":
+            self.xp.get_default_memory_pool().free_all_blocks()
+
     def __repr__(self):
         return f"Device({self.name!r}, dtype={self.dtype.name})"
 

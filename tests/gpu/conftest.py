@@ -6,6 +6,7 @@ before collecting, also when asked for tests/gpu alone).
 """
 import pathlib
 
+import numpy as np
 import pytest
 
 HERE = pathlib.Path(__file__).parent
@@ -42,3 +43,10 @@ def no_tf32():
     cudnn.set_tf32(False)
     yield
     cudnn.set_tf32(was)
+
+
+@pytest.fixture
+def rand():
+    """rand(*shape): float32 standard normals from a generator seeded per test."""
+    rng = np.random.default_rng(0)
+    return lambda *shape: rng.standard_normal(shape).astype(np.float32)

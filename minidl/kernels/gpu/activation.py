@@ -2,6 +2,7 @@
 import cupy as cp
 
 from ._util import RELU, RELU_BPROP
+
 _leaky = cp.ElementwiseKernel("T x, T alpha", "T y", "y = x > (T)0 ? x : alpha * x", "minidl_leaky")
 _leaky_b = cp.ElementwiseKernel("T x, T gy, T alpha", "T gx", "gx = x > (T)0 ? gy : alpha * gy",
                                 "minidl_leaky_bprop")

@@ -1,9 +1,10 @@
 """CUDA graphs for CuPy code: capture a Python function once, replay it with one launch.
 
 Reach it through the device: `device.capture(fn, warmup=2) -> CapturedCall`, and catch
-`minidl.backend.CaptureError`. `CapturedCall(device, fn)` runs `fn()` eagerly to warm up, then records one call of it on
-`device.stream` as a CUDA graph; `replay()` re-runs every kernel it launched, on the same
-addresses, for the cost of one graph launch instead of one Python-driven launch per kernel.
+`minidl.backend.CaptureError`. `CapturedCall(device, fn)` runs `fn()` eagerly to warm up, then
+records one call of it on `device.stream` as a CUDA graph; `replay()` re-runs every kernel it
+launched, on the same addresses, for the cost of one graph launch instead of one Python-driven
+launch per kernel.
 
 The rules `fn` must follow, because a graph replays kernels, never Python:
 
@@ -33,8 +34,6 @@ import weakref
 
 _RULES = ("inside it, avoid host synchronisation (.get(), float(), synchronize()) and host-to-device "
           "copies (see minidl.kernels.gpu.capture)")
-
-
 _LIVE = weakref.WeakSet()      # every CapturedCall not yet collected: their private pools hold memory
 
 

@@ -5,16 +5,13 @@ Statistics are per channel over (N, H, W); x is (N, C, H, W) or (N, C). `invstd`
 with the biased batch variance; the running variance is updated with the unbiased one, as cuDNN and
 PyTorch do: r = (1 - momentum) r + momentum * batch.
 
-Why the RawKernels: a ResNet-50 step at batch 32 has BNs of M = N*H*W = 32..6272 values per channel,
-where cuDNN's batchnorm costs 7-15 us a call, plus a ReLU kernel, a mask kernel and an add of dscale
-and dbias. One block handles CB whole channels, keeps its values in registers (R per thread), sums
-them in double (two passes: no E[x^2] - E[x]^2 cancellation), updates the running statistics and
-writes y (ReLU included) or gx, ggamma, gbeta: one launch per direction, deterministic sums.
-Measured on an H100 (graph replays, tests/gpu/test_fused.py): 3.3-4.8 us forward and 2.9-8.4 us
-backward for those shapes, against 9-18 us (cuDNN + ReLU) and 11-22 us (mask + cuDNN + add).
-Above _KERNEL_MAX_M values per channel cuDNN runs (at 25088 its forward is as fast, at 100352 three
-times faster: one block per channel leaves SMs idle); where cuDNN has no engine (C not a multiple of
-its vector width: C = 3, 10 fail, 16 builds) the RawKernels run at any size.
+Why the RawKernels: a ResNet-50 step at batch 32 has BNs of M = N*H*W = 32..6272 values per channel, where
+cuDNN's batchnorm costs 7-15 us a call plus ReLU, mask and add kernels. One block handles CB whole channels
+in registers (R values a thread), sums in double (two passes: no E[x^2] - E[x]^2 cancellation), updates the
+running statistics and writes y (ReLU included) or gx, ggamma, gbeta: one deterministic launch a direction.
+H100 graph replays (tests/gpu/test_fused.py): 3.3-4.8 us forward, 2.9-8.4 us backward, against 9-18 us and
+11-22 us with cuDNN. Above _KERNEL_MAX_M values per channel cuDNN runs (one block a channel leaves SMs idle);
+where cuDNN has no engine (C not a multiple of its vector width: C = 3, 10) the RawKernels run at any size.
 """
 import cupy as cp
 import numpy as np

@@ -1,0 +1,1 @@
+"""Benchmarks against PyTorch and profiling scripts; run from the repository root (never shipped in minidl)."""

@@ -1,0 +1,153 @@
+"""Training speed: minidl and PyTorch train the same architecture on the same MNIST batches.
+
+Both use the minidl loader's seeded order and the same optimizer; PyTorch runs eagerly and with its
+whole step captured in a CUDA graph. Peak memory: minidl's is what CuPy's pools reserve, CUDA-graph
+pools included (Device.memory_bytes); PyTorch's is torch.cuda.max_memory_reserved / _allocated.
+"""
+import gc
+import importlib.util
+import time
+
+TRAIN_CASES = {
+    "resnet50": dict(model="resnet", depth=50, batch=32, steps=500, optimizer="momentum", lr=0.01),
+    "lenet-b32": dict(model="lenet", depth=None, batch=32, epochs=1, optimizer="adam", lr=1e-3),
+    "lenet-b256": dict(model="lenet", depth=None, batch=256, epochs=1, optimizer="adam", lr=1e-3),
+}
+WARMUP = 10          # steps run before the clock starts (capture, cuDNN plans, autotuning)
+
+
+# -- minidl -----------------------------------------------------------------------------------
+def minidl_train(case, train, test, graph=True, seed=0):
+    import minidl as dl
+    from minidl import models, optim
+    gc.collect()                                  # the previous run's graphs and buffers go now
+    dev = dl.get_device("cuda", seed=seed)
+    dev.free_memory()                             # so the pools' reserve is this run's peak
+    model = models.get(case["model"], depth=case["depth"], device=dev, seed=seed)
+    opt = optim.get(case["optimizer"], lr=case["lr"], **({"momentum": 0.9} if case["optimizer"] == "momentum" else {}))
+    trainer = dl.Trainer(model, opt, seed=seed, graph=graph, progress=False, log=lambda s: None)
+    loader = dl.data.Loader(*train, case["batch"], dev, seed=seed)
+    steps = case.get("steps") or case["epochs"] * len(loader)
+    trainer.fit(loader, steps=WARMUP, monitor=10 ** 9)
+    dev.sync()
+    t0 = time.perf_counter()
+    trainer.fit(loader, steps=steps - WARMUP, monitor=10 ** 9)
+    dev.sync()
+    ms = (time.perf_counter() - t0) / (steps - WARMUP) * 1e3
+    mem = dev.memory_bytes()                      # before evaluating: the training step's memory
+    _, acc = trainer.evaluate(test, batch_size=1000)
+    return {"ms_per_step": ms, "test_accuracy": acc, "steps": steps,
+            "peak_reserved_mb": mem.reserved / 2 ** 20, "in_use_mb": mem.used / 2 ** 20}
+
+
+# -- PyTorch ----------------------------------------------------------------------------------
+def torch_train(case, train, test, graph, seed=0):
+    import torch
+    import torch.nn.functional as F
+    import minidl as dl
+    from benchmarks.torch_models import torch_model
+    torch.manual_seed(seed)
+    gc.collect()
+    torch.cuda.empty_cache()
+    dev = torch.device("cuda")
+    model = torch_model(case).to(dev).to(memory_format=torch.contiguous_format)
+    if case["optimizer"] == "momentum":
+        opt = torch.optim.SGD(model.parameters(), lr=case["lr"], momentum=0.9)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=case["lr"], capturable=graph)
+    x_all = ((torch.tensor(train[0], device=dev).float() / 255 - 0.1307) / 0.3081).unsqueeze(1)
+    y_all = torch.tensor(train[1], device=dev).long()
+    order = dl.data.Loader(*train, case["batch"], dl.get_device("cpu"), seed=seed)   # the same batches
+    B, per_epoch = case["batch"], len(order)
+    steps = case.get("steps") or case["epochs"] * per_epoch
+    perms = {}
+
+    def indices(step):
+        e, k = divmod(step, per_epoch)
+        if e not in perms:
+            perms[e] = torch.tensor(order.order(e), device=dev)
+        return perms[e][k * B:(k + 1) * B]
+
+    sx, sy = torch.empty((B, 1, 28, 28), device=dev), torch.empty(B, dtype=torch.long, device=dev)
+    loss_sum, hits = torch.zeros((), device=dev), torch.zeros((), device=dev, dtype=torch.long)
+
+    def step_fn():
+        opt.zero_grad(set_to_none=False)
+        out = model(sx)
+        loss = F.cross_entropy(out, sy)
+        loss.backward()
+        opt.step()
+        loss_sum.add_(loss.detach())
+        hits.add_((out.argmax(1) == sy).sum())
+
+    model.train()
+    run = step_fn
+    if graph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for s in range(3):
+                torch.index_select(x_all, 0, indices(s), out=sx)
+                torch.index_select(y_all, 0, indices(s), out=sy)
+                step_fn()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step_fn()
+        run = g.replay
+    torch.cuda.reset_peak_memory_stats()
+    t0 = None
+    for s in range(3 if graph else 0, steps):
+        if s == WARMUP:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        torch.index_select(x_all, 0, indices(s), out=sx)
+        torch.index_select(y_all, 0, indices(s), out=sy)
+        run()
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) / (steps - WARMUP) * 1e3
+    model.eval()
+    xt = ((torch.tensor(test[0], device=dev).float() / 255 - 0.1307) / 0.3081).unsqueeze(1)
+    yt = torch.tensor(test[1], device=dev).long()
+    with torch.no_grad():
+        correct = sum(int((model(xt[i:i + 1000]).argmax(1) == yt[i:i + 1000]).sum()) for i in range(0, len(yt), 1000))
+    return {"ms_per_step": ms, "test_accuracy": 100.0 * correct / len(yt),
+            "peak_reserved_mb": torch.cuda.max_memory_reserved() / 2 ** 20,
+            "in_use_mb": torch.cuda.max_memory_allocated() / 2 ** 20, "steps": steps}
+
+
+# -- driver -----------------------------------------------------------------------------------
+def bench_train(names, out=print):
+    """Train each case with minidl (graphed, eager) and PyTorch (eager, graphed); print and return the figures."""
+    import minidl as dl
+    train, test = dl.data.mnist("train"), dl.data.mnist("test")
+    have_torch = importlib.util.find_spec("torch") is not None
+    if not have_torch:
+        out("PyTorch is not installed: minidl figures only")
+    results = {}
+    for name in names:
+        case = TRAIN_CASES[name]
+        r = {"minidl": minidl_train(case, train, test, graph=True),
+             "minidl_eager": minidl_train(case, train, test, graph=False)}
+        if have_torch:
+            r["torch_eager"] = torch_train(case, train, test, graph=False)
+            r["torch_graph"] = torch_train(case, train, test, graph=True)
+        results[name] = r
+        out(f"{name}: " + ", ".join(f"{k} {v['ms_per_step']:.3f} ms/step {v['test_accuracy']:.2f}%" for k, v in r.items()))
+    print_table(results, out)
+    return results
+
+
+def print_table(results, out=print):
+    """One row per case and runner: ms/step, ratios to PyTorch, memory, test accuracy."""
+    out(f"{'case':<12} {'runner':<13} {'ms/step':>9} {'vs torch eager':>15} {'vs torch graph':>15} "
+        f"{'reserved MiB':>13} {'in use MiB':>11} {'test acc':>9}")
+    for name, r in results.items():
+        te, tg = r.get("torch_eager"), r.get("torch_graph")
+        for runner, v in r.items():
+            ratio = lambda ref: f"{ref['ms_per_step'] / v['ms_per_step']:.2f}x" if ref else "-"
+            out(f"{name:<12} {runner:<13} {v['ms_per_step']:>9.3f} {ratio(te):>15} {ratio(tg):>15} "
+                f"{v['peak_reserved_mb']:>13.0f} {v['in_use_mb']:>11.0f} {v['test_accuracy']:>8.2f}%")
+    out("reserved: peak memory held by the allocator (minidl: CuPy's pool and the CUDA graphs' pools); in use: "
+        "minidl's live arrays after training, PyTorch's peak allocated")
+
