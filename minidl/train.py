@@ -38,6 +38,11 @@ def _unwritable(path):
     if os.path.isdir(path):
         return "is a directory"
     folder = os.path.dirname(path) or "."
+    parent = folder
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        return f"cannot be written ({parent} is a file, not a folder)"
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".minidl-write-test-"):
