@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from .train import positive, run_cli
+from .train import check_args, positive, run_cli
 
 THROUGHPUT_IMAGES = 10_000
 
@@ -40,6 +40,7 @@ def parser():
                         "dense chains, a whole LeNet in one kernel at small batch)")
     p.add_argument("--no-tf32", action="store_true",
                    help="full FP32 convolutions on the GPU (TF32 is on by default)")
+    p.add_argument("--threads", type=positive, help="CPU: BLAS/OpenMP threads (1, or $OMP_NUM_THREADS)")
     return p
 
 
@@ -105,7 +106,9 @@ def run(args, out=print):
     import minidl as dl
     from minidl import data, inference
     from minidl.data.loader import Loader
+    from minidl.threads import set_threads
 
+    set_threads(args.threads)
     device = dl.get_device(args.device, verbose=True)
     if args.no_tf32:
         device.set_tf32(False)
@@ -155,7 +158,8 @@ def run(args, out=print):
 
 
 def main(argv=None):
-    return run_cli(run, parser().parse_args(argv))
+    p = parser()
+    return run_cli(run, check_args(p, p.parse_args(argv), batch_split="test"))
 
 
 if __name__ == "__main__":

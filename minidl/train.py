@@ -4,13 +4,18 @@
     python -m minidl.train --model lenet --epochs 1 -s
 """
 import argparse
+import math
 import os
 import sys
+import tempfile
 
 DEFAULT_LR = {"sgd": 0.01, "momentum": 0.05, "adam": 1e-3, "rmsprop": 1e-3}
 # Measured defaults (README, Results): LeNet-5 with Adam reached 98.1% after one epoch on the GPU;
 # ResNet-50 with momentum 0.9, lr 0.05 and cosine decay reached 97.1% after -b32 -n500.
 DEFAULT_OPTIMIZER = {"lenet": "adam", "resnet": "momentum"}
+# Split sizes, known without reading a file, so that flags are checked before any data is loaded.
+IMAGES = {"train": 60_000, "test": 10_000}          # MNIST and Fashion-MNIST alike
+MAX_RUNS = 1_000_000                                # infer --runs: beyond this a typo, not a benchmark
 
 
 def positive(v):
@@ -18,6 +23,83 @@ def positive(v):
     if n <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
     return n
+
+
+def checkpoint_path(args):
+    """--checkpoint, else checkpoints/<model tag>.npz (lenet5, resnet18, ...)."""
+    if args.checkpoint:
+        return args.checkpoint
+    depth = args.depth or (18 if args.model == "resnet" else None)
+    return os.path.join("checkpoints", f"resnet{depth}.npz" if depth else "lenet5.npz")
+
+
+def _unwritable(path):
+    """Why a file cannot be written at `path` (its folder is created if missing), or None."""
+    if os.path.isdir(path):
+        return "is a directory"
+    folder = os.path.dirname(path) or "."
+    parent = folder
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        return f"cannot be written ({parent} is a file, not a folder)"
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".minidl-write-test-"):
+            pass
+    except OSError as e:
+        return f"cannot be written ({e.strerror or e})"
+    return None
+
+
+def check_args(p, args, batch_split="train"):
+    """Check every flag's value before any data is read or model built; the first bad one ends
+    the run through p.error: the usage line and one message naming the flag, exit status 2.
+
+    Shared by minidl.infer: each check runs only for the flags its parser has. `batch_split` is
+    the split the batch size is drawn from (train for training, test for inference).
+    """
+    a = vars(args)
+
+    def flag(dest):          # the option string the user typed for `dest`, e.g. -b or --batch-size
+        return next(act.option_strings[0] for act in p._actions if act.dest == dest)
+
+    def error(dest, msg):
+        p.error(f"argument {flag(dest)}: {msg}")
+
+    for dest, low in (("lr", "> 0"), ("weight_decay", ">= 0")):
+        v = a.get(dest)
+        if v is not None and (not math.isfinite(v) or (v <= 0 if low == "> 0" else v < 0)):
+            error(dest, f"must be a finite number {low}, got {v}")
+    if a.get("seed") is not None and a["seed"] < 0:
+        error("seed", f"must be a non-negative integer, got {a['seed']}")
+    limits = {"batch_size": (IMAGES[batch_split], f"{args.dataset} {batch_split} images"),
+              "test_batch": (IMAGES["test"], f"{args.dataset} test images")}
+    for dest, (n, what) in limits.items():
+        if a.get(dest) is not None and a[dest] > n:
+            error(dest, f"{a[dest]:,} is larger than the {n:,} {what}")
+    if a.get("runs") is not None and a["runs"] > MAX_RUNS:
+        error("runs", f"{a['runs']:,} is more than {MAX_RUNS:,}")
+    if a.get("depth") and a.get("model") == "lenet":
+        error("depth", f"-r {a['depth']} is a ResNet depth and conflicts with --model lenet")
+    if a.get("load") and a.get("resume"):
+        error("load", "conflicts with --resume (which restores the weights and the optimizer state)")
+    if "resume" in a:                                # the training command line
+        path = checkpoint_path(args)
+        for dest in ("resume", "load"):
+            if a[dest] and not os.path.isfile(path):
+                error(dest, f"no checkpoint file {path} (set --checkpoint, or train with -s first)")
+        why = _unwritable(path) if args.save else None
+        if why:          # found now, not by a traceback after the whole run
+            error("checkpoint" if args.checkpoint else "save", f"-s cannot save to {path}: it {why}")
+    for dest in ("checkpoint", "artifact"):
+        if "resume" not in a and a.get(dest) and not os.path.isfile(a[dest]):
+            error(dest, f"no file {a[dest]}")
+    if a.get("save_artifact"):
+        why = _unwritable(a["save_artifact"])
+        if why:
+            error("save_artifact", f"{a['save_artifact']} {why}")
+    return args
 
 
 def parser():
@@ -49,6 +131,7 @@ def parser():
     p.add_argument("--data-dir", help="dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)")
     p.add_argument("--dataset", choices=("mnist", "fashion-mnist"), default="mnist", help="dataset (mnist)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights, shuffling and dropout (0)")
+    p.add_argument("--threads", type=positive, help="CPU: BLAS/OpenMP threads (1, or $OMP_NUM_THREADS)")
     p.add_argument("--checkpoint", help="checkpoint path (checkpoints/<model>.npz)")
     p.add_argument("--no-graph", dest="graph", action="store_false",
                    help="GPU: run each step eagerly instead of replaying it as one CUDA graph")
@@ -68,10 +151,13 @@ def run(args, out=print):
     import minidl as dl
     from minidl import data, models, optim
 
+    from minidl.threads import set_threads
+
     model_name = "resnet" if args.depth or args.model == "resnet" else "lenet"
     depth = args.depth or (18 if model_name == "resnet" else None)
     tag = f"resnet{depth}" if depth else "lenet5"
-    path = args.checkpoint or os.path.join("checkpoints", f"{tag}.npz")
+    path = checkpoint_path(args)
+    threads = set_threads(args.threads)
     device = dl.get_device(args.device, seed=args.seed, verbose=True)
     device.set_tf32(args.tf32)
     device.set_deterministic(not args.nondeterministic)
@@ -103,7 +189,7 @@ def run(args, out=print):
     elif args.load:
         dl.checkpoint.load_weights(path, model)
         out(f"loaded weights from {path}")
-    mode = "" if device.name == "cpu" else \
+    mode = f", {threads} thread{'s' * (threads > 1)}" if device.name == "cpu" else \
         f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}"
     out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
         f"{name} lr {lr:g} {args.schedule}, batch {args.batch_size}{mode} ..")
@@ -112,8 +198,8 @@ def run(args, out=print):
                 save_to=path if args.save else None)
     t = trainer.timing
     rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
-    setup = " with compilation and capture" if trainer.graph else ""     # only a GPU compiles and captures
-    out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{setup}{rest})")
+    how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
+    out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{how}{rest})")
     if args.save:
         out(f"saved {path}")
 
@@ -146,7 +232,8 @@ def run_cli(run, args):
 
 
 def main(argv=None):
-    return run_cli(run, parser().parse_args(argv))
+    p = parser()
+    return run_cli(run, check_args(p, p.parse_args(argv)))
 
 
 if __name__ == "__main__":

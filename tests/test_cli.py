@@ -108,19 +108,87 @@ def test_missing_data_is_a_one_line_error(tmp_path):
     assert not list(missing.rglob("*ubyte*"))                 # nothing half-downloaded is left
 
 
-@needs_mnist
-def test_resume_without_checkpoint_names_the_file(tmp_path):
-    p = train("--resume", "-n", "5", "--device", "cpu", cwd=tmp_path)
-    assert p.returncode == 1
-    assert "Traceback" not in p.stderr
-    err = p.stderr.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ")
-    assert os.path.join("checkpoints", "lenet5.npz") in err[0]
-    assert not STEP_LINE.search(p.stdout)                     # it did not train from scratch
+@pytest.fixture
+def no_data(monkeypatch, tmp_path):
+    """Run in an empty folder where reading data, finding data or building a device fails the test."""
+    import minidl
+
+    def touched(*a, **k):
+        raise AssertionError("data was read or a model was built before the flags were checked")
+    for mod, name in ((minidl.data, "load"), (minidl.data, "find_dataset"), (minidl, "get_device")):
+        monkeypatch.setattr(mod, name, touched)
+    monkeypatch.setenv("MINIDL_DATA", str(tmp_path / "empty"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    return tmp_path
+
+
+def exits_2(main, args, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2
+    assert err.startswith("usage: python -m minidl.")
+    last = err.strip().splitlines()[-1]
+    assert f"error: argument {flag}:" in last, err
+    assert out == ""
+    return err
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--lr", "-1"], "--lr"), (["--lr", "nan"], "--lr"), (["--lr", "inf"], "--lr"), (["--lr", "0"], "--lr"),
+    (["--weight-decay", "-1"], "--weight-decay"), (["--weight-decay", "nan"], "--weight-decay"),
+    (["--weight-decay", "inf"], "--weight-decay"),
+    (["-b", "1000000000"], "-b"), (["-b", "60001"], "-b"),
+    (["-b", "70000", "--epochs", "1"], "-b"),                 # was a cosine-schedule error
+    (["-x", "10001"], "-x"), (["--epochs", "0"], "--epochs"), (["-m", "0"], "-m"), (["-n", "0"], "-n"),
+    (["-y", "0"], "-y"), (["--threads", "0"], "--threads"), (["--seed", "-1"], "--seed"),
+    (["-r18", "--model", "lenet"], "-r"), (["-l", "--resume"], "-l"),
+    (["--resume"], "--resume"), (["-l"], "-l"), (["--resume", "-r", "50"], "--resume"),
+    (["--resume", "--checkpoint", "elsewhere/x.npz"], "--resume"),
+    (["-s", "--checkpoint", "a-file/x.npz"], "--checkpoint"),   # a file where the folder should be
+    (["-s", "--checkpoint", "."], "--checkpoint"),               # a folder, not a file
+])
+def test_train_rejects_bad_values_before_reading_data(args, flag, no_data, capsys):
+    from minidl import train as cli
+    exits_2(cli.main, args, flag, capsys)
+
+
+def test_missing_checkpoint_message_names_the_default_path(no_data, capsys):
+    from minidl import train as cli
+    err = exits_2(cli.main, ["--resume", "-r", "50"], "--resume", capsys)
+    assert os.path.join("checkpoints", "resnet50.npz") in err
+
+
+def test_save_checks_a_writable_folder_and_leaves_no_file(no_data, capsys):
+    from minidl import train as cli
+    args = cli.check_args(cli.parser(), cli.parser().parse_args(["-s", "--checkpoint", "new/dir/x.npz"]))
+    assert args.save
+    assert (no_data / "new" / "dir").is_dir() and not list((no_data / "new" / "dir").iterdir())
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--checkpoint", "missing.npz"], "--checkpoint"), (["--artifact", "missing.npz"], "--artifact"),
+    (["--checkpoint", "a-file", "--batch-size", "0"], "--batch-size"),
+    (["--checkpoint", "a-file", "--batch-size", "10001"], "--batch-size"),
+    (["--checkpoint", "a-file", "--runs", "0"], "--runs"),
+    (["--checkpoint", "a-file", "--runs", "1000000000"], "--runs"),
+    (["--checkpoint", "a-file", "--threads", "0"], "--threads"),
+    (["--checkpoint", "a-file", "--save-artifact", "a-file/x.npz"], "--save-artifact"),
+])
+def test_infer_rejects_bad_values_before_reading_data(args, flag, no_data, capsys):
+    from minidl import infer as cli
+    exits_2(cli.main, args, flag, capsys)
+
+
+def test_infer_names_no_gpu_module():
+    assert "kernels.gpu" not in (ROOT / "minidl" / "infer.py").read_text()
 
 
 @needs_mnist
-def test_resume_from_an_explicit_checkpoint_path(tmp_path):
-    p = train("--resume", "--checkpoint", "elsewhere/x.npz", "--device", "cpu", cwd=tmp_path)
-    assert p.returncode == 1
-    assert "elsewhere/x.npz" in p.stderr and "Traceback" not in p.stderr
+def test_cpu_run_does_not_claim_compilation(tmp_path):
+    p = train("-n", "3", "-m", "3", "-y", "1", "-x", "100", "--device", "cpu", "--threads", "1", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    line = next(l for l in lines_of(p) if l.startswith("trained 3 steps"))
+    assert "compilation" not in line
+    assert ", 1 thread" in p.stdout

@@ -81,12 +81,19 @@ def maxpool2d_bprop(plan, x, y, gy, out=None):
     xp = _pad(x, plan.pads, -np.inf)
     gxp = np.zeros(xp.shape, dtype=gy.dtype)
     free = np.ones(y.shape, dtype=bool)      # windows whose max has not been routed yet
+    hit, g = np.empty(y.shape, dtype=bool), np.empty(gy.shape, dtype=gy.dtype)
+    # Disjoint windows write each input cell once: the gradient is stored, not added.
+    disjoint = plan.stride[0] >= plan.ksize[0] and plan.stride[1] >= plan.ksize[1]
     # Offsets in row-major order and `free` send each gradient to the first max only (ties
     # as PyTorch and deterministic cuDNN); overlapping windows accumulate through +=.
     for s in _slabs(plan):
-        hit = (xp[s] == y) & free
-        gxp[s] += np.where(hit, gy, 0)
-        free &= ~hit
+        np.equal(xp[s], y, out=hit)
+        hit &= free
+        free ^= hit                          # hit is within free: this clears the routed windows
+        if disjoint:
+            np.multiply(gy, hit, out=gxp[s])
+        else:
+            gxp[s] += np.multiply(gy, hit, out=g)
     return _emit(_crop(plan, gxp), out)
 
 

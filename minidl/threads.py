@@ -1,0 +1,32 @@
+"""How many threads the CPU kernels' BLAS and OpenMP pools use (threadpoolctl).
+
+NumPy's OpenBLAS starts one thread per core and spins them on every matrix product. LeNet-sized
+products (at most a few hundred thousand multiply-adds) finish before a second thread pays for
+its wake-up, and on a machine whose cores are busy a spinning pool waits for a core on every call:
+a LeNet-5 step at batch 32 took 10-25x longer under load (README, The command line).
+"""
+import os
+
+from threadpoolctl import threadpool_info, threadpool_limits
+
+DEFAULT_THREADS = 1     # measured on the 2-core machine: README, Results (CPU threads)
+_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def set_threads(n=None):
+    """Limit every BLAS and OpenMP pool in the process to n threads; returns the limit applied.
+
+    n=None: the user's OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS when set (the first
+    of those), else DEFAULT_THREADS.
+    """
+    if n is None:
+        n = next((int(os.environ[k]) for k in _ENV if os.environ.get(k, "").isdigit()), DEFAULT_THREADS)
+    if n < 1:
+        raise ValueError(f"threads must be a positive integer, got {n}")
+    threadpool_limits(limits=n)
+    return n
+
+
+def current_threads():
+    """{library name: threads} of the pools threadpoolctl sees (e.g. {'openblas': 1})."""
+    return {p["internal_api"]: p["num_threads"] for p in threadpool_info()}
