@@ -16,6 +16,8 @@ class Loader:
     Epoch e visits the samples in a permutation drawn from NumPy's generator seeded with (seed, e),
     so any batch of any epoch can be rebuilt exactly: `batch(e, k)` is the k-th batch that
     iterating epoch e yields, which is how a resumed run continues mid-epoch.
+    Labels must be integers in [0, classes): checked here, where user arrays enter, so a -1 or a
+    15 fails at once with a DataError instead of training as another class or failing in the loss.
     """
 
     def __init__(self, images, labels, batch_size, device, shuffle=True, seed=0, drop_last=True,
