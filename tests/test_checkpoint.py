@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl import checkpoint as ckpt, data, layers as L, models, optim
+from minidl import checkpoint as ckpt, layers as L, models, optim
 from minidl.checkpoint import CheckpointError
 
 
 @pytest.fixture(scope="module")
-def mnist_small():
-    images, labels = data.mnist("train")
+def mnist_small(mnist_train):  # conftest: real MNIST, or look-alikes where it is absent
+    images, labels = mnist_train
     return images[:300], labels[:300]
 
 

@@ -14,7 +14,8 @@ DATA = os.environ.get("MINIDL_DATA")
 STEP_LINE = re.compile(r"step: +\d+, loss: \d+\.\d{3}, accuracy: \d+\.\d{3}%")
 RESULT_LINE = re.compile(r"loss: \d+\.\d{3}, accuracy: \d+\.\d{3}%.*")
 
-needs_mnist = pytest.mark.skipif(not DATA, reason="MINIDL_DATA (real MNIST) is not set")
+needs_mnist = pytest.mark.skipif(not (DATA and os.path.isdir(os.path.join(DATA, "mnist"))),
+                                 reason="real MNIST not found: $MINIDL_DATA/mnist/ is missing")
 
 
 def train(*args, cwd, data=True, **env_extra):

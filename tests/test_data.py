@@ -4,6 +4,10 @@ import gzip
 import hashlib
 import http.server
 import os
+import struct
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -12,6 +16,7 @@ import pytest
 from minidl.backend import Device
 from minidl.data import DataError, Loader, find_dataset, load, read_idx, write_idx
 from minidl.data import datasets
+from minidl.data.idx import MAX_BYTES
 
 STEMS = [s for split in datasets.FILES.values() for s in split]
 
@@ -92,6 +97,53 @@ def test_idx_rejects_truncated_gzip_stream_and_missing_file(tmp_path):
         read_idx(tmp_path / "missing")
 
 
+def _gzip_bomb(path, header, payload, extra_zeros):
+    """header + payload + `extra_zeros` zero bytes, gzipped as repeated members: tiny on disk."""
+    zeros = gzip.compress(bytes(64 << 20), compresslevel=1)  # one 64 MiB member, reused
+    with open(path, "wb") as f:
+        f.write(gzip.compress(header + payload, compresslevel=1))
+        for _ in range(extra_zeros // (64 << 20)):
+            f.write(zeros)
+    return path
+
+
+def _header(code, *dims):
+    return struct.pack(f">HBB{len(dims)}I", 0, code, len(dims), *dims)
+
+
+def test_idx_header_declaring_a_huge_payload_is_refused_before_reading(tmp_path):
+    path = _write_raw(tmp_path / "huge.gz", _header(8, 2**32 - 1, 28, 28) + bytes(100))
+    with pytest.raises(DataError, match="more than the .* allowed") as info:
+        read_idx(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    write_idx(tmp_path / "ok", np.zeros((3, 4), np.int32))  # 48 bytes: a bound of 47 refuses it
+    with pytest.raises(DataError, match="48 bytes"):
+        read_idx(tmp_path / "ok", max_bytes=47)
+    assert read_idx(tmp_path / "ok", max_bytes=48).shape == (3, 4)
+
+
+def test_idx_gzip_bomb_after_a_valid_header_fails_in_bounded_memory(tmp_path):
+    # MNIST's train images, then 1 GiB of zeros in a 5 MB file: reading it all would take 1 GiB
+    bomb = _gzip_bomb(tmp_path / "train-images-idx3-ubyte.gz", _header(8, 60000, 28, 28),
+                      bytes(60000 * 28 * 28), 1 << 30)
+    assert bomb.stat().st_size < 8 << 20
+    # a fresh process, so its peak RSS is this read's alone (the test process has seen more)
+    script = textwrap.dedent(f"""
+        import resource
+        from minidl.data import DataError, read_idx
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            read_idx({str(bomb)!r})
+        except DataError as e:
+            print(e)
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    message, grown_mib = p.stdout.splitlines()
+    assert str(bomb) in message and "trailing bytes" in message, p.stderr
+    assert int(grown_mib) < 150, f"peak RSS grew by {grown_mib} MiB"  # the 45 MiB payload, not 1 GiB
+
+
 # ---- lookup order ----
 
 @pytest.fixture
@@ -129,6 +181,33 @@ def test_lookup_loose_files_in_root_must_match_the_dataset(isolated):
         find_dataset("cifar10", download=False)
 
 
+def test_explicit_data_dir_is_used_alone_and_must_exist(isolated, monkeypatch):
+    _make_dataset(isolated / "env" / "mnist")
+    monkeypatch.setenv("MINIDL_DATA", str(isolated / "env"))  # would be found: must not be used
+    missing = isolated / "typo"
+    with pytest.raises(DataError) as info:
+        find_dataset("mnist", missing)
+    assert str(missing) in str(info.value) and "does not exist" in str(info.value)
+    assert not missing.exists() and not (isolated / "dataset").exists()  # nothing created
+    (isolated / "file").write_text("")
+    with pytest.raises(DataError, match=f"{isolated / 'file'} is not a folder"):
+        load("mnist", "train", isolated / "file")
+
+
+def test_explicit_data_dir_without_the_files_never_downloads(isolated, server):
+    url, root = server
+    hashes = _make_dataset(root)  # a working mirror: only the rule keeps it from being used
+    (isolated / "empty").mkdir()
+    with pytest.raises(DataError, match="not downloading into an explicit data_dir") as info:
+        find_dataset("mnist", isolated / "empty", mirrors=[url], hashes=hashes, progress=False)
+    assert str(isolated / "empty") in str(info.value) and STEMS[0] in str(info.value)
+    assert os.listdir(isolated / "empty") == [] and not (isolated / "dataset").exists()
+    # a data_dir naming the dataset folder itself holds the files loose: found, not re-nested
+    _make_dataset(isolated / "d" / "mnist")
+    found = find_dataset("mnist", isolated / "d" / "mnist", hashes=hashes, download=False)
+    assert found[STEMS[0]].parent == isolated / "d" / "mnist"
+
+
 # ---- download ----
 
 @pytest.fixture
@@ -154,8 +233,8 @@ def test_download_verifies_decompressed_hash_and_stores_raw(isolated, server, mo
     url, root = server
     hashes = _make_dataset(root / "files")
     dead = url + "nothing-here/"  # a 404 mirror first: the next mirror must be tried
-    found = find_dataset("mnist", isolated / "dl", mirrors=[dead, url + "files"], hashes=hashes)
-    folder = isolated / "dl" / "mnist"
+    found = find_dataset("mnist", mirrors=[dead, url + "files"], hashes=hashes)
+    folder = isolated / "dataset" / "mnist"  # no $MINIDL_DATA: the default place is ./dataset
     assert sorted(os.listdir(folder)) == sorted(STEMS)  # raw files, no temporaries left
     for stem in STEMS:
         assert found[stem] == folder / stem and _sha(_raw(found[stem])) == hashes[stem]
@@ -171,9 +250,18 @@ def test_download_checksum_mismatch_raises_and_leaves_nothing(isolated, server):
     hashes = _make_dataset(root)
     hashes[STEMS[0]] = "0" * 64
     with pytest.raises(DataError, match="SHA-256") as info:
-        find_dataset("mnist", isolated / "dl", mirrors=[url], hashes=hashes, progress=False)
+        find_dataset("mnist", mirrors=[url], hashes=hashes, progress=False)
     assert STEMS[0] in str(info.value) and "\n" not in str(info.value)
-    assert os.listdir(isolated / "dl" / "mnist") == []
+    assert os.listdir(isolated / "dataset" / "mnist") == []
+
+
+def test_download_of_a_gzip_bomb_stops_at_the_size_limit(isolated, server):
+    url, root = server
+    _gzip_bomb(root / (STEMS[0] + ".gz"), _header(8, 60000, 28, 28), b"", MAX_BYTES + (64 << 20))
+    with pytest.raises(DataError, match="decompresses to more than") as info:
+        find_dataset("mnist", mirrors=[url], hashes={s: "0" * 64 for s in STEMS}, progress=False)
+    assert "\n" not in str(info.value)
+    assert os.listdir(isolated / "dataset" / "mnist") == []  # no partial file, no temporaries
 
 
 def test_load_validates_counts(isolated, monkeypatch):
@@ -187,6 +275,32 @@ def test_load_validates_counts(isolated, monkeypatch):
     write_idx(isolated / "d" / "mnist" / "t10k-labels-idx1-ubyte", np.zeros(3, np.uint8))  # raw beats .gz
     with pytest.raises(DataError, match="4 images but .* 3 labels"):
         load("mnist", "test", isolated / "d")
+
+
+def test_load_checks_declared_shapes_before_reading_payloads(isolated, monkeypatch):
+    hashes = _make_dataset(isolated / "d" / "mnist")
+    monkeypatch.setattr(datasets, "SIZES", {"train": 6, "test": 4})
+    folder = isolated / "d" / "mnist"
+    # a bomb in place of the test images: its header alone condemns it, so it is never inflated
+    path = _gzip_bomb(folder / "t10k-images-idx3-ubyte", _header(8, 4, 2**16, 2**16), b"", 0)
+    with pytest.raises(DataError, match=r"\(4, 65536, 65536\) uint8, expected \(N, 28, 28\)") as info:
+        load("mnist", "test", isolated / "d", hashes=hashes)
+    assert str(path) in str(info.value)
+    write_idx(folder / "t10k-images-idx3-ubyte", np.zeros((4, 28, 28), np.float32))
+    with pytest.raises(DataError, match="float32, expected"):
+        load("mnist", "test", isolated / "d")
+
+
+@pytest.mark.parametrize("bad", [10, 255])
+def test_load_rejects_labels_out_of_range_naming_the_file(isolated, monkeypatch, bad):
+    _make_dataset(isolated / "d" / "mnist")
+    monkeypatch.setattr(datasets, "SIZES", {"train": 6, "test": 4})
+    labels = np.array([0, 9, bad, 3], np.uint8)
+    path = isolated / "d" / "mnist" / "t10k-labels-idx1-ubyte"
+    write_idx(path, labels)
+    with pytest.raises(DataError, match=f"label {bad} at index 2 is out of range 0-9") as info:
+        load("mnist", "test", isolated / "d")
+    assert str(path) in str(info.value)
 
 
 # ---- the real data ----
@@ -214,7 +328,7 @@ def _toy(n=103):
 
 def test_loader_covers_every_sample_once_with_short_last_batch():
     images, labels = _toy()
-    loader = Loader(images, labels, 10, Device("cpu"), drop_last=False)
+    loader = Loader(images, labels, 10, Device("cpu"), drop_last=False, classes=103)
     batches = list(loader)
     assert len(loader) == len(batches) == 11 and len(batches[-1][1]) == 3
     y = np.concatenate([b[1] for b in batches])
@@ -226,22 +340,22 @@ def test_loader_covers_every_sample_once_with_short_last_batch():
 
 def test_loader_drop_last_shapes_and_order_without_shuffle():
     images, labels = _toy()
-    loader = Loader(images, labels, 10, Device("cpu", dtype="float64"), shuffle=False, normalize=False)
+    loader = Loader(images, labels, 10, Device("cpu", dtype="float64"), shuffle=False, normalize=False, classes=103)
     batches = list(loader)
     assert len(loader) == len(batches) == 10 and all(len(y) == 10 for _, y in batches)
     assert np.array_equal(np.concatenate([y for _, y in batches]), np.arange(100))
     assert batches[0][0].dtype == np.float64 and batches[0][0].max() <= 1
     with pytest.raises(ValueError):
-        Loader(images, labels[:-1], 10, Device("cpu"))
+        Loader(images, labels[:-1], 10, Device("cpu"), classes=103)
 
 
 def test_loader_reshuffles_per_epoch_reproducibly_and_batch_matches_iteration():
     images, labels = _toy()
-    a, b = (Loader(images, labels, 16, Device("cpu"), seed=7) for _ in range(2))
+    a, b = (Loader(images, labels, 16, Device("cpu"), seed=7, classes=103) for _ in range(2))
     epochs = [[y.tolist() for _, y in a] for _ in range(3)]
     assert a.epoch == 3 and epochs[0] != epochs[1] != epochs[2]
     assert [[y.tolist() for _, y in b] for _ in range(3)] == epochs  # same seed, same batches
-    other = Loader(images, labels, 16, Device("cpu"), seed=8)
+    other = Loader(images, labels, 16, Device("cpu"), seed=8, classes=103)
     assert [y.tolist() for _, y in other] != epochs[0]
     for e in range(3):  # any batch of any epoch can be rebuilt, in any order: resume mid-epoch
         for k in reversed(range(len(a))):
@@ -251,3 +365,26 @@ def test_loader_reshuffles_per_epoch_reproducibly_and_batch_matches_iteration():
     assert [y.tolist() for _, y in b] == epochs[2]
     with pytest.raises(IndexError):
         a.batch(0, len(a))
+
+
+@pytest.mark.parametrize("labels, words", [
+    (np.array([0, -1, 2, 3]), "label -1 at index 1 is out of range 0-9"),   # was class 9
+    (np.array([0, 1, 15, 3]), "label 15 at index 2 is out of range 0-9"),   # was an IndexError
+    (np.array([0.0, 1.0, 2.0, 3.0]), "float64, expected (N,) integers"),
+    (np.zeros((4, 1), np.int64), "(4, 1) int64, expected (N,) integers"),
+])
+def test_loader_rejects_bad_labels_naming_the_argument(labels, words):
+    with pytest.raises(DataError) as info:
+        Loader(np.zeros((4, 28, 28), np.uint8), labels, 2, Device("cpu"))
+    assert str(info.value).startswith("Loader labels: ") and words in str(info.value)
+
+
+@pytest.mark.parametrize("images, words", [
+    (np.zeros((4, 784), np.uint8), "images of shape (4, 784) uint8, expected (N, H, W) or (N, C, H, W)"),
+    (np.full((4, 28, 28), "x"), "<U1, expected"),
+    (np.zeros((5, 28, 28), np.uint8), "5 images but 4 labels"),
+])
+def test_loader_rejects_bad_images_naming_the_argument(images, words):
+    with pytest.raises(DataError) as info:
+        Loader(images, np.arange(4), 2, Device("cpu"))
+    assert str(info.value).startswith("Loader images: ") and words in str(info.value)

@@ -7,18 +7,12 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl import data, layers as L, models, optim
+from minidl import layers as L, models, optim
 from minidl.data.loader import MNIST_MEAN, MNIST_STD
 
 # the seed's line: `step:  100, loss: 0.082, accuracy: 45.188%` (step right-aligned in 4 columns)
 MONITOR_LINE = re.compile(r"step: (?P<pad> *)(?P<step>\d+), loss: (?P<loss>\d+\.\d{3}), "
                           r"accuracy: (?P<acc>\d+\.\d{3})%")
-
-
-@pytest.fixture(scope="module")
-def mnist_train():
-    images, labels = data.mnist("train")
-    return images, labels
 
 
 def normalized(images, dtype=np.float32):

@@ -1,11 +1,13 @@
 """MNIST and Fashion-MNIST: find the IDX files locally, else download, verify and store them.
 
-Lookup roots, in order: the `data_dir` argument, `$MINIDL_DATA`, `./dataset`, `/usr/share/datasets`
-(Debian's dataset-fashion-mnist). In each root the four files may sit in `<root>/<name>/` or in the
-root itself, gzipped or raw, under their standard names. If no root has them, they are downloaded
-from public mirrors (or `$MINIDL_MIRRORS`, comma-separated base URLs) into `<root>/<name>/` of the
-first writable of `data_dir`, `$MINIDL_DATA`, `./dataset`, and stored decompressed once the SHA-256
-of the decompressed bytes matches: a file appears complete and verified, or not at all.
+An explicit `data_dir` is the only place looked at: it must exist and hold the files, and nothing
+is downloaded into it (a mistyped path must fail, not be skipped or filled). Without it the lookup
+roots are, in order: `$MINIDL_DATA`, `./dataset`, `/usr/share/datasets` (Debian's
+dataset-fashion-mnist). In each root the four files may sit in `<root>/<name>/` or in the root
+itself, gzipped or raw, under their standard names. If no root has them, they are downloaded from
+public mirrors (or `$MINIDL_MIRRORS`, comma-separated base URLs) into `<root>/<name>/` of the first
+writable of `$MINIDL_DATA`, `./dataset`, and stored decompressed once the SHA-256 of the
+decompressed bytes matches: a file appears complete and verified, or not at all.
 """
 import hashlib
 import os
@@ -15,12 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .checks import check_labels
 from .errors import DataError
-from .idx import open_maybe_gzip, read_idx
+from .idx import MAX_BYTES, open_maybe_gzip, read_header, read_idx
 
 FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
          "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 SIZES = {"train": 60000, "test": 10000}
+SHAPE = (28, 28)
 # SHA-256 of the DECOMPRESSED files: the .gz bytes differ between mirrors and gzip settings
 SHA256 = {
     "mnist": {
@@ -52,12 +56,20 @@ def _canonical(name):
     return key
 
 
-def _copy_hash(src, dst=None):
-    """SHA-256 of the decompressed contents of `src`, also written to `dst` if given."""
-    h = hashlib.sha256()
+def _copy_hash(src, dst=None, limit=MAX_BYTES + _CHUNK):
+    """SHA-256 of the decompressed contents of `src`, also written to `dst` if given.
+
+    Stops at `limit` decompressed bytes (above any real IDX file): a gzip bomb from a mirror or
+    in a lookup root must not fill the disk or spin for minutes.
+    """
+    h, seen = hashlib.sha256(), 0
     try:
         with open_maybe_gzip(src) as f, open(dst or os.devnull, "wb") as out:
             for chunk in iter(lambda: f.read(_CHUNK), b""):
+                seen += len(chunk)
+                if seen > limit:
+                    raise DataError(f"{src}: decompresses to more than {limit:,} bytes, "
+                                    f"larger than any {'/'.join(SHA256)} file")
                 h.update(chunk)
                 if dst:
                     out.write(chunk)
@@ -87,8 +99,8 @@ def _complete(folder, stems):
     return paths
 
 
-def _download_dir(data_dir, name):
-    for root in (data_dir, os.environ.get("MINIDL_DATA"), "dataset"):
+def _download_dir(name):
+    for root in (os.environ.get("MINIDL_DATA"), "dataset"):
         if not root:
             continue
         folder = _path(root) / name
@@ -98,7 +110,7 @@ def _download_dir(data_dir, name):
             continue
         if os.access(folder, os.W_OK):
             return folder
-    raise DataError(f"{name}: no writable download folder among data_dir, $MINIDL_DATA, ./dataset")
+    raise DataError(f"{name}: no writable download folder among $MINIDL_DATA, ./dataset")
 
 
 def _mirror_list(name, mirrors):
@@ -151,16 +163,30 @@ def _download(stem, folder, mirrors, sha256, progress):
                     f"place the files under a lookup root or set $MINIDL_MIRRORS")
 
 
+def _explicit_root(data_dir, name):
+    """The one root an explicit `data_dir` names; it must be an existing folder."""
+    root = _path(data_dir)
+    if not root.is_dir():
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise DataError(f"data_dir {root} {what}: it should hold {name}/{FILES['train'][0]}[.gz] "
+                        f"and the other three {name} IDX files, or hold them directly")
+    return root
+
+
 def find_dataset(name, data_dir=None, mirrors=None, hashes=None, download=True, progress=True):
     """{standard file name: Path} of the four IDX files of `name`, found locally or downloaded.
 
+    An explicit `data_dir` is searched alone and never downloaded into (see the module docstring).
     `mirrors` (list or comma-separated base URLs) and `hashes` ({file name: SHA-256 of the
     decompressed bytes}) override the built-in tables; tests use them to serve their own files.
     """
     name = _canonical(name)
     hashes = hashes or SHA256[name]
     stems = [stem for split in FILES.values() for stem in split]
-    roots = [_path(r) for r in (data_dir, os.environ.get("MINIDL_DATA"), "dataset", SYSTEM_DIR) if r]
+    if data_dir is not None:
+        roots = [_explicit_root(data_dir, name)]
+    else:
+        roots = [_path(r) for r in (os.environ.get("MINIDL_DATA"), "dataset", SYSTEM_DIR) if r]
     for root in roots:
         found = _complete(root / name, stems)
         if found:
@@ -169,15 +195,30 @@ def find_dataset(name, data_dir=None, mirrors=None, hashes=None, download=True, 
         found = _complete(root, stems)
         if found and all(sha256_of(found[s]) == hashes[s] for s in stems if "labels" in s):
             return found
-    if not download:
-        raise DataError(f"{name}: not found in any of {', '.join(map(str, roots))} "
-                        f"(as {name}/<file> or <file>, .gz or raw)")
-    folder = _download_dir(data_dir, name)
+    if not download or data_dir is not None:
+        raise DataError(f"{name}: {FILES['train'][0]} and the other IDX files not found in "
+                        f"{' or '.join(map(str, roots))} (as {name}/<file> or <file>, .gz or raw)"
+                        + ("; not downloading into an explicit data_dir" if download else ""))
+    folder = _download_dir(name)
     mirrors = _mirror_list(name, mirrors)
     for stem in stems:
         if _complete(folder, [stem]) is None:
             _download(stem, folder, mirrors, hashes[stem], progress)
     return _complete(folder, stems)
+
+
+def _check_headers(split, ipath, lpath):
+    """Validate what the two files declare before reading a byte of payload; returns N."""
+    (idt, idims), (ldt, ldims) = read_header(ipath), read_header(lpath)
+    if idt != np.uint8 or len(idims) != 3 or idims[1:] != SHAPE:
+        raise DataError(f"{ipath}: images of shape {idims} {idt.name}, expected (N, 28, 28) uint8")
+    if ldt != np.uint8 or len(ldims) != 1:
+        raise DataError(f"{lpath}: labels of shape {ldims} {ldt.name}, expected (N,) uint8")
+    if idims[0] != ldims[0]:
+        raise DataError(f"{ipath}: {idims[0]} images but {lpath.name} has {ldims[0]} labels")
+    if idims[0] != SIZES[split]:
+        raise DataError(f"{ipath}: {idims[0]} items, expected {SIZES[split]} for {split!r}")
+    return idims[0]
 
 
 def load(name, split="train", data_dir=None, **find_kw):
@@ -186,18 +227,11 @@ def load(name, split="train", data_dir=None, **find_kw):
         raise ValueError(f"unknown split {split!r}: expected 'train' or 'test'")
     paths = find_dataset(name, data_dir, **find_kw)
     ipath, lpath = (paths[stem] for stem in FILES[split])
-    images, labels = read_idx(ipath), read_idx(lpath)
-    if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != (28, 28):
-        raise DataError(f"{ipath}: images of shape {images.shape} {images.dtype}, "
-                        f"expected (N, 28, 28) uint8")
-    if labels.dtype != np.uint8 or labels.ndim != 1:
-        raise DataError(f"{lpath}: labels of shape {labels.shape} {labels.dtype}, expected (N,) uint8")
-    if len(images) != len(labels):
-        raise DataError(f"{ipath}: {len(images)} images but {lpath.name} has {len(labels)} labels")
-    if len(images) != SIZES[split]:
-        raise DataError(f"{ipath}: {len(images)} items, expected {SIZES[split]} for {split!r}")
-    if labels.max(initial=0) > 9:
-        raise DataError(f"{lpath}: label {labels.max()} out of range 0-9")
+    N = _check_headers(split, ipath, lpath)
+    # the headers passed, so these bounds are exact: a file swapped since cannot grow past them
+    images = read_idx(ipath, max_bytes=N * SHAPE[0] * SHAPE[1])
+    labels = read_idx(lpath, max_bytes=N)
+    check_labels(labels, lpath)
     return images, labels
 
 

@@ -1,7 +1,11 @@
-"""IDX files (the MNIST format): a validating reader and a writer, gzipped or raw.
+"""IDX files (the MNIST format): a validating, memory-bounded reader and a writer, gzipped or raw.
 
 Layout: two zero bytes, a type code, the number of dimensions D, then D big-endian uint32 sizes,
 then the payload in C order, big-endian. See http://yann.lecun.com/exdb/mnist/.
+
+The reader trusts nothing: it reads the header first, refuses a payload larger than `max_bytes`
+before allocating it, then decompresses exactly the declared bytes plus one (to detect trailing
+data). A gzip bomb therefore costs at most `max_bytes` of memory and a few reads, whatever it holds.
 """
 import contextlib
 import gzip
@@ -17,6 +21,9 @@ from .errors import DataError
 TYPES = {0x08: np.dtype("u1"), 0x09: np.dtype("i1"), 0x0B: np.dtype(">i2"),
          0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 GZIP_MAGIC = b"\x1f\x8b"
+# the largest payload read_idx allocates unless told otherwise: MNIST's 60000x28x28 is 47 MB
+MAX_BYTES = 64 << 20
+_CHUNK = 1 << 20
 
 
 @contextlib.contextmanager
@@ -32,35 +39,76 @@ def open_maybe_gzip(path):
             yield g
 
 
-def read_idx(path):
-    """Read an IDX file (gzipped or raw) into a NumPy array of shape dims, native byte order."""
+@contextlib.contextmanager
+def _reading(path):
+    """open_maybe_gzip with every way a file can fail to read turned into one DataError line."""
     try:
         with open_maybe_gzip(path) as f:
-            data = f.read()
+            yield f
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
-    except (OSError, EOFError, zlib.error) as e:  # truncated or corrupt gzip stream
-        raise DataError(f"{path}: unreadable gzip data ({e})") from None
-    if len(data) < 4:
-        raise DataError(f"{path}: {len(data)} bytes, too short for an IDX header")
-    zero, code, ndim = struct.unpack(">HBB", data[:4])
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder, not an IDX file") from None
+    except (OSError, EOFError, zlib.error) as e:  # truncated or corrupt gzip stream, unreadable file
+        raise DataError(f"{path}: unreadable ({' '.join(str(e).split())})") from None
+
+
+def _read_exactly(f, n):
+    """Up to n bytes from the stream; fewer only at its end (a gzip read may return short)."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = f.readinto(view[got:got + _CHUNK])
+        if not k:
+            break
+        got += k
+    return buf, got
+
+
+def _header(f, path):
+    head, got = _read_exactly(f, 4)
+    if got < 4:
+        raise DataError(f"{path}: {got} bytes, too short for an IDX header")
+    zero, code, ndim = struct.unpack(">HBB", head)
     if zero != 0 or code not in TYPES:
-        raise DataError(f"{path}: bad magic number 0x{data[:4].hex()}, expected 0x0000TTDD with "
+        raise DataError(f"{path}: bad magic number 0x{bytes(head).hex()}, expected 0x0000TTDD with "
                         f"type TT in {{{', '.join(f'{c:02x}' for c in TYPES)}}}")
-    header = 4 + 4 * ndim
-    if len(data) < header:
-        raise DataError(f"{path}: truncated header: {ndim} dimensions need {header} bytes, "
-                        f"file has {len(data)}")
-    dims = struct.unpack(f">{ndim}I", data[4:header])
-    dtype = TYPES[code]
-    expected = math.prod(dims) * dtype.itemsize
-    got = len(data) - header
+    sizes, got = _read_exactly(f, 4 * ndim)
+    if got < 4 * ndim:
+        raise DataError(f"{path}: truncated header: {ndim} dimensions need {4 + 4 * ndim} bytes, "
+                        f"file has {4 + got}")
+    return TYPES[code], struct.unpack(f">{ndim}I", sizes)
+
+
+def read_header(path):
+    """(dtype, dims) that an IDX file declares, read without touching its payload."""
+    with _reading(path) as f:
+        return _header(f, path)
+
+
+def read_idx(path, max_bytes=MAX_BYTES):
+    """Read an IDX file (gzipped or raw) into a NumPy array of shape dims, native byte order.
+
+    Raises DataError if the declared payload exceeds `max_bytes` or the file holds more or less.
+    """
+    with _reading(path) as f:
+        dtype, dims = _header(f, path)
+        expected = math.prod(dims) * dtype.itemsize
+        if expected > max_bytes:
+            raise DataError(f"{path}: header declares shape {dims} of {dtype.name}, {expected:,} "
+                            f"bytes, more than the {max_bytes:,} allowed")
+        buf, got = _read_exactly(f, expected)
+        if got == expected:
+            got += len(f.read(1))  # one byte more, not the rest: the rest may be a gzip bomb
     if got != expected:
         what = "truncated" if got < expected else "trailing bytes"
-        raise DataError(f"{path}: {what}: payload is {got} bytes, expected {expected} for shape "
+        size = f"{got}" if got < expected else f"more than {expected}"
+        raise DataError(f"{path}: {what}: payload is {size} bytes, expected {expected} for shape "
                         f"{dims} of {dtype.name}")
-    # copy into native byte order so the result is writable and fast to compute on
-    return np.frombuffer(data, dtype, offset=header).reshape(dims).astype(dtype.newbyteorder("="))
+    a = np.frombuffer(buf, dtype).reshape(dims)  # writable: it views our bytearray
+    if not dtype.isnative:  # swap in place: a copy would double the peak memory
+        a = a.byteswap(inplace=True).view(dtype.newbyteorder("="))
+    return a
 
 
 def write_idx(path, array):

@@ -1,6 +1,9 @@
 """Mini-batches of a whole dataset held on the device, reshuffled every epoch by a seeded generator."""
 import numpy as np
 
+from .checks import CLASSES, check_images, check_labels
+from .errors import DataError
+
 # MNIST's pixel mean and standard deviation after scaling to [0, 1] (the usual torchvision values)
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
@@ -13,18 +16,19 @@ class Loader:
     Epoch e visits the samples in a permutation drawn from NumPy's generator seeded with (seed, e),
     so any batch of any epoch can be rebuilt exactly: `batch(e, k)` is the k-th batch that
     iterating epoch e yields, which is how a resumed run continues mid-epoch.
+    Labels must be integers in [0, classes): checked here, where user arrays enter, so a -1 or a
+    15 fails at once with a DataError instead of training as another class or failing in the loss.
     """
 
     def __init__(self, images, labels, batch_size, device, shuffle=True, seed=0, drop_last=True,
-                 normalize=True):
+                 normalize=True, classes=CLASSES):
         images, labels = np.asarray(images), np.asarray(labels)
-        if images.ndim not in (3, 4) or labels.ndim != 1 or len(images) != len(labels):
-            raise ValueError(f"Loader: images {images.shape} and labels {labels.shape} must be "
-                             f"(N, H, W) or (N, C, H, W) and (N,)")
+        check_labels(labels, "Loader labels", classes, hint="; pass classes= for another count")
+        check_images(images, labels, "Loader images")
         self.N, self.batch_size = len(images), int(batch_size)
         if self.batch_size < 1 or (drop_last and self.N < self.batch_size):
-            raise ValueError(f"Loader: batch_size {batch_size} for {self.N} samples with "
-                             f"drop_last={drop_last} gives no batch")
+            raise DataError(f"Loader: batch_size {batch_size} for {self.N} samples with "
+                            f"drop_last={drop_last} gives no batch")
         self.device, self.shuffle, self.seed, self.drop_last = device, shuffle, seed, drop_last
         self.epoch = 0  # the epoch the next `iter(loader)` runs; set it to resume
         xp = device.xp
