@@ -70,19 +70,24 @@ class Trainer:
 
     def _loader(self, data, batch_size, shuffle, drop_last):
         if isinstance(data, Loader):
+            self._check_fits(data.y)
             return data
-        images, labels = data
+        try:
+            images, labels = data
+        except (TypeError, ValueError):
+            raise ValueError("data must be a Loader or a pair (images, labels)") from None
+        self._check_fits(labels)
         return Loader(images, labels, batch_size, self.device, shuffle=shuffle, seed=self.seed,
-                      drop_last=drop_last)
+                      drop_last=drop_last, classes=self.model.outputs[0].shape[-1])
 
-    def _check_fits(self, loader):
-        """The model's output must have a class for every label the data holds."""
+    def _check_fits(self, labels):
+        """The model's output must be (N, classes) with a class for every label the data holds."""
         out = self.model.outputs[0].shape
-        top = int(loader.y.max()) if len(loader.y) else 0
+        top = int(labels.max()) if getattr(labels, "size", 0) and getattr(labels.dtype, "kind", "") in "iu" else 0
         if len(out) != 2 or out[1] <= top:
             last = self.model.outputs[0].layer
             raise ValueError(f"layer {last.name} ({type(last).__name__}): the model outputs shape "
-                             f"{tuple(out)}, but the labels need {top + 1} classes (N, {top + 1})")
+                             f"{tuple(out)}, but the labels need (N, {top + 1}): {top + 1} classes or more")
 
     # -- training ------------------------------------------------------------------------------
     def fit(self, data, steps=None, epochs=None, batch_size=32, monitor=100, save_to=None):
@@ -93,7 +98,6 @@ class Trainer:
             if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v <= 0):
                 raise ValueError(f"fit: {what} must be a positive int, got {v!r}")
         loader = self._train_loader(data, batch_size)
-        self._check_fits(loader)
         per_epoch = len(loader)
         if steps is None:
             steps = (epochs or 1) * per_epoch
@@ -156,7 +160,6 @@ class Trainer:
     def evaluate(self, data, batch_size=1000, steps=None):
         """(mean loss, accuracy %) over the whole set, or over its first `steps` batches."""
         loader = self._loader(data, batch_size, shuffle=False, drop_last=False)
-        self._check_fits(loader)
         metrics = Mean(self.device)
         for i, (x, y) in enumerate(loader):
             if steps is not None and i >= steps:
