@@ -4,8 +4,10 @@
     python -m minidl.train --model lenet --epochs 1 -s
 """
 import argparse
+import contextlib
 import math
 import os
+import signal
 import sys
 import tempfile
 
@@ -23,6 +25,27 @@ def positive(v):
     if n <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
     return n
+
+
+def run_plan(args):
+    """The RunPlan the flags decide (defaults resolved)."""
+    from minidl.runplan import RunPlan
+    depth = args.depth or (18 if args.model == "resnet" else None)
+    opt = args.optimizer or DEFAULT_OPTIMIZER["resnet" if depth else "lenet"]
+    return RunPlan(model=f"resnet{depth}" if depth else "lenet5", dataset=args.dataset, batch_size=args.batch_size,
+                   steps=None if args.epochs else args.steps, epochs=args.epochs, optimizer=opt,
+                   lr=float(args.lr if args.lr is not None else DEFAULT_LR[opt]),
+                   weight_decay=float(args.weight_decay), schedule=args.schedule, seed=args.seed)
+
+
+def _saved_plan(path):
+    """The plan recorded in a checkpoint, or None (no plan, or a file run() will report on)."""
+    from minidl import checkpoint
+    try:
+        plan = checkpoint.read(path)[0].get("meta", {}).get("plan")
+    except (ValueError, AttributeError):
+        return None
+    return plan if isinstance(plan, dict) else None
 
 
 def checkpoint_path(args):
@@ -89,9 +112,15 @@ def check_args(p, args, batch_split="train"):
         for dest in ("resume", "load"):
             if a[dest] and not os.path.isfile(path):
                 error(dest, f"no checkpoint file {path} (set --checkpoint, or train with -s first)")
-        why = _unwritable(path) if args.save else None
+        why = _unwritable(path) if args.save or args.save_every else None
         if why:          # found now, not by a traceback after the whole run
-            error("checkpoint" if args.checkpoint else "save", f"-s cannot save to {path}: it {why}")
+            what = "-s" if args.save else "--save-every"
+            error("checkpoint" if args.checkpoint else "save" if args.save else "save_every",
+                  f"{what} cannot save to {path}: it {why}")
+        saved = _saved_plan(path) if args.resume else None
+        diff = run_plan(args).differences(saved) if saved else []
+        if diff:          # the resumed run must be the run that was planned
+            error("resume", f"{path} is a run planned with other flags: " + "; ".join(diff))
     for dest in ("checkpoint", "artifact"):
         if "resume" not in a and a.get(dest) and not os.path.isfile(a[dest]):
             error(dest, f"no file {a[dest]}")
@@ -142,6 +171,8 @@ def parser():
     p.add_argument("--nondeterministic", action="store_true",
                    help="GPU: let cuDNN pick engines that reduce in any order (faster for some shapes; "
                         "seeded runs then differ in the last bits)")
+    p.add_argument("--save-every", type=positive, metavar="N",
+                   help="also save a resumable checkpoint every N steps (to --checkpoint)")
     p.add_argument("--resume", action="store_true",
                    help="restore weights, optimizer state and step from the checkpoint and continue")
     return p
@@ -170,19 +201,15 @@ def run(args, out=print):
     out(f"loaded {len(train[0])} items..")
 
     model = models.get(model_name, depth=depth, device=device, seed=args.seed)
-    name = args.optimizer or DEFAULT_OPTIMIZER[model_name]
-    lr = args.lr if args.lr is not None else DEFAULT_LR[name]
+    plan = run_plan(args)
+    name, lr = plan.optimizer, plan.lr
     per_epoch = len(train[0]) // args.batch_size
-    steps = args.epochs * per_epoch if args.epochs else args.steps
-    start = 0
-    if args.resume:                     # the schedule spans this run: from the saved step on
-        start = int(dl.checkpoint.read(path)[0]["meta"].get("step", 0))
-    schedule = {"cosine": optim.schedules.cosine(start + steps), "constant": optim.schedules.constant(),
-                "step": optim.schedules.step_decay(max((start + steps) // 3, 1), 0.1),
-                "inverse-time": optim.schedules.inverse_time(1e-4)}[args.schedule]
+    total = plan.total_steps(per_epoch)            # the run's length: -n / --epochs are totals
     kw = {"momentum": 0.9} if name == "momentum" else {}
-    opt = optim.get(name, lr=lr, weight_decay=args.weight_decay, schedule=schedule, **kw)
+    opt = optim.get(name, lr=lr, weight_decay=args.weight_decay, schedule=plan.schedule_fn(optim.schedules, per_epoch),
+                    **kw)
     trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph)
+    trainer.plan = plan.to_json()
     if args.resume:
         meta = trainer.resume(path)
         out(f"resumed from {path} at step {meta.get('step', 0)}")
@@ -194,14 +221,18 @@ def run(args, out=print):
     out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
         f"{name} lr {lr:g} {args.schedule}, batch {args.batch_size}{mode} ..")
 
-    trainer.fit(train, steps=steps, batch_size=args.batch_size, monitor=args.monitor,
-                save_to=path if args.save else None)
-    t = trainer.timing
-    rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
-    how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
-    out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{how}{rest})")
-    if args.save:
-        out(f"saved {path}")
+    if trainer.step < total:
+        with _stop_on_signals(trainer):            # SIGINT/SIGTERM: finish the step, save, exit 130/143
+            trainer.fit(train, steps=total - trainer.step, batch_size=args.batch_size, monitor=args.monitor,
+                        save_to=path if args.save else None, save_every=args.save_every, checkpoint=path)
+        t = trainer.timing
+        rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
+        how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
+        out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{how}{rest})")
+        if args.save:
+            out(f"saved {path}")
+    else:
+        out(f"the run is complete: step {trainer.step} of {total}")
 
     out("[INFERENCE]")
     out(f"loading {paths['t10k-images-idx3-ubyte']}")
@@ -215,13 +246,30 @@ def run(args, out=print):
     return loss, acc
 
 
+@contextlib.contextmanager
+def _stop_on_signals(trainer):
+    """While training: SIGINT and SIGTERM ask the trainer to stop after the current step."""
+    def handler(signum, frame):
+        trainer.request_stop(signum)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def run_cli(run, args):
     """Run a command line's `run(args)`: a known failure is one `error:` line and exit status 1."""
     from minidl.backend import DeviceError
     from minidl.backend import CaptureError
-    from minidl.trainer import TrainingDiverged
+    from minidl.trainer import TrainingDiverged, TrainingStopped
     try:
         run(args)
+    except TrainingStopped as e:
+        how = f"saved {e.path}: the same command with --resume continues it" if e.path else "nothing saved"
+        print(f"{signal.Signals(e.signum).name}: {e}; {how}", file=sys.stderr)
+        return 128 + e.signum
     except (ValueError, DeviceError, CaptureError, TrainingDiverged) as e:   # data, checkpoint,
         print(f"error: {e}", file=sys.stderr)                                 # artifact, shape errors
         return 1

@@ -17,6 +17,14 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is left untouched."""
 
 
+class TrainingStopped(RuntimeError):
+    """Training stopped on request (SIGINT, SIGTERM) after a whole step; `path`: where it saved, or None."""
+
+    def __init__(self, message, signum, path):
+        super().__init__(message)
+        self.signum, self.path = signum, path
+
+
 class Trainer:
     """Trains `model` with `optimizer` on `device` ('auto', 'cpu', 'cuda' or a Device).
 
@@ -34,6 +42,8 @@ class Trainer:
         self.device = model.device
         optimizer.setup(model)
         self.step = 0                      # steps trained so far (restored by resume)
+        self.plan = None                   # the run's plan (JSON), saved in its checkpoints
+        self._stop = None                  # a signal number once a stop is requested
         self.progress = sys.stdout.isatty() if progress is None else progress
         self.metrics = Mean(self.device)   # one set of accumulators: captured graphs add into it
         self._step = TrainStep(model, optimizer, self.metrics)
@@ -90,11 +100,24 @@ class Trainer:
                              f"{tuple(out)}, but the labels need (N, {top + 1}): {top + 1} classes or more")
 
     # -- training ------------------------------------------------------------------------------
-    def fit(self, data, steps=None, epochs=None, batch_size=32, monitor=100, save_to=None):
+    def request_stop(self, signum):
+        """Stop after the current step: save to the checkpoint path and raise TrainingStopped.
+        Safe to call from a signal handler."""
+        self._stop = signum
+
+    def fit(self, data, steps=None, epochs=None, batch_size=32, monitor=100, save_to=None, save_every=None,
+            checkpoint=None):
         """Train for `steps` (or `epochs` of the whole set) more steps; returns the last
         interval's (loss, accuracy %). Saves to `save_to` at the end, only if training stayed finite.
+
+        checkpoint: where a stop request (request_stop) and every `save_every` steps save (default
+        save_to); each save first checks that training stayed finite.
         """
-        for what, v in (("steps", steps), ("epochs", epochs), ("batch_size", batch_size), ("monitor", monitor)):
+        checkpoint = checkpoint or save_to
+        if save_every is not None and not checkpoint:
+            raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
+        for what, v in (("steps", steps), ("epochs", epochs), ("batch_size", batch_size), ("monitor", monitor),
+                        ("save_every", save_every)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v <= 0):
                 raise ValueError(f"fit: {what} must be a positive int, got {v!r}")
         loader = self._train_loader(data, batch_size)
@@ -129,6 +152,11 @@ class Trainer:
                 metrics.reset()
                 if self.step % monitor == 0:
                     self._print(bar, f"step: {self.step:4d}, loss: {result[0]:.3f}, accuracy: {result[1]:.3f}%")
+            if save_every and self.step % save_every == 0:
+                self._check_finite(start, checkpoint)
+                self.save(checkpoint)
+            if self._stop is not None:
+                self._stopped(bar, start, checkpoint)
         if bar is not None:
             bar.close()
         self.device.sync()
@@ -138,6 +166,15 @@ class Trainer:
         if save_to:
             self.save(save_to)
         return result
+
+    def _stopped(self, bar, start, path):
+        signum, self._stop = self._stop, None
+        if bar is not None:
+            bar.close()
+        self._check_finite(start, path)
+        if path:
+            self.save(path)
+        raise TrainingStopped(f"stopped at step {self.step}" + (f"; saved {path}" if path else ""), signum, path)
 
     def _check_finite(self, start, save_to):
         """Read the device's NaN flag (one sync, at a monitoring step); stop where the loss diverged."""
@@ -174,6 +211,8 @@ class Trainer:
         if not bool(self.device.xp.all(self.device.xp.isfinite(self.model.flat))):
             raise TrainingDiverged(f"parameters are not finite: {path} was not overwritten")
         meta = {"step": self.step, "seed": self.seed}
+        if self.plan is not None:
+            meta["plan"] = self.plan
         rng = self.device.rng_state()
         if rng is not None:
             meta["rng"] = rng
@@ -184,6 +223,7 @@ class Trainer:
         meta = ckpt.load(path, self.model, self.optimizer)
         self._step.forget_captures()       # captured steps hold the old step count
         self.step, self.seed = int(meta.get("step", 0)), int(meta.get("seed", self.seed))
+        self.plan = meta.get("plan", self.plan)
         self.device.set_rng_state(meta.get("rng"))
         return meta
 

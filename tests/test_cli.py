@@ -57,23 +57,28 @@ def test_smoke_run_prints_the_seed_lines(tmp_path):
 
 
 @needs_mnist
-def test_save_then_resume_continues_the_step_count(tmp_path):
-    p = train(*SMOKE, "-s", cwd=tmp_path)
+def test_resume_continues_the_planned_run_and_refuses_another_plan(tmp_path):
+    p = train(*SMOKE[:2], "-b", "16", *SMOKE[2:], "-s", cwd=tmp_path)      # -n 20 -b 16
     assert p.returncode == 0, p.stderr
     ckpt = tmp_path / "checkpoints" / "lenet5.npz"
     assert ckpt.is_file()
     assert any("saved" in l and "lenet5.npz" in l for l in lines_of(p))
+    with np.load(ckpt, allow_pickle=False) as z:
+        info = json.loads(z["__meta__"].tobytes())
+    assert info["meta"]["step"] == 20 and info["meta"]["plan"]["steps"] == 20
 
-    p = train("--resume", "-n", "10", "-m", "10", "-y", "1", "-x", "500", "--device", "cpu", "-s",
-              cwd=tmp_path)
+    p = train(*SMOKE[:2], "-b", "16", *SMOKE[2:], "--resume", cwd=tmp_path)   # -n is the run's total
     assert p.returncode == 0, p.stderr
     out = lines_of(p)
     assert any(re.fullmatch(r"resumed from \S*lenet5\.npz at step 20", l) for l in out), p.stdout
-    assert [l[:10] for l in out if STEP_LINE.fullmatch(l)] == ["step:   30"]
-    assert "Done." in out
-    with np.load(ckpt, allow_pickle=False) as z:
-        info = json.loads(z["__meta__"].tobytes())
-    assert info["meta"]["step"] == 30 and info["optimizer"]["t"] == 30
+    assert "the run is complete: step 20 of 20" in out and "Done." in out
+
+    for flags, named in ((("-n", "30"), "-n 30"), (("-b", "32"), "-b 32"), (("--lr", "0.1"), "--lr 0.1")):
+        argv = dict(zip(SMOKE[::2], SMOKE[1::2]), **{"-b": "16"})
+        argv.update(dict([flags]))
+        p = train(*[x for kv in argv.items() for x in kv], "--resume", cwd=tmp_path)
+        assert p.returncode == 2 and "usage:" in p.stderr, p.stderr
+        assert f"{named} (the checkpoint's run:" in p.stderr and "argument --resume" in p.stderr
 
 
 @pytest.mark.parametrize("args,message", [

@@ -1,0 +1,53 @@
+"""A training run's plan: what the command line decided, saved in every checkpoint of the run.
+
+A resumed run must be the run that was planned: `-n` / `--epochs` give the run's total (not
+steps to add), the schedule spans that total, and a command that would change the plan of the
+run it resumes is refused, naming the flag that differs.
+"""
+from dataclasses import asdict, dataclass
+
+# Plan field -> the flag that sets it, for messages.
+FLAGS = {"model": "-r/--model", "dataset": "--dataset", "batch_size": "-b", "steps": "-n", "epochs": "--epochs",
+         "optimizer": "--optimizer", "lr": "--lr", "weight_decay": "--weight-decay", "schedule": "--schedule",
+         "seed": "--seed"}
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    model: str              # lenet5, resnet18, ...
+    dataset: str
+    batch_size: int
+    steps: int              # -n, when the run is planned in steps (None with --epochs)
+    epochs: int             # --epochs, or None
+    optimizer: str
+    lr: float
+    weight_decay: float
+    schedule: str
+    seed: int
+
+    def total_steps(self, per_epoch):
+        """The run's length in steps, for a training set of `per_epoch` batches."""
+        return self.epochs * per_epoch if self.epochs else self.steps
+
+    def to_json(self):
+        return asdict(self)
+
+    def differences(self, saved):
+        """'-b 32 (the checkpoint's run: 64)' for every field where `saved` (a plan's JSON) differs."""
+        out = []
+        for k, flag in FLAGS.items():
+            mine, theirs = getattr(self, k), saved.get(k)
+            if mine != theirs:
+                out.append(f"{flag} {_show(mine)} (the checkpoint's run: {_show(theirs)})")
+        return out
+
+    def schedule_fn(self, schedules, per_epoch):
+        """The learning-rate schedule over the whole run."""
+        total = self.total_steps(per_epoch)
+        return {"cosine": lambda: schedules.cosine(total), "constant": schedules.constant,
+                "step": lambda: schedules.step_decay(max(total // 3, 1), 0.1),
+                "inverse-time": lambda: schedules.inverse_time(1e-4)}[self.schedule]()
+
+
+def _show(v):
+    return "unset" if v is None else f"{v:g}" if isinstance(v, float) else str(v)

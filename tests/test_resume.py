@@ -1,0 +1,103 @@
+"""Stops and exact resume from the command line: a run stopped at any step (SIGINT, SIGTERM, or a
+crash after a --save-every checkpoint) and started again with the same command plus --resume ends
+bit-identical (CPU) to the same run never stopped."""
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from minidl import checkpoint
+from minidl import train as cli
+from minidl.trainer import Trainer
+
+DATA = os.environ.get("MINIDL_DATA")
+pytestmark = pytest.mark.skipif(not (DATA and os.path.isdir(os.path.join(DATA, "mnist"))),
+                                reason="needs MNIST under $MINIDL_DATA")
+TRAIN_STEP = Trainer.train_step          # the real one: each run wraps this, not the last run's wrapper
+BASE = ["--model", "lenet", "-m", "5", "-y", "1", "-x", "500", "--device", "cpu"]
+
+
+def run(argv, folder, monkeypatch, stop_at=None, how=None):
+    """cli.main(argv) in `folder`; at step `stop_at` send the signal `how`, or crash ('crash')."""
+    monkeypatch.chdir(folder)
+    step = TRAIN_STEP
+
+    def train_step(self, x, y):
+        out = step(self, x, y)
+        if self.step + 1 == stop_at:                 # the step now running is number stop_at
+            if how == "crash":
+                raise RuntimeError("the machine went away")
+            os.kill(os.getpid(), how)                # the handler runs at once, in this thread
+        return out
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    return cli.main(argv)
+
+
+def weights(folder):
+    return checkpoint.read(folder / "checkpoints" / "lenet5.npz")[1]
+
+
+@pytest.mark.parametrize("plan,stop_at,how", [
+    (["-n", "30", "-b", "16", "--schedule", "cosine"], 13, signal.SIGINT),
+    (["-n", "30", "-b", "16", "--schedule", "step"], 21, signal.SIGTERM),
+    (["-n", "30", "-b", "16", "--schedule", "inverse-time", "--optimizer", "momentum"], 7, signal.SIGTERM),
+    (["-n", "30", "-b", "16", "--schedule", "constant", "--save-every", "10"], 25, "crash"),
+])
+def test_a_stopped_run_resumed_ends_as_the_run_never_stopped(plan, stop_at, how, tmp_path, monkeypatch):
+    (tmp_path / "straight").mkdir()
+    (tmp_path / "stopped").mkdir()
+    assert run(BASE + plan + ["-s"], tmp_path / "straight", monkeypatch) == 0
+    want = weights(tmp_path / "straight")
+
+    if how == "crash":
+        with pytest.raises(RuntimeError, match="went away"):
+            run(BASE + plan + ["-s"], tmp_path / "stopped", monkeypatch, stop_at, how)
+        saved_at = stop_at // 10 * 10                              # the last --save-every checkpoint
+    else:
+        code = run(BASE + plan + ["-s"], tmp_path / "stopped", monkeypatch, stop_at, how)
+        assert code == 128 + how                                   # 130 for SIGINT, 143 for SIGTERM
+        saved_at = stop_at                                         # the current step finished, then saved
+    info, _ = checkpoint.read(tmp_path / "stopped" / "checkpoints" / "lenet5.npz")
+    assert info["meta"]["step"] == saved_at
+
+    assert run(BASE + plan + ["-s", "--resume"], tmp_path / "stopped", monkeypatch) == 0
+    got = weights(tmp_path / "stopped")
+    assert set(got) == set(want)
+    for k in want:
+        if k.startswith(("param/", "optim/")):
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def test_the_stop_message_says_where_it_saved(tmp_path, monkeypatch, capsys):
+    code = run(BASE + ["-n", "30", "-b", "16"], tmp_path, monkeypatch, 4, signal.SIGTERM)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 143 and len(err) == 1
+    assert err[0].startswith("SIGTERM: stopped at step 4; saved checkpoints/lenet5.npz") and "--resume" in err[0]
+
+
+def test_an_epoch_planned_run_resumed_across_an_epoch_boundary_is_exact(tmp_path, mnist_train):
+    """What the CLI does with --epochs (total = epochs x batches an epoch), on 2,000 images."""
+    import minidl as dl
+    from minidl import models, optim
+    from minidl.runplan import RunPlan
+
+    data = (mnist_train[0][:2000], mnist_train[1][:2000])
+    plan = RunPlan("lenet5", "mnist", 64, None, 3, "adam", 1e-3, 0.0, "cosine", 0)
+    per_epoch = 2000 // 64
+    total = plan.total_steps(per_epoch)
+    assert total == 3 * per_epoch == 93
+
+    def trainer():
+        opt = optim.Adam(lr=plan.lr, schedule=plan.schedule_fn(optim.schedules, per_epoch))
+        return dl.Trainer(models.lenet5(seed=0), opt, device="cpu", progress=False, log=lambda s: None)
+    straight = trainer()
+    straight.fit(data, steps=total, batch_size=64)
+    first = trainer()
+    first.fit(data, steps=40, batch_size=64)                   # into the second epoch
+    first.save(str(tmp_path / "c.npz"))
+    second = trainer()
+    second.resume(str(tmp_path / "c.npz"))
+    second.fit(data, steps=total - second.step, batch_size=64)
+    for k, w in straight.model.get_weights().items():
+        np.testing.assert_array_equal(second.model.get_weights()[k], w, err_msg=k)
