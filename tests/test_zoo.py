@@ -60,3 +60,37 @@ def test_zoo_nets_check_their_gradients_in_float64():
     m = models.simplenet(input_shape=(1, 12, 12), classes=3, dtype="float64", seed=1)
     x = np.random.default_rng(2).standard_normal((2, 1, 12, 12))
     check_model(m, [x])
+
+
+# -- benchmarks/compare.py: the pieces that need no GPU ----------------------------------------------
+def test_compare_copies_minidl_weights_into_the_torch_twin():
+    torch = pytest.importorskip("torch")
+    tm = pytest.importorskip("benchmarks.torch_models")
+    from benchmarks import compare
+    for name in compare.MODELS:
+        model = models.get(name, seed=7)
+        twin = compare.copy_weights(model, tm.torch_model({"model": name})).eval()
+        x = np.random.default_rng(0).standard_normal((3, 1, 28, 28)).astype(np.float32)
+        with torch.no_grad():
+            got = torch.softmax(twin(torch.from_numpy(x)), 1).numpy()
+        np.testing.assert_allclose(got, model.forward(x), rtol=1e-4, atol=1e-6)
+
+
+def test_compare_writes_one_markdown_row_per_model_and_epoch():
+    from benchmarks.compare import markdown_table
+    runs = {"minidl": [{"epoch": 1, "test_accuracy": 97.123, "train_s": 2.04},
+                       {"epoch": 5, "test_accuracy": 98.5, "train_s": 10.0}],
+            "PyTorch": [{"epoch": 1, "test_accuracy": 97.0, "train_s": 3.0}]}
+    lines = markdown_table({"simplenet": runs}, [1, 5]).splitlines()
+    assert lines[0].startswith("| model | epochs | minidl accuracy (%) | PyTorch accuracy (%)")
+    assert lines[2] == "| simplenet | 1 | 97.12 | 97.00 | 2.0 | 3.0 |"
+    assert lines[3] == "| simplenet | 5 | 98.50 | - | 10.0 | - |"
+
+
+def test_compare_without_a_gpu_is_one_line_and_exit_2(capsys):
+    from benchmarks import compare
+    if compare.gpu_problem() is None:
+        pytest.skip("a GPU is here: compare would run")
+    assert compare.main(["--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("compare: ") and err.count("\n") == 1
