@@ -35,8 +35,8 @@ def _onnx_pads(t, b, l, r):
 class _Emitter:
     """Collects ONNX nodes and initializers; one method per minidl node kind."""
 
-    def __init__(self, onnx, helper, numpy_helper):
-        self.onnx, self.h, self.nh = onnx, helper, numpy_helper
+    def __init__(self, helper, numpy_helper):
+        self.h, self.nh = helper, numpy_helper
         self.nodes, self.inits = [], []
 
     def const(self, name, array):
@@ -126,7 +126,7 @@ def to_onnx(model, probabilities=False):
 
     lowered = lower(model, probabilities)
     weights = lowered.get_weights()
-    emit = _Emitter(onnx, helper, numpy_helper)
+    emit = _Emitter(helper, numpy_helper)
     names = {}
     graph_inputs = []
     for i, node in enumerate(lowered.inputs):
