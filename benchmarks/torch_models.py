@@ -1,22 +1,43 @@
-"""PyTorch reference models for the benchmarks: minidl's zoo LeNet-5 and ResNets, layer for layer.
+"""PyTorch reference models for the benchmarks: minidl's zoo, layer for layer.
 
-`torch_model(case)` builds the PyTorch twin of a benchmark case's minidl model; `torch_from_minidl`
-copies a minidl model's weights into it (matched by layer order, checked by shape).
+`torch_model(case)` builds the PyTorch twin of a benchmark case's minidl model (LeNet-5, the ResNets,
+and the cuDNN-vs-PyTorch study's SimpleNet, Caffe's LeNet, ReLUNet and LargeNet); `torch_from_minidl`
+copies a minidl model's weights into it by the names minidl.torch_names gives (strict: every
+parameter and statistic, each of the right shape).
 """
-import numpy as np
 import torch
 import torch.nn as nn
 
-from minidl import layers as L
+from minidl import torch_names
 from minidl.models.resnet import RESNET_DEPTHS
 
 
+def _caffe_net(convs, hidden, features, relu):
+    """conv (no padding) [-> ReLU] -> max-pool 2 for each (C, K, k) in convs; Flatten; the head."""
+    layers = []
+    for C, K, k in convs:
+        layers += [nn.Conv2d(C, K, k)] + ([nn.ReLU()] if relu else []) + [nn.MaxPool2d(2)]
+    head = [nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 10)] if hidden else [nn.Linear(features, 10)]
+    return nn.Sequential(*layers, nn.Flatten(), *head)
+
+
+# model name -> the twin of minidl.models.get(name), layer for layer (a final Softmax left out)
+TWINS = {
+    "lenet": lambda: nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                                   nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                                   nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+                                   nn.Linear(84, 10)),
+    "simplenet": lambda: _caffe_net([(1, 20, 5)], 0, 2880, relu=False),
+    "lenet-caffe": lambda: _caffe_net([(1, 20, 5), (20, 50, 5)], 500, 800, relu=False),
+    "relunet": lambda: _caffe_net([(1, 20, 5), (20, 50, 5)], 500, 800, relu=True),
+    "largenet": lambda: _caffe_net([(1, 20, 3), (20, 50, 3), (50, 70, 3)], 500, 70, relu=False),
+}
+
+
 def torch_model(case):
-    """The PyTorch twin of the case's minidl model (its "model" and "depth")."""
-    if case["model"] == "lenet":
-        return nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                             nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                             nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+    """The PyTorch twin of the case's minidl model (its "model" and, for a ResNet, "depth")."""
+    if case["model"] in TWINS:
+        return TWINS[case["model"]]()
     return _torch_resnet(case["depth"])
 
 
@@ -58,48 +79,14 @@ def _torch_resnet(depth):
     return nn.Sequential(*layers)
 
 
-
-def _torch_param_modules(tmodel):
-    """The conv, BN and linear modules of a torch_model() in minidl's layer order (in a residual
-    block minidl orders the projection shortcut first, then the branch)."""
-    kinds = (nn.Conv2d, nn.BatchNorm2d, nn.Linear)
-    for child in tmodel.children():
-        if hasattr(child, "short") and hasattr(child, "body"):
-            for part in (child.short, child.body):
-                yield from (m for m in part.modules() if isinstance(m, kinds))
-        elif isinstance(child, kinds):
-            yield child
-
-
 def torch_from_minidl(case, model, device="cuda"):
-    """torch_model(case) holding `model`'s weights (matched by layer order, checked by shape), eval mode."""
+    """torch_model(case) holding `model`'s weights (by minidl.torch_names, strict), in eval mode."""
     tmodel = torch_model(case)
-    src = [layer for layer in model.layers if isinstance(layer, (L.Conv2D, L.BatchNorm2D, L.Dense))]
-    dst = list(_torch_param_modules(tmodel))
-    if len(src) != len(dst):
-        raise ValueError(f"{model.name}: {len(src)} minidl layers with weights, {len(dst)} PyTorch modules")
-    w = model.get_weights()
-
-    def put(param, key):
-        a = torch.from_numpy(np.ascontiguousarray(w[key], dtype=np.float32))
-        if tuple(param.shape) != tuple(a.shape):
-            raise ValueError(f"{key}: minidl {tuple(a.shape)} vs PyTorch {tuple(param.shape)}")
-        param.copy_(a)
-
-    with torch.no_grad():
-        for layer, mod in zip(src, dst):
-            n = layer.name
-            if isinstance(layer, L.BatchNorm2D) != isinstance(mod, nn.BatchNorm2d):
-                raise ValueError(f"layer {n} ({type(layer).__name__}) meets PyTorch {type(mod).__name__}")
-            if isinstance(layer, L.BatchNorm2D):
-                for key, param in (("gamma", mod.weight), ("beta", mod.bias), ("running_mean", mod.running_mean),
-                                   ("running_var", mod.running_var)):
-                    put(param, f"{n}/{key}")
-                mod.eps = layer.eps
-            else:
-                put(mod.weight, f"{n}/w")
-                if f"{n}/b" in w:
-                    put(mod.bias, f"{n}/b")
-                elif mod.bias is not None:
-                    mod.bias.zero_()
+    state = {k: torch.from_numpy(v) for k, v in torch_names.to_torch(model).items()}
+    tmodel.load_state_dict(state, strict=True)
+    modules = dict(tmodel.named_modules())
+    paths = torch_names.module_paths(model)
+    for node in model.nodes:
+        if node.kind == "batchnorm":
+            modules[paths[node.layer.name]].eps = node.layer.eps
     return tmodel.to(device).eval()

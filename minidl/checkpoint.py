@@ -119,7 +119,9 @@ def _meta(path, info):
 
 
 def load_weights(path, model):
-    """Copy a checkpoint's parameters and statistics into `model`, naming any mismatch."""
+    """Copy a checkpoint's (or a .safetensors file's) parameters and statistics into `model`."""
+    if _is_safetensors(path):
+        return _load_safetensors(path, model)
     info, arrays = read(path)
     try:
         model.set_weights(_weights(arrays))
@@ -159,8 +161,60 @@ def load_model(path, **kwargs):
     The config is validated and every tensor checked against it before anything is allocated.
     """
     from .graph import Model
+    if _is_safetensors(path):
+        config, _ = read_safetensors(path)
+        try:
+            model = Model.from_config(config, **kwargs)
+        except ValueError as e:
+            raise CheckpointError(f"weights {path}: {e}") from None
+        _load_safetensors(path, model)
+        return model
     info, arrays = read(path)
     try:
         return Model.from_config(info.get("model"), weights=_weights(arrays), **kwargs)
     except ValueError as e:
         raise CheckpointError(f"checkpoint {path}: {e}") from None
+
+
+# -- .safetensors weights (python -m minidl.export --safetensors) ---------------------------------
+SAFETENSORS_FORMAT = "minidl-safetensors-1"
+
+
+def _is_safetensors(path):
+    return os.fspath(path).endswith(".safetensors")
+
+
+def read_safetensors(path):
+    """(model config, {PyTorch name: array}) of a .safetensors file written by minidl.export.
+
+    Its tensors carry the PyTorch twin's names (minidl.torch_names); its metadata the architecture.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"weights {path}: no such file")
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise CheckpointError(f"weights {path}: reading .safetensors needs the safetensors package "
+                              f"(pip install minidl[export])") from None
+    try:
+        with safe_open(path, "np") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        config = json.loads(meta["model"]) if "model" in meta else None
+    except Exception as e:
+        raise CheckpointError(f"weights {path} is not a readable .safetensors file: {type(e).__name__}: {e}") from None
+    if meta.get("format") != SAFETENSORS_FORMAT or not isinstance(config, dict):
+        raise CheckpointError(f"weights {path}: no minidl model in its metadata (format "
+                              f"{meta.get('format')!r}); written by something other than minidl.export")
+    return config, tensors
+
+
+def _load_safetensors(path, model):
+    from .torch_names import from_torch
+    config, tensors = read_safetensors(path)
+    try:
+        model.set_weights(from_torch(tensors, model))
+    except ValueError as e:
+        raise CheckpointError(f"weights {path} do not fit the model: {e}") from None
+    return {"format": SAFETENSORS_FORMAT, "model": config}, tensors

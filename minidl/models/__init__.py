@@ -1,10 +1,14 @@
-"""The model zoo: LeNet-5 and ResNet-18/34/50/101/152, by name through `get`."""
+"""The model zoo: LeNet-5, ResNet-18/34/50/101/152 and the cuDNN-vs-PyTorch study's SimpleNet,
+Caffe's LeNet, ReLUNet and LargeNet, by name through `get`."""
 import re
 
+from .caffe import largenet, lenet_caffe, relunet, simplenet
 from .lenet import lenet5
 from .resnet import RESNET_DEPTHS, build_resnet, resnet
 
-MODELS = {"lenet": lenet5, "lenet5": lenet5, "resnet": resnet}     # name -> builder
+MODELS = {"lenet": lenet5, "lenet5": lenet5, "resnet": resnet,     # name -> builder
+          "simplenet": simplenet, "lenet-caffe": lenet_caffe, "lenet_caffe": lenet_caffe,
+          "relunet": relunet, "largenet": largenet}
 
 
 def get(name, depth=None, **kw):
@@ -30,4 +34,5 @@ def get(name, depth=None, **kw):
     return MODELS[key](**kw)
 
 
-__all__ = ["MODELS", "RESNET_DEPTHS", "build_resnet", "get", "lenet5", "resnet"]
+__all__ = ["MODELS", "RESNET_DEPTHS", "build_resnet", "get", "largenet", "lenet5", "lenet_caffe", "relunet",
+           "resnet", "simplenet"]

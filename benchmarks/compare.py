@@ -1,0 +1,180 @@
+"""minidl against PyTorch on the cuDNN-vs-PyTorch study's nets: the same GPU, the same initial
+weights, the same batches; test accuracy and training time after each listed epoch.
+
+    python -m benchmarks.compare --epochs 1 5 15 30 45 [--models simplenet lenet-caffe relunet largenet]
+                                 [--out compare_results]
+
+SGD (lr 0.01, no momentum), batch 64, MNIST normalised with mean 0.1307 and std 0.3081. Both
+frameworks start from minidl's seeded initial weights (copied into the PyTorch twin by
+minidl.torch_names) and visit the minidl loader's seeded batch order. Writes compare.md (one
+Markdown table) and one PNG per model (accuracy and time against epochs). Without a usable GPU it
+prints one line and exits 2. The pieces that need no GPU (copy_weights, markdown_table) are
+importable on their own.
+"""
+import argparse
+import os
+import sys
+import time
+
+MODELS = ("simplenet", "lenet-caffe", "relunet", "largenet")
+FRAMEWORKS = ("minidl", "PyTorch")
+
+
+def copy_weights(model, twin):
+    """Load minidl `model`'s weights into its PyTorch `twin` (strict: every name and shape)."""
+    import torch
+    from minidl.torch_names import to_torch
+    twin.load_state_dict({k: torch.from_numpy(v) for k, v in to_torch(model).items()}, strict=True)
+    return twin
+
+
+def markdown_table(results, epochs):
+    """One row per model and listed epoch: test accuracy and cumulative training time of each framework.
+
+    results: {model: {framework: [{"epoch", "test_accuracy", "train_s"}, ...]}}.
+    """
+    head = ["model", "epochs"] + [f"{f} accuracy (%)" for f in FRAMEWORKS] + [f"{f} time (s)" for f in FRAMEWORKS]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, runs in results.items():
+        by_epoch = {f: {r["epoch"]: r for r in runs.get(f, [])} for f in FRAMEWORKS}
+        for e in epochs:
+            cells = [model, str(e)]
+            for key, fmt in (("test_accuracy", "{:.2f}"), ("train_s", "{:.1f}")):
+                cells += [fmt.format(by_epoch[f][e][key]) if e in by_epoch[f] else "-" for f in FRAMEWORKS]
+            rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def plot_model(name, runs, out):
+    """Accuracy and cumulative training time against epochs for one model, both frameworks."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax_acc, ax_time) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for f in FRAMEWORKS:
+        pts = runs.get(f, [])
+        ax_acc.plot([p["epoch"] for p in pts], [p["test_accuracy"] for p in pts], "o-", label=f)
+        ax_time.plot([p["epoch"] for p in pts], [p["train_s"] for p in pts], "o-", label=f)
+    ax_acc.set(xlabel="epoch", ylabel="test accuracy (%)", title=f"{name}: accuracy")
+    ax_time.set(xlabel="epoch", ylabel="training time (s)", title=f"{name}: time")
+    for ax in (ax_acc, ax_time):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+# -- the runs (GPU only) ----------------------------------------------------------------------------
+def run_minidl(name, epochs, train, test, args):
+    import minidl as dl
+    from minidl import models, optim
+    dev = dl.get_device("cuda", seed=args.seed)
+    trainer = dl.Trainer(models.get(name, device=dev, seed=args.seed), optim.SGD(lr=args.lr), seed=args.seed,
+                         progress=False, log=lambda s: None)
+    loader = dl.data.Loader(*train, args.batch, dev, seed=args.seed)
+    points, done, train_s = [], 0, 0.0
+    for e in epochs:
+        dev.sync()
+        t0 = time.perf_counter()
+        trainer.fit(loader, epochs=e - done, monitor=10 ** 9)
+        dev.sync()
+        train_s += time.perf_counter() - t0
+        loss, acc = trainer.evaluate(test, batch_size=1000)
+        points.append({"epoch": e, "test_accuracy": acc, "test_loss": loss, "train_s": train_s})
+        done = e
+    return points
+
+
+def run_torch(name, epochs, train, test, args):
+    import torch
+    import torch.nn.functional as F
+    import minidl as dl
+    from minidl import models
+    from benchmarks.torch_models import torch_model
+    dev = torch.device("cuda")
+    twin = copy_weights(models.get(name, seed=args.seed), torch_model({"model": name})).to(dev)
+    opt = torch.optim.SGD(twin.parameters(), lr=args.lr)
+
+    def tensors(images, labels):
+        x = ((torch.tensor(images, device=dev).float() / 255 - 0.1307) / 0.3081).unsqueeze(1)   # (N, 1, 28, 28)
+        return x, torch.tensor(labels, device=dev).long()
+
+    (x, y), (tx, ty) = tensors(*train), tensors(*test)
+    order = dl.data.Loader(*train, args.batch, dl.get_device("cpu"), seed=args.seed)       # the same batches
+    points, done, train_s = [], 0, 0.0
+    for e in epochs:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        twin.train()
+        for epoch in range(done, e):
+            perm = torch.tensor(order.order(epoch), device=dev)
+            for k in range(len(order)):
+                idx = perm[k * args.batch:(k + 1) * args.batch]
+                opt.zero_grad(set_to_none=False)
+                F.cross_entropy(twin(x[idx]), y[idx]).backward()
+                opt.step()
+        torch.cuda.synchronize()
+        train_s += time.perf_counter() - t0
+        twin.eval()
+        with torch.no_grad():
+            logits = torch.cat([twin(tx[i:i + 1000]) for i in range(0, len(tx), 1000)])
+            loss = float(F.cross_entropy(logits, ty))
+            acc = float((logits.argmax(1) == ty).float().mean()) * 100
+        points.append({"epoch": e, "test_accuracy": acc, "test_loss": loss, "train_s": train_s})
+        done = e
+    return points
+
+
+def gpu_problem():
+    """None when minidl's CUDA path and PyTorch's CUDA are both usable, else why not."""
+    from minidl.backend import cuda_status
+    ok, why = cuda_status()
+    if not ok:
+        return why
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed"
+    return None if torch.cuda.is_available() else "PyTorch sees no CUDA device"
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.split("\n")[0])
+    p.add_argument("--epochs", type=int, nargs="+", default=[1, 5, 15, 30, 45], help="epochs to report at")
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="compare_results", help="folder for compare.md and the PNGs")
+    return p
+
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(argv)
+    epochs = sorted(set(args.epochs))
+    if epochs[0] < 1:
+        p.error(f"--epochs must be positive, got {args.epochs}")
+    problem = gpu_problem()
+    if problem:
+        print(f"compare: minidl against PyTorch needs a GPU: {problem}", file=sys.stderr)
+        return 2
+    from minidl.data import mnist
+    train, test = mnist("train"), mnist("test")
+    os.makedirs(args.out, exist_ok=True)
+    results = {}
+    for name in args.models:
+        results[name] = {"minidl": run_minidl(name, epochs, train, test, args),
+                         "PyTorch": run_torch(name, epochs, train, test, args)}
+        plot_model(name, results[name], os.path.join(args.out, f"{name}.png"))
+    table = markdown_table(results, epochs)
+    with open(os.path.join(args.out, "compare.md"), "w") as f:
+        f.write(f"SGD lr {args.lr}, batch {args.batch}, seed {args.seed}; time: training only, cumulative.\n\n")
+        f.write(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""python -m minidl.export: a checkpoint's inference graph as ONNX, its weights as .safetensors.
+
+    python -m minidl.export checkpoints/lenet5.npz --onnx lenet5.onnx [--probabilities]
+    python -m minidl.export checkpoints/resnet18.npz --safetensors resnet18.safetensors
+
+--onnx writes the graph minidl.inference.compile runs (BN folded, dropout removed, the final Softmax
+dropped unless --probabilities), opset 17, float32, a dynamic batch dimension (minidl.onnx_export).
+--safetensors writes every parameter and BN statistic under the names the model's PyTorch twin uses
+(minidl.torch_names; benchmarks/torch_models.py builds the twins), so a torch state_dict made from
+it loads with strict=True; its metadata holds the architecture, so minidl.checkpoint.load_model
+reads it back. Bad flags exit 2 with the usage line; a bad file is one `error:` line and exit 1.
+"""
+import argparse
+import json
+import os
+import sys
+
+from .checkpoint import SAFETENSORS_FORMAT, load_model
+
+
+def save_safetensors(path, model):
+    """Write `model`'s weights under its PyTorch twin's names, and its architecture as metadata."""
+    try:
+        from safetensors.numpy import save_file
+    except ImportError:
+        raise ValueError("--safetensors needs the safetensors package (pip install minidl[export])") from None
+    from .torch_names import to_torch
+    tensors = to_torch(model)
+    meta = {"format": SAFETENSORS_FORMAT, "model": json.dumps(model.config()), "names": "pytorch"}
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        save_file(tensors, tmp, metadata=meta)
+        os.replace(tmp, path)              # readers see the old file or the new one
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return tensors
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="python -m minidl.export",
+                                description="Export a minidl checkpoint as ONNX and/or .safetensors.")
+    p.add_argument("checkpoint", help="a checkpoint written by python -m minidl.train (.npz)")
+    p.add_argument("--onnx", metavar="PATH", help="write the inference graph as ONNX (opset 17)")
+    p.add_argument("--safetensors", metavar="PATH", help="write the weights with PyTorch names")
+    p.add_argument("--probabilities", action="store_true", help="keep the final Softmax in the ONNX graph")
+    return p
+
+
+def check_args(p, args):
+    """Every flag checked before the checkpoint is read: a bad one exits 2 with the usage line."""
+    if not args.onnx and not args.safetensors:
+        p.error("nothing to write: give --onnx PATH and/or --safetensors PATH")
+    if args.probabilities and not args.onnx:
+        p.error("--probabilities applies to --onnx only")
+    if args.safetensors and not args.safetensors.endswith(".safetensors"):
+        p.error(f"--safetensors {args.safetensors}: the file name must end in .safetensors")
+    for flag in ("onnx", "safetensors"):
+        path = getattr(args, flag)
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        if folder and not os.path.isdir(folder):
+            p.error(f"--{flag} {path}: no such folder {folder}")
+    return args
+
+
+def run(args):
+    model = load_model(args.checkpoint, device="cpu")
+    if args.onnx:
+        try:
+            from .onnx_export import OPSET, save_onnx
+            import onnx  # noqa: F401  (named in the error below when absent)
+        except ImportError:
+            raise ValueError("--onnx needs the onnx package (pip install minidl[export])") from None
+        save_onnx(args.onnx, model, args.probabilities)
+        print(f"wrote {args.onnx}: {model.name} inference graph, ONNX opset {OPSET}, dynamic batch"
+              f"{', probabilities' if args.probabilities else ', logits'}")
+    if args.safetensors:
+        tensors = save_safetensors(args.safetensors, model)
+        print(f"wrote {args.safetensors}: {len(tensors)} tensors with PyTorch names")
+
+
+def main(argv=None):
+    from .train import run_cli          # the command lines' one error handler
+    p = parser()
+    return run_cli(run, check_args(p, p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

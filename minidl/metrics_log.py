@@ -1,0 +1,90 @@
+"""Training metrics as JSON Lines: one object per line, appended, flushed at each line.
+
+    log = MetricsLog("run.jsonl")
+    log.interval(step=100, epoch=0, loss=0.41, accuracy=88.2, lr=0.01, images_per_s=51000.0, wall_s=3.2)
+    log.evaluation(step=938, epoch=1, test_loss=0.09, test_accuracy=97.1)   # {"eval": "test", ...}
+
+A training interval's line: step, epoch, loss, accuracy (%), lr, images_per_s, wall_s (seconds
+since the log was opened). An evaluation's line: eval (the set's name), step, epoch, test_loss,
+test_accuracy (%), wall_s. A value that is not finite (a diverged loss) is written as null, so
+every line is strict JSON. `read` gives the records back; `python -m minidl.plot` draws them.
+"""
+import json
+import math
+import os
+import time
+
+
+class MetricsError(ValueError):
+    """A metrics file is missing or holds a line that is not a JSON object."""
+
+
+def _number(v):
+    """A float for JSON: None where it is not finite (json would write NaN, which is not JSON)."""
+    if v is None:
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+class MetricsLog:
+    """Appends JSON records to `path`, line-buffered: a killed run keeps every line it wrote."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self.file = open(self.path, "a", buffering=1, encoding="utf-8")
+        self.t0 = time.perf_counter()
+
+    def write(self, record):
+        self.file.write(json.dumps(record, allow_nan=False) + "\n")
+
+    def interval(self, step, epoch, loss, accuracy, lr, images_per_s, wall_s=None):
+        """One training interval: its mean loss and accuracy (%), the lr, throughput and time."""
+        self.write({"step": int(step), "epoch": int(epoch), "loss": _number(loss), "accuracy": _number(accuracy),
+                    "lr": _number(lr), "images_per_s": _number(images_per_s),
+                    "wall_s": _number(time.perf_counter() - self.t0 if wall_s is None else wall_s)})
+
+    def evaluation(self, step, epoch, test_loss, test_accuracy, name="test", wall_s=None):
+        """One evaluation of the set `name` after `step` training steps."""
+        self.write({"eval": str(name), "step": int(step), "epoch": int(epoch), "test_loss": _number(test_loss),
+                    "test_accuracy": _number(test_accuracy),
+                    "wall_s": _number(time.perf_counter() - self.t0 if wall_s is None else wall_s)})
+
+    def close(self):
+        self.file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read(path):
+    """(intervals, evaluations): the records of a metrics file, each a list of dicts in file order.
+
+    A missing file, or a line that is not a JSON object with a step, is a MetricsError naming
+    the file and the line. A last line cut short (a run killed mid-write) is skipped.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise MetricsError(f"{path}: no such file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MetricsError(f"{path}: not a readable metrics file ({type(e).__name__})") from None
+    intervals, evaluations = [], []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if i == len(lines):          # no newline after it: the writer was stopped mid-line
+                continue
+            raise MetricsError(f"{path}:{i}: not a JSON line: {line[:60]!r}") from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise MetricsError(f"{path}:{i}: expected a JSON object with an integer step, got {line[:60]!r}")
+        (evaluations if "eval" in record else intervals).append(record)
+    return intervals, evaluations

@@ -1,0 +1,159 @@
+"""ONNX export of the inference graph: the model lowered by the shared inference passes, one ONNX
+node (or two, with a fused ReLU) per minidl node, read from node kinds and layer attributes.
+
+    proto = to_onnx(model)              # onnx.ModelProto, opset 17, batch dimension "N"
+    onnx.save(proto, "model.onnx")
+
+The graph is the one minidl.inference.compile runs: Graph.of(model, weights) through
+minidl.graph.passes.inference (dropout removed, zero pads and BN folded into the convs, ReLUs
+fused, the final Softmax dropped unless probabilities=True), built on the CPU in float32 so that
+every layer's plan (pads, windows, strides) is decided.
+"""
+import numpy as np
+
+from .backend import get_device
+from .graph import Graph, Model, passes
+
+OPSET = 17
+BATCH = "N"          # the dynamic batch dimension's name
+# the node kinds exported, each by the _Emitter method of its name
+KINDS = ("conv2d", "dense", "pool", "avgpool", "gap", "flatten", "add", "batchnorm", "relu", "leaky_relu",
+         "sigmoid", "tanh", "pad", "lrn", "softmax")
+
+
+def lower(model, probabilities=False):
+    """The inference lowering of `model` as minidl.inference.compile makes it, on the CPU in float32."""
+    weights = {k: v.astype(np.float64) for k, v in model.get_weights().items()}
+    graph = passes.inference(Graph.of(model, weights=weights), probabilities)
+    return Model.of_graph(graph, get_device("cpu", dtype="float32"), name=model.name, weights=graph.weights)
+
+
+def _onnx_pads(t, b, l, r):
+    return [t, l, b, r]              # ONNX: all begins (H, W), then all ends
+
+
+class _Emitter:
+    """Collects ONNX nodes and initializers; one method per minidl node kind."""
+
+    def __init__(self, helper, numpy_helper):
+        self.h, self.nh = helper, numpy_helper
+        self.nodes, self.inits = [], []
+
+    def const(self, name, array):
+        self.inits.append(self.nh.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def op(self, op_type, ins, out, **attrs):
+        self.nodes.append(self.h.make_node(op_type, ins, [out], name=out, **attrs))
+        return out
+
+    def with_activation(self, layer, op_type, ins, out, **attrs):
+        """op, then a Relu where the layer applies one itself (fused by the inference passes)."""
+        if not getattr(layer, "activation", None):
+            return self.op(op_type, ins, out, **attrs)
+        self.op(op_type, ins, out + "/pre_relu", **attrs)
+        return self.op("Relu", [out + "/pre_relu"], out)
+
+    # -- one method per kind: (node, input names, output name, the layer's weights) ---------------
+    def conv2d(self, node, ins, out, w):
+        layer, plan = node.layer, node.layer.plan
+        args = [self.const(f"{out}/w", w["w"])] + ([self.const(f"{out}/b", w["b"])] if "b" in w else [])
+        return self.with_activation(layer, "Conv", ins + args, out, kernel_shape=list(layer.ksize),
+                                    strides=list(plan.stride), dilations=list(plan.dilation),
+                                    pads=_onnx_pads(*plan.pads))
+
+    def dense(self, node, ins, out, w):
+        K = node.layer.K
+        b = w["b"] if "b" in w else np.zeros(K, np.float32)
+        args = [self.const(f"{out}/w", w["w"]), self.const(f"{out}/b", b)]
+        return self.with_activation(node.layer, "Gemm", ins + args, out, transB=1)
+
+    def _pool(self, op_type, node, ins, out, **extra):
+        plan = node.layer.plan
+        return self.op(op_type, ins, out, kernel_shape=list(plan.ksize), strides=list(plan.stride),
+                       pads=_onnx_pads(*plan.pads), **extra)
+
+    def pool(self, node, ins, out, w):
+        return self._pool("MaxPool", node, ins, out)
+
+    def avgpool(self, node, ins, out, w):
+        return self._pool("AveragePool", node, ins, out, count_include_pad=1)
+
+    def gap(self, node, ins, out, w):
+        return self.op("GlobalAveragePool", ins, out)
+
+    def flatten(self, node, ins, out, w):
+        return self.op("Flatten", ins, out, axis=1)
+
+    def add(self, node, ins, out, w):
+        return self.with_activation(node.layer, "Add" if len(ins) == 2 else "Sum", ins, out)
+
+    def batchnorm(self, node, ins, out, w):
+        args = [self.const(f"{out}/{k}", w[k]) for k in ("gamma", "beta", "running_mean", "running_var")]
+        return self.with_activation(node.layer, "BatchNormalization", ins + args, out, epsilon=node.layer.eps)
+
+    def relu(self, node, ins, out, w):
+        return self.op("Relu", ins, out)
+
+    def leaky_relu(self, node, ins, out, w):
+        return self.op("LeakyRelu", ins, out, alpha=node.layer.alpha)
+
+    def sigmoid(self, node, ins, out, w):
+        return self.op("Sigmoid", ins, out)
+
+    def tanh(self, node, ins, out, w):
+        return self.op("Tanh", ins, out)
+
+    def pad(self, node, ins, out, w):
+        t, b, l, r = node.layer.pads
+        pads = self.const(f"{out}/pads", np.array([0, 0, t, l, 0, 0, b, r], np.int64))
+        value = self.const(f"{out}/value", np.array(node.layer.value, np.float32))
+        return self.op("Pad", ins + [pads, value], out, mode="constant")
+
+    def lrn(self, node, ins, out, w):
+        # minidl's window and alpha/size scaling are ONNX's (and cuDNN's): the same four numbers
+        size, alpha, beta, k = node.layer.hyper()
+        return self.op("LRN", ins, out, size=size, alpha=alpha, beta=beta, bias=k)
+
+    def softmax(self, node, ins, out, w):
+        return self.op("Softmax", ins, out, axis=1)
+
+
+def to_onnx(model, probabilities=False):
+    """An onnx.ModelProto of `model`'s inference graph (float32, opset 17, dynamic batch)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    lowered = lower(model, probabilities)
+    weights = lowered.get_weights()
+    emit = _Emitter(helper, numpy_helper)
+    names = {}
+    graph_inputs = []
+    for i, node in enumerate(lowered.inputs):
+        names[id(node)] = "input" if len(lowered.inputs) == 1 else f"input_{i}"
+        graph_inputs.append(helper.make_tensor_value_info(names[id(node)], TensorProto.FLOAT,
+                                                          [BATCH, *node.shape[1:]]))
+    for node in lowered.nodes:
+        if node.kind not in KINDS:
+            raise ValueError(f"{model.name}: layer {node.layer.name} of kind {node.kind!r} has no ONNX mapping")
+        stem = node.layer.name + "/"
+        w = {k[len(stem):]: v for k, v in weights.items() if k.startswith(stem)}
+        names[id(node)] = getattr(emit, node.kind)(node, [names[id(p)] for p in node.parents], node.layer.name, w)
+    outputs = []
+    for i, node in enumerate(lowered.outputs):
+        name = "output" if len(lowered.outputs) == 1 else f"output_{i}"
+        emit.op("Identity", [names[id(node)]], name)
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH, *node.shape[1:]]))
+    graph = helper.make_graph(emit.nodes, lowered.name, graph_inputs, outputs, emit.inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="minidl")
+    proto.ir_version = min(proto.ir_version, 8)       # IR 8 with opset 17: readable by older runtimes too
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
+def save_onnx(path, model, probabilities=False):
+    """Write `model`'s inference graph to `path` as ONNX; returns the path."""
+    import onnx
+    onnx.save(to_onnx(model, probabilities), path)
+    return path

@@ -1,0 +1,202 @@
+"""Export: the ONNX inference graph against minidl's own inference on MNIST test images, the
+.safetensors weights under the PyTorch twins' names, and the command line."""
+import numpy as np
+import pytest
+
+import minidl as dl
+from minidl import checkpoint, export, inference, layers as L, models, optim, torch_names
+from minidl.data import mnist
+from minidl.data.loader import MNIST_MEAN, MNIST_STD
+from tests.helpers import randomize_weights
+
+N_IMAGES = 2000
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """The first 2000 MNIST test images, normalised as the loader does, and their labels."""
+    images, labels = mnist("test")
+    x = ((images[:N_IMAGES, None].astype(np.float32) / 255) - MNIST_MEAN) / MNIST_STD    # (N, 1, 28, 28)
+    return x.astype(np.float32), labels[:N_IMAGES]
+
+
+def onnx_run(model, x, probabilities=False):
+    ort = pytest.importorskip("onnxruntime")
+    from minidl.onnx_export import to_onnx
+    proto = to_onnx(model, probabilities)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return proto, np.concatenate([session.run(None, {"input": x[i:i + 500]})[0] for i in range(0, len(x), 500)])
+
+
+def trained_lenet():
+    images, labels = mnist("train")
+    trainer = dl.Trainer(models.lenet5(seed=0), optim.Adam(lr=2e-3), device="cpu", progress=False,
+                         log=lambda s: None)
+    trainer.fit((images[:6000], labels[:6000]), epochs=1, batch_size=64)
+    return trainer.model
+
+
+NETS = {"lenet5": lambda: randomize_weights(models.lenet5(seed=1)),
+        "resnet18": lambda: randomize_weights(models.resnet(18, seed=2), seed=3),
+        "relunet": lambda: models.get("relunet", seed=4),
+        "trained-lenet5": trained_lenet}
+
+
+@pytest.mark.parametrize("name", sorted(NETS))
+def test_onnx_logits_equal_minidl_inference_on_mnist(name, digits):
+    pytest.importorskip("onnx")
+    x, labels = digits
+    model = NETS[name]()
+    proto, got = onnx_run(model, x)
+    want = inference.compile(model, device="cpu").predict(x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert (got.argmax(1) == want.argmax(1)).all()
+    if name == "trained-lenet5":
+        assert (got.argmax(1) == labels).mean() > 0.8            # 88% after 94 steps
+    ops = [n.op_type for n in proto.graph.node]
+    assert not {"BatchNormalization", "Dropout", "Softmax"} & set(ops)      # folded, removed, dropped
+
+
+def test_onnx_graph_has_opset_17_and_a_dynamic_batch():
+    pytest.importorskip("onnx")
+    from minidl.onnx_export import to_onnx
+    proto = to_onnx(models.lenet5())
+    assert max(o.version for o in proto.opset_import if o.domain == "") >= 17
+    for v in (proto.graph.input[0], proto.graph.output[0]):
+        assert v.type.tensor_type.shape.dim[0].dim_param == "N"
+    assert [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim[1:]] == [1, 28, 28]
+    gemm = [n for n in proto.graph.node if n.op_type == "Gemm"]
+    assert len(gemm) == 3 and all(a.name == "transB" and a.i == 1 for n in gemm for a in n.attribute)
+
+
+def every_kind():
+    """A model with every exported kind, and patterns the passes leave (a BN after a pool, a 0.5 pad)."""
+    x = L.Input((3, 12, 12))
+    a = L.Conv2D(8, 3, padding=1)(x)
+    h = L.ReLU()(L.BatchNorm2D()(a))                            # a reads twice: BN is not folded
+    h = L.BatchNorm2D()(L.Conv2D(8, 3, padding=1, bias=False, dilation=1)(h))
+    h = L.LeakyReLU(0.1)(L.Add()(h, a))
+    h = L.Pad2D((1, 0, 2, 1), value=0.5)(h)
+    h = L.Conv2D(8, 3, stride=2, dilation=(1, 2))(L.Pad2D((0, 1, 0, 1))(L.Dropout(0.3)(h)))
+    h = L.MaxPool2D(3, stride=1, padding=1)(L.LRN(size=3)(h))
+    h = L.Tanh()(L.BatchNorm2D()(L.AvgPool2D(2, padding=1)(h)))
+    s = L.Sigmoid()(L.GlobalAvgPool2D()(h))
+    h = L.Dropout(0.5)(L.ReLU()(L.Dense(16)(L.Flatten()(s))))
+    return randomize_weights(dl.Model(x, L.Softmax()(L.Dense(5)(h)), name="every_kind"))
+
+
+@pytest.mark.parametrize("probabilities", [False, True])
+def test_every_node_kind_exports_and_equals_minidl(probabilities):
+    pytest.importorskip("onnx")
+    model = every_kind()
+    x = np.random.default_rng(0).standard_normal((7, 3, 12, 12)).astype(np.float32)
+    proto, got = onnx_run(model, x, probabilities)
+    want = inference.compile(model, device="cpu", probabilities=probabilities).predict(x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    ops = {n.op_type for n in proto.graph.node}
+    assert {"Conv", "Relu", "BatchNormalization", "Add", "LeakyRelu", "Pad", "LRN", "MaxPool", "AveragePool",
+            "Tanh", "GlobalAveragePool", "Sigmoid", "Flatten", "Gemm"} <= ops
+    assert ("Softmax" in ops) == probabilities and "Dropout" not in ops
+
+
+def test_a_kind_without_onnx_mapping_is_named():
+    pytest.importorskip("onnx")
+    from minidl.onnx_export import to_onnx
+
+    class Double(L.ReLU):
+        kind, prefix, fusable_activation = "double", "double", None
+
+    model = dl.Sequential([L.Flatten(), Double()], (4,))
+    with pytest.raises(ValueError, match="double.*kind 'double' has no ONNX mapping"):
+        to_onnx(model)
+
+
+# -- safetensors ---------------------------------------------------------------------------------
+def test_torch_names_follow_the_twins_layout():
+    names = torch_names.torch_names(models.resnet(18))
+    assert names["conv2d/w"] == "1.weight" and names["fbn/running_var"] == "2.running_var"
+    assert names["conv2d_1/w"] == "5.body.0.weight"          # first block: identity shortcut
+    assert names["conv2d_5/w"] == "7.short.0.weight"          # stage 2: projection shortcut first
+    assert names["conv2d_6/w"] == "7.body.1.weight"           # after the explicit Pad2D
+    assert names["dense/w"] == "14.weight"
+    assert torch_names.torch_names(models.get("lenet-caffe"))["dense_1/b"] == "7.bias"
+
+
+def test_safetensors_holds_every_tensor_with_torch_names(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    model = randomize_weights(models.resnet(18))
+    export.save_safetensors(str(tmp_path / "r.safetensors"), model)
+    tensors = st.load_file(str(tmp_path / "r.safetensors"))
+    names, weights = torch_names.torch_names(model), model.get_weights()
+    n_bn = sum(n.kind == "batchnorm" for n in model.nodes)
+    assert len(tensors) == len(weights) + n_bn                 # + each BN's num_batches_tracked
+    for k, t in names.items():
+        assert tensors[t].dtype == np.float32 and tensors[t].shape == weights[k].shape
+        np.testing.assert_array_equal(tensors[t], weights[k].astype(np.float32))
+    assert tensors["1.weight"].shape == (64, 1, 7, 7) and tensors["2.num_batches_tracked"].dtype == np.int64
+
+
+@pytest.mark.parametrize("name", ["lenet", "resnet18", "simplenet", "largenet"])
+def test_safetensors_loads_into_the_torch_twin_strictly(name, tmp_path):
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("safetensors.numpy")
+    tm = pytest.importorskip("benchmarks.torch_models")
+    model = randomize_weights(models.get(name))
+    export.save_safetensors(str(tmp_path / "w.safetensors"), model)
+    twin = tm.torch_model({"model": "resnet", "depth": 18} if name == "resnet18" else {"model": name})
+    twin.load_state_dict({k: torch.from_numpy(v) for k, v in st.load_file(str(tmp_path / "w.safetensors")).items()},
+                         strict=True)
+    x = np.random.default_rng(0).standard_normal((4, 1, 28, 28)).astype(np.float32)
+    with torch.no_grad():
+        got = twin.eval()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, inference.compile(model, device="cpu").predict(x), rtol=1e-4, atol=1e-4)
+
+
+def test_checkpoint_loads_safetensors_weights(tmp_path):
+    pytest.importorskip("safetensors")
+    model = randomize_weights(models.resnet(18, seed=5))
+    path = str(tmp_path / "r.safetensors")
+    export.save_safetensors(path, model)
+    back = checkpoint.load_model(path, device="cpu")
+    fresh = models.resnet(18, seed=6)
+    checkpoint.load_weights(path, fresh)
+    want = model.get_weights()
+    for got in (back.get_weights(), fresh.get_weights()):
+        assert got.keys() == want.keys()
+        for k, v in want.items():
+            np.testing.assert_array_equal(got[k], v)
+    with pytest.raises(checkpoint.CheckpointError, match="do not fit the model"):
+        checkpoint.load_weights(path, models.lenet5())
+    from safetensors.numpy import save_file
+    save_file({"w": np.zeros(3, np.float32)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(checkpoint.CheckpointError, match="no minidl model"):
+        checkpoint.load_model(str(tmp_path / "other.safetensors"))
+    (tmp_path / "bad.safetensors").write_bytes(b"garbage")
+    with pytest.raises(checkpoint.CheckpointError, match="not a readable"):
+        checkpoint.load_weights(str(tmp_path / "bad.safetensors"), models.lenet5())
+
+
+# -- the command line ----------------------------------------------------------------------------
+def test_export_command_writes_both_files(tmp_path, capsys):
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("safetensors")
+    ckpt = str(tmp_path / "lenet.npz")
+    checkpoint.save(ckpt, models.lenet5(seed=0))
+    o, s = str(tmp_path / "m.onnx"), str(tmp_path / "w.safetensors")
+    assert export.main([ckpt, "--onnx", o, "--safetensors", s, "--probabilities"]) == 0
+    assert onnx.load(o).graph.node[-2].op_type == "Softmax"
+    assert checkpoint.load_model(s).n_params == 61706
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [[], ["--probabilities", "--safetensors", "w.safetensors"],
+                                  ["--safetensors", "w.npz"], ["--onnx", "/no/such/folder/m.onnx"]])
+def test_export_command_bad_flags_exit_2(argv, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        export.main([str(tmp_path / "missing.npz"), *argv])
+    assert e.value.code == 2 and "usage:" in capsys.readouterr().err
+
+
+def test_export_command_names_a_missing_checkpoint(tmp_path, capsys):
+    assert export.main([str(tmp_path / "missing.npz"), "--onnx", str(tmp_path / "m.onnx")]) == 1
+    assert "missing.npz: no such file" in capsys.readouterr().err

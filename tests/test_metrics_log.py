@@ -1,0 +1,79 @@
+"""Metrics as JSON Lines (one object per line, appended, strict JSON) and the curves command."""
+import json
+import math
+
+import pytest
+
+from minidl import metrics_log, plot
+from minidl.metrics_log import MetricsError, MetricsLog
+
+
+def write_run(path, steps=(100, 200, 300), offset=0.0):
+    with MetricsLog(path) as log:
+        for i, s in enumerate(steps):
+            log.interval(step=s, epoch=i // 2, loss=1.0 / (i + 1) + offset, accuracy=80 + i, lr=0.01,
+                         images_per_s=5e4, wall_s=0.5 * (i + 1))
+        log.evaluation(step=steps[-1], epoch=1, test_loss=0.2, test_accuracy=95.5)
+    return path
+
+
+def test_each_record_is_one_json_line_with_its_fields(tmp_path):
+    path = write_run(tmp_path / "run.jsonl")
+    lines = path.read_text().splitlines()
+    assert len(lines) == 4
+    first = json.loads(lines[0])
+    assert first == {"step": 100, "epoch": 0, "loss": 1.0, "accuracy": 80.0, "lr": 0.01, "images_per_s": 5e4,
+                     "wall_s": 0.5}
+    last = json.loads(lines[-1])
+    assert last["eval"] == "test" and last["test_loss"] == 0.2 and last["test_accuracy"] == 95.5
+    assert last["step"] == 300 and isinstance(last["wall_s"], float)
+
+
+def test_log_appends_flushes_each_line_and_writes_non_finite_as_null(tmp_path):
+    path = tmp_path / "run.jsonl"
+    write_run(path)
+    log = MetricsLog(path)
+    log.interval(step=400, epoch=2, loss=math.nan, accuracy=math.inf, lr=0.01, images_per_s=1.0)
+    assert len(path.read_text().splitlines()) == 5           # on disk before close: line-buffered
+    log.close()
+    intervals, evaluations = metrics_log.read(path)
+    assert [r["step"] for r in intervals] == [100, 200, 300, 400] and len(evaluations) == 1
+    assert intervals[-1]["loss"] is None and intervals[-1]["accuracy"] is None
+
+
+def test_read_names_bad_lines_and_skips_a_torn_last_line(tmp_path):
+    path = write_run(tmp_path / "run.jsonl")
+    with open(path, "a") as f:
+        f.write('{"step": 40')                                # killed mid-write
+    assert len(metrics_log.read(path)[0]) == 3
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(MetricsError, match=r"bad.jsonl:2: not a JSON line"):
+        metrics_log.read(bad)
+    bad.write_text('[1, 2]\n')
+    with pytest.raises(MetricsError, match="integer step"):
+        metrics_log.read(bad)
+    with pytest.raises(MetricsError, match="no such file"):
+        metrics_log.read(tmp_path / "missing.jsonl")
+
+
+def test_plot_draws_several_runs_to_a_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    a, b = write_run(tmp_path / "a.jsonl"), write_run(tmp_path / "b.jsonl", offset=0.1)
+    out = tmp_path / "curves.png"
+    assert plot.main([str(a), str(b), "-o", str(out), "--title", "two runs"]) == 0
+    assert out.stat().st_size > 1000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "2 run(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content,message", [(None, "no such file"), ("garbage\n{}\n", "not a JSON line"),
+                                             ("", "no metrics in it")])
+def test_plot_bad_files_are_one_error_line_and_exit_2(tmp_path, capsys, content, message):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "run.jsonl"
+    if content is not None:
+        path.write_text(content)
+    assert plot.main([str(path), "-o", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "c.png").exists()
