@@ -11,8 +11,7 @@ every layer's plan (pads, windows, strides) is decided.
 """
 import numpy as np
 
-from .backend import get_device
-from .graph import Graph, Model, passes
+from . import inference
 
 OPSET = 17
 BATCH = "N"          # the dynamic batch dimension's name
@@ -22,10 +21,8 @@ KINDS = ("conv2d", "dense", "pool", "avgpool", "gap", "flatten", "add", "batchno
 
 
 def lower(model, probabilities=False):
-    """The inference lowering of `model` as minidl.inference.compile makes it, on the CPU in float32."""
-    weights = {k: v.astype(np.float64) for k, v in model.get_weights().items()}
-    graph = passes.inference(Graph.of(model, weights=weights), probabilities)
-    return Model.of_graph(graph, get_device("cpu", dtype="float32"), name=model.name, weights=graph.weights)
+    """The inference lowering of `model`, as minidl.inference.compile makes it, on the CPU in float32."""
+    return inference.lower(model, "cpu", probabilities)[0]
 
 
 def _onnx_pads(t, b, l, r):

@@ -19,7 +19,7 @@ from .artifact import ArtifactError, read as _read
 from .model import InferenceModel, OpTime
 from .schedule import CHAIN_MAX_BATCH
 
-__all__ = ["compile", "load", "InferenceModel", "ArtifactError", "OpTime", "CHAIN_MAX_BATCH"]
+__all__ = ["compile", "lower", "load", "InferenceModel", "ArtifactError", "OpTime", "CHAIN_MAX_BATCH"]
 
 
 def load(path, device=None):
@@ -46,10 +46,16 @@ def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="f
     else:
         model = source
         device = model.device if device is None else device
+    lowered, stats = lower(model, device, probabilities, dtype)
+    return InferenceModel(lowered, probabilities, stats, direct)
+
+
+def lower(model, device="cpu", probabilities=False, dtype="float32"):
+    """(the inference lowering of `model` as a Model on `device`, what the passes did): the graph
+    after minidl.graph.passes.inference, BN folded in float64 and then cast to `dtype`."""
     weights = {k: v.astype(np.float64) for k, v in model.get_weights().items()}
     graph = passes.inference(Graph.of(model, weights=weights), probabilities)
     dev = get_device(device, dtype=dtype)
     dev = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
     lowered = Model.of_graph(graph, dev, name=model.name, weights=graph.weights)
-    stats = {"layers": len(model.layers), "nodes": len(lowered.nodes), **graph.stats}
-    return InferenceModel(lowered, probabilities, stats, direct)
+    return lowered, {"layers": len(model.layers), "nodes": len(lowered.nodes), **graph.stats}
