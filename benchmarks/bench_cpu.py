@@ -1,6 +1,6 @@
 """CPU training step: minidl's LeNet-5 against PyTorch's CPU build, in one process, same batches.
 
-    python benchmarks/bench_cpu.py [--steps 300] [--threads 1] [--profile]
+    python benchmarks/bench_cpu.py [--steps 300] [--threads 1] [--torch-threads 2] [--profile]
 
 minidl trains through the Trainer as `python -m minidl.train --device cpu` does (models.get('lenet'),
 Adam lr 1e-3, batch 32); PyTorch trains the same network (conv 6@5x5 pad 2, max-pool, conv 16@5x5,
@@ -64,6 +64,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=300, help="steps per timed repeat (300)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported (5)")
     p.add_argument("--threads", type=int, help="BLAS/OpenMP threads (minidl's default when omitted)")
+    p.add_argument("--torch-threads", type=int, help="PyTorch's intra-op threads (the same as minidl's)")
     p.add_argument("--profile", action="store_true", help="cProfile minidl's steps, top 25 by own time")
     p.add_argument("--no-torch", action="store_true", help="time minidl only")
     args = p.parse_args(argv)
@@ -80,7 +81,7 @@ def main(argv=None):
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     if not args.no_torch:
         import torch
-        torch.set_num_threads(threads)
+        torch.set_num_threads(args.torch_threads or threads)
         loader = trainer._train_loader(train, 32)
         tms = torch_step_ms(loader, args.steps, args.repeats)
         print(f"PyTorch CPU: {tms:.3f} ms/step (torch {torch.__version__}, {torch.get_num_threads()} threads)")

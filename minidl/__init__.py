@@ -1,7 +1,8 @@
 """minidl: a small deep-learning framework with explicit forward and backward passes."""
-from . import checkpoint, data, graph, layers, losses, metrics, models, optim
+from . import checkpoint, data, graph, layers, losses, metrics, models, optim, threads
 from .backend import Device, get_device
 from .graph import Input, Model, Sequential
+from .threads import set_threads
 from .trainer import Trainer, TrainingDiverged, TrainingStopped
 
 __version__ = "0.1.0"

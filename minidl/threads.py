@@ -20,7 +20,8 @@ def set_threads(n=None):
     of those), else DEFAULT_THREADS.
     """
     if n is None:
-        n = next((int(os.environ[k]) for k in _ENV if os.environ.get(k, "").isdigit()), DEFAULT_THREADS)
+        n = next((int(os.environ[k]) for k in _ENV if os.environ.get(k, "").isdigit() and int(os.environ[k]) > 0),
+                 DEFAULT_THREADS)
     if n < 1:
         raise ValueError(f"threads must be a positive integer, got {n}")
     threadpool_limits(limits=n)
