@@ -124,6 +124,10 @@ def check_args(p, args, batch_split="train"):
     for dest in ("checkpoint", "artifact"):
         if "resume" not in a and a.get(dest) and not os.path.isfile(a[dest]):
             error(dest, f"no file {a[dest]}")
+    if a.get("metrics"):
+        why = _unwritable(a["metrics"])
+        if why:
+            error("metrics", f"{a['metrics']} {why}")
     if a.get("save_artifact"):
         why = _unwritable(a["save_artifact"])
         if why:
@@ -171,6 +175,8 @@ def parser():
     p.add_argument("--nondeterministic", action="store_true",
                    help="GPU: let cuDNN pick engines that reduce in any order (faster for some shapes; "
                         "seeded runs then differ in the last bits)")
+    p.add_argument("--metrics", metavar="PATH",
+                   help="append one JSON line per monitoring interval and per evaluation (minidl.plot draws them)")
     p.add_argument("--save-every", type=positive, metavar="N",
                    help="also save a resumable checkpoint every N steps (to --checkpoint)")
     p.add_argument("--resume", action="store_true",
@@ -182,6 +188,7 @@ def run(args, out=print):
     import minidl as dl
     from minidl import data, models, optim
 
+    from minidl.metrics_log import MetricsLog
     from minidl.threads import set_threads
 
     model_name = "resnet" if args.depth or args.model == "resnet" else "lenet"
@@ -221,10 +228,12 @@ def run(args, out=print):
     out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
         f"{name} lr {lr:g} {args.schedule}, batch {args.batch_size}{mode} ..")
 
+    log = MetricsLog(args.metrics) if args.metrics else None
     if trainer.step < total:
         with _stop_on_signals(trainer):            # SIGINT/SIGTERM: finish the step, save, exit 130/143
             trainer.fit(train, steps=total - trainer.step, batch_size=args.batch_size, monitor=args.monitor,
-                        save_to=path if args.save else None, save_every=args.save_every, checkpoint=path)
+                        save_to=path if args.save else None, save_every=args.save_every, checkpoint=path,
+                        metrics_log=log)
         t = trainer.timing
         rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
         how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
@@ -242,6 +251,9 @@ def run(args, out=print):
     seen = min(len(test[0]), args.test_batch * args.test_steps)
     note = "" if seen == len(test[0]) else f" (first {seen} of {len(test[0])})"
     out(f"loss: {loss:.3f}, accuracy: {acc:.3f}%{note}")
+    if log is not None:
+        log.evaluation(step=trainer.step, epoch=(trainer.step - 1) // per_epoch, test_loss=loss, test_accuracy=acc)
+        log.close()
     out("Done.")
     return loss, acc
 

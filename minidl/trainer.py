@@ -96,8 +96,9 @@ class Trainer:
         top = int(labels.max()) if getattr(labels, "size", 0) and getattr(labels.dtype, "kind", "") in "iu" else 0
         if len(out) != 2 or out[1] <= top:
             last = self.model.outputs[0].layer
+            shape = "(" + ", ".join("N" if d is None else str(d) for d in out) + ")"
             raise ValueError(f"layer {last.name} ({type(last).__name__}): the model outputs shape "
-                             f"{tuple(out)}, but the labels need (N, {top + 1}): {top + 1} classes or more")
+                             f"{shape}, but the labels need (N, {top + 1}): {top + 1} classes or more")
 
     # -- training ------------------------------------------------------------------------------
     def request_stop(self, signum):
@@ -106,20 +107,21 @@ class Trainer:
         self._stop = signum
 
     def fit(self, data, steps=None, epochs=None, batch_size=32, monitor=100, save_to=None, save_every=None,
-            checkpoint=None):
+            checkpoint=None, metrics_log=None):
         """Train for `steps` (or `epochs` of the whole set) more steps; returns the last
         interval's (loss, accuracy %). Saves to `save_to` at the end, only if training stayed finite.
 
         checkpoint: where a stop request (request_stop) and every `save_every` steps save (default
-        save_to); each save first checks that training stayed finite.
+        save_to); each save first checks that training stayed finite. metrics_log: a
+        minidl.metrics_log.MetricsLog that gets one record per monitoring interval.
         """
-        checkpoint = checkpoint or save_to
-        if save_every is not None and not checkpoint:
-            raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
         for what, v in (("steps", steps), ("epochs", epochs), ("batch_size", batch_size), ("monitor", monitor),
                         ("save_every", save_every)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v <= 0):
                 raise ValueError(f"fit: {what} must be a positive int, got {v!r}")
+        checkpoint = checkpoint or save_to
+        if save_every is not None and not checkpoint:
+            raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
         loader = self._train_loader(data, batch_size)
         per_epoch = len(loader)
         if steps is None:
@@ -130,7 +132,7 @@ class Trainer:
         bar = _bar(steps, self.progress)
         start = self.step
         end = start + steps
-        t0 = t1 = time.perf_counter()
+        t0 = t1 = t_interval = time.perf_counter()
         while self.step < end:
             epoch, k = divmod(self.step, per_epoch)
             try:
@@ -148,8 +150,14 @@ class Trainer:
                 bar.update(1)
             if self.step % monitor == 0 or self.step == end:
                 self._check_finite(start, save_to)
-                result = metrics.result()
+                images, result = metrics.count, metrics.result()
                 metrics.reset()
+                if metrics_log is not None:
+                    now = time.perf_counter()
+                    metrics_log.interval(step=self.step, epoch=(self.step - 1) // per_epoch, loss=result[0],
+                                         accuracy=result[1], lr=self.optimizer.current_lr,
+                                         images_per_s=images / max(now - t_interval, 1e-9))
+                    t_interval = now
                 if self.step % monitor == 0:
                     self._print(bar, f"step: {self.step:4d}, loss: {result[0]:.3f}, accuracy: {result[1]:.3f}%")
             if save_every and self.step % save_every == 0:

@@ -101,3 +101,12 @@ def test_an_epoch_planned_run_resumed_across_an_epoch_boundary_is_exact(tmp_path
     second.fit(data, steps=total - second.step, batch_size=64)
     for k, w in straight.model.get_weights().items():
         np.testing.assert_array_equal(second.model.get_weights()[k], w, err_msg=k)
+
+
+def test_metrics_file_has_one_line_per_interval_and_the_evaluation(tmp_path, monkeypatch):
+    from minidl import metrics_log
+    assert run(BASE + ["-n", "20", "-b", "16", "--metrics", "run.jsonl"], tmp_path, monkeypatch) == 0
+    intervals, evals = metrics_log.read(tmp_path / "run.jsonl")
+    assert [r["step"] for r in intervals] == [5, 10, 15, 20]
+    assert all(r["images_per_s"] > 0 and 0 <= r["accuracy"] <= 100 and r["lr"] > 0 for r in intervals)
+    assert len(evals) == 1 and evals[0]["step"] == 20 and 0 <= evals[0]["test_accuracy"] <= 100

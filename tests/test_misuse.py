@@ -1,0 +1,74 @@
+"""API misuse gets one clear message naming the layer and the shapes (or is made right)."""
+import numpy as np
+import pytest
+
+import minidl as dl
+from minidl import layers as L
+from minidl import models, optim
+
+
+def quiet(model, opt=None):
+    return dl.Trainer(model, opt or optim.SGD(0.01), device="cpu", progress=False, log=lambda s: None)
+
+
+def data(n=64, classes=10, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, classes, n).astype(np.uint8)
+
+
+def test_too_few_outputs_for_the_labels_names_the_last_layer():
+    model = dl.Sequential([L.Flatten(), L.Dense(5)], (1, 28, 28))
+    with pytest.raises(ValueError, match=r"layer dense \(Dense\): the model outputs shape \(N, 5\).*\(N, 10\)"):
+        quiet(model).fit(data(), steps=1)
+    with pytest.raises(ValueError, match=r"dense \(Dense\)"):
+        quiet(model).evaluate(data())
+
+
+def test_an_empty_batch_and_an_empty_input_shape_are_named():
+    model = models.lenet5()
+    with pytest.raises(ValueError, match=r"input expects shape \(N, 1, 28, 28\)|empty batch \(0, 1, 28, 28\)"):
+        model.forward(np.zeros((0, 1, 28, 28), np.float32))
+    with pytest.raises(ValueError, match=r"Input shape must be positive sizes, got \(1, 0, 28\)"):
+        L.Input((1, 0, 28))
+    with pytest.raises(ValueError, match=r"inputs must be \(N, \*\(1, 28, 28\)\) with one N >= 1"):
+        dl.inference.compile(model).predict(np.zeros((0, 1, 28, 28), np.float32))
+
+
+@pytest.mark.parametrize("kw,what", [({"monitor": 0}, "monitor"), ({"steps": 0}, "steps"), ({"epochs": -1}, "epochs"),
+                                     ({"batch_size": 0}, "batch_size"), ({"steps": 2.5}, "steps"),
+                                     ({"save_every": 0}, "save_every")])
+def test_fit_arguments_are_checked(kw, what):
+    with pytest.raises(ValueError, match=rf"fit: {what} must be a positive int"):
+        quiet(models.lenet5()).fit(data(), **{"steps": 1, **kw})
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.uint8])
+def test_input_batches_of_other_dtypes_are_cast_to_the_models(dtype):
+    model = models.lenet5()
+    x = np.random.default_rng(0).integers(0, 3, (2, 1, 28, 28)).astype(dtype)
+    y = model.forward(x)
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, model.forward(x.astype(np.float32)))
+
+
+def test_non_numeric_input_is_rejected():
+    with pytest.raises(ValueError, match="dtype <U1, expected numbers"):
+        models.lenet5().forward(np.full((1, 1, 28, 28), "a"))
+
+
+def test_labels_out_of_range_and_mismatched_lengths_are_named():
+    images, labels = data()
+    bad = labels.astype(np.int64)
+    bad[3] = -1
+    with pytest.raises(ValueError, match="labels"):
+        quiet(models.lenet5()).fit((images, bad), steps=1)
+    with pytest.raises(ValueError, match="labels"):
+        quiet(models.lenet5()).fit((images, labels[:10]), steps=1)
+    with pytest.raises(ValueError, match="a Loader or a pair"):
+        quiet(models.lenet5()).fit(images, steps=1)
+
+
+def test_a_wrong_optimizer_hyper_parameter_is_named():
+    for bad in (-1, float("nan"), float("inf"), "0.1"):
+        with pytest.raises(ValueError, match="lr must be a finite number >= 0"):
+            optim.Adam(lr=bad)
