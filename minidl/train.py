@@ -279,11 +279,14 @@ def run_cli(run, args):
     try:
         run(args)
     except TrainingStopped as e:
-        how = f"saved {e.path}: the same command with --resume continues it" if e.path else "nothing saved"
-        print(f"{signal.Signals(e.signum).name}: {e}; {how}", file=sys.stderr)
+        how = ": the same command with --resume continues it" if e.path else "; nothing saved"
+        print(f"{signal.Signals(e.signum).name}: {e}{how}", file=sys.stderr)
         return 128 + e.signum
     except (ValueError, DeviceError, CaptureError, TrainingDiverged) as e:   # data, checkpoint,
         print(f"error: {e}", file=sys.stderr)                                 # artifact, shape errors
+        return 1
+    except OSError as e:                                                      # a file the OS refused
+        print(f"error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
