@@ -214,7 +214,7 @@ def test_print_bn_timings():
     device = minidl.get_device("cuda")
     extra = [(128, 16, 16), (256, 14, 14), (64, 28, 28), (64, 56, 56)]   # more values a channel: _KERNEL_MAX_M
     tiny = cp.zeros(32, np.float32)
-    print(f"\nfloor: one tiny elementwise kernel {_graph_us(device, lambda: gnorm._relu(tiny, tiny)):.2f} us")
+    print(f"\nfloor: one tiny elementwise kernel {_graph_us(device, lambda: _util.RELU(tiny, tiny)):.2f} us")
     print(f"\n{'N,C,H,W':>18} {'M':>7} | fwd: kern kern+relu cudnn cudnn+relu | "
           f"bwd: kern+relu kern cudnn mask+cudnn+add")
     for chw in RESNET + extra:
@@ -227,10 +227,10 @@ def test_print_bn_timings():
 
         def cudnn_relu():
             gnorm._cudnn_fprop(*fw)
-            gnorm._relu(y, y)
+            _util.RELU(y, y)
 
         def mask_cudnn_add():
-            gnorm._relu_mask(y, gy, gym)
+            _util.RELU_BPROP(y, gy, gym)
             gnorm._cudnn_bprop(x, gym, gamma, mean, invstd, dg, db, gx)
             gnorm._add2(dg, db, gg, gb)
 
