@@ -35,9 +35,10 @@ def batch(n, seed):
 @pytest.fixture(scope="module")
 def compiled():
     """{name: (cpu InferenceModel, cuda InferenceModel)} of LeNet-5 and ResNet-18 (random BN stats)."""
-    out = {}
+    out = {"models": {}}
     for name, model in (("lenet5", randomize(models.lenet5())), ("resnet18", randomize(models.resnet(18)))):
         out[name] = inference.compile(model, device="cpu"), inference.compile(model, device="cuda")
+        out["models"][name] = model
     return out
 
 
@@ -74,10 +75,11 @@ def test_batch_1000_replay_equals_eager_and_cpu(compiled, tf32):
     captured with the TF32 setting of their first call)."""
     from minidl.kernels.gpu import cudnn
     cpu, _ = compiled["lenet5"]
+    lenet = compiled["models"]["lenet5"]
     was = cudnn.tf32_enabled()
     cudnn.set_tf32(tf32)
     try:
-        gpu = inference.InferenceModel(cpu.ops, cpu.input_shapes, cpu.outputs, device="cuda", name="lenet5")
+        gpu = inference.compile(lenet, device="cuda")
         x = batch(1000, seed=7)
         graphed = host(gpu, gpu.predict(x))                # the capture checks itself against eager
         gpu.cuda_graphs = False
@@ -114,7 +116,7 @@ def test_profile_times_every_kernel_call(compiled, N):
     rows = gpu.profile(batch(N, seed=3), repeats=5)
     steps = gpu.schedule(N)[0]
     assert [r.name for r in rows] == [st.name for st in steps]
-    assert [op for st in steps for op in st.ops] == gpu.ops
+    assert [n for st in steps for n in st.nodes] == gpu.nodes
     assert all(r.ms > 0 for r in rows if r.kind != "flatten")
 
 
@@ -269,6 +271,6 @@ def test_lenet_schedules_on_the_gpu(no_tf32, compiled):
     y = gpu.predict(buf)                                   # the fast path: the graph's output buffer
     assert y is gpu.predict(buf)
     assert_close(host(gpu, y), cpu.predict(x), TOL["lenet5"])
-    plain = inference.InferenceModel(cpu.ops, cpu.input_shapes, cpu.outputs, device="cuda", direct=False)
-    assert [st.kind for st in plain.schedule(1)[0]] == [op.kind for op in cpu.ops]
+    plain = inference.compile(compiled["models"]["lenet5"], device="cuda", direct=False)
+    assert [st.kind for st in plain.schedule(1)[0]] == [n.kind for n in cpu.nodes]
     assert_close(host(plain, plain.predict(x)), cpu.predict(x), TOL["lenet5"])

@@ -45,9 +45,9 @@ def test_one_step_gradients_match_cpu(no_tf32):
         loader = dl.data.Loader(images, labels, 32, dev, shuffle=False)
         x, y = loader.batch(0, 0)
         trainer = dl.Trainer(model, optim.SGD(0.0), graph=False, progress=False, log=lambda s: None)
-        model.fuse(True)                    # as the GPU trainer does: fused outputs are post-ReLU
-        trainer._forward_backward(x, y)
-        outs[name] = {n.layer.name: dev.to_host(model._values[id(n)]) for n in model.nodes}
+        net = trainer._step.net             # the training lowering: fused outputs are post-ReLU
+        trainer._step.forward_backward(x, y)
+        outs[name] = {n.layer.name: dev.to_host(net._values[id(n)]) for n in net.nodes}
         grads[name] = model.get_grads()
     for k, want in outs["cpu"].items():
         scale = np.abs(want).max() + 1e-12
@@ -73,7 +73,7 @@ def test_gpu_training_matches_cpu(no_tf32, make_opt):
 def test_captured_step_equals_eager_step():
     w_eager, r_eager, _ = train("cuda", optim.Adam(1e-3), graph=False)
     w_graph, r_graph, trainer = train("cuda", optim.Adam(1e-3), graph=True)
-    assert trainer._graphs, "the captured path did not run"
+    assert trainer._step._captured, "the captured path did not run"
     for k in w_eager:
         np.testing.assert_allclose(w_graph[k], w_eager[k], rtol=1e-5, atol=1e-6, err_msg=k)
     assert r_graph[1] == r_eager[1]
@@ -106,4 +106,4 @@ def test_resnet18_step_runs_captured_and_learns_on_mnist():
     trainer = dl.Trainer(model, optim.Adam(1e-3), progress=False, log=lambda s: None)
     first = trainer.fit(subset, steps=20, batch_size=32, monitor=20)
     last = trainer.fit(subset, steps=80, batch_size=32, monitor=80)
-    assert trainer._graphs and last[0] < first[0] and last[1] > 80.0
+    assert trainer._step._captured and last[0] < first[0] and last[1] > 80.0
