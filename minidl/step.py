@@ -3,9 +3,9 @@
 A step is: gather the batch, forward, softmax cross-entropy from the logits, backward, the
 optimizer update, and the metrics; all of it on the device with no host sync, so the whole step
 can be recorded as one graph. A device flag `finite` turns False at the first step whose loss
-is not finite; from then on no update reaches the weights (the gradients are zeroed and the
-learning rate gated), and `good_steps` counts the steps before it, so the host, reading both at
-its monitoring interval, can say where training diverged.
+is not finite; from then on no update reaches the weights or the optimizer state (the update
+kernels are gated by the flag), and `good_steps` counts the steps before it, so the host,
+reading both at its monitoring interval, can say where training diverged.
 """
 from .graph import passes
 from .losses import softmax_cross_entropy
@@ -48,9 +48,8 @@ class TrainStep:
         xp = self.device.xp
         xp.logical_and(self.finite, xp.isfinite(loss_sum), out=self.finite)
         self.good_steps += self.finite
-        # Past the first non-finite loss the weights stay as they were: zero gradients keep the
-        # optimizer state finite, and a zero learning rate (gate) leaves weight decay out too.
-        xp.copyto(self.net.grads, 0, where=xp.logical_not(self.finite))
+        # Past the first non-finite loss the update is gated off inside the optimizer's kernel:
+        # the weights and the optimizer state stay as they were, at no extra pass over memory.
         self.optimizer.step(gate=self.finite)
 
     # -- captured -------------------------------------------------------------------------

@@ -114,6 +114,7 @@ def test_nan_loss_raises_and_keeps_the_good_checkpoint(kind, mnist_train, tmp_pa
     assert path.read_bytes() == good
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.npz"]
     assert np.isfinite(model.flat).all()                     # no update after the bad step reached them
+    assert all(np.isfinite(a).all() for a in opt.state.values())   # nor the optimizer's state
 
 
 def test_nan_is_detected_at_the_last_step_even_off_the_monitor_grid(mnist_train, tmp_path):

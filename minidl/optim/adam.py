@@ -14,6 +14,6 @@ class Adam(Optimizer):
             raise ValueError(f"Adam: need 0 <= b1, b2 < 1 and eps >= 0, got b1={b1}, b2={b2}, eps={eps}")
         self.b1, self.b2, self.eps = float(b1), float(b2), float(eps)
 
-    def update(self, lr, t):
+    def update(self, lr, t, ok):
         self.kernels.adam_update(self.flat, self.grads, self.state["m"], self.state["v"], lr,
-                                 self.b1, self.b2, self.eps, self.weight_decay, t)
+                                 self.b1, self.b2, self.eps, self.weight_decay, t, ok)

@@ -59,18 +59,17 @@ class Optimizer:
     def step(self, gate=None):
         """Apply one update in place from model.grads; the first step is t = 1.
 
-        gate: a 0-d device bool; where False the learning rate is 0 (the trainer's NaN guard).
+        gate: a 0-d device bool; where False the update changes nothing (the trainer's NaN guard).
         """
         if self.model is None:
             raise RuntimeError(f"{type(self).__name__}.step() before setup(model)")
         lr = self.schedule(self._lr_dev, self._t_dev.astype(np.float64))   # at schedule step t - 1, in float64
-        if gate is not None:
-            lr = lr * gate
         self._t_dev += 1
-        self.update(lr, self._t_dev)
+        self.update(lr, self._t_dev, True if gate is None else gate)
 
-    def update(self, lr, t):
-        """One in-place update with learning rate `lr` (0-d float64) at step `t` (0-d, the flat's dtype)."""
+    def update(self, lr, t, ok):
+        """One in-place update with learning rate `lr` (0-d float64) at step `t` (0-d, the flat's dtype),
+        where `ok` (True or a 0-d device bool) holds."""
         raise NotImplementedError
 
     @property

@@ -14,6 +14,6 @@ class RMSprop(Optimizer):
             raise ValueError(f"RMSprop: need 0 <= rho < 1 and eps >= 0, got rho={rho}, eps={eps}")
         self.rho, self.eps = float(rho), float(eps)
 
-    def update(self, lr, t):
+    def update(self, lr, t, ok):
         self.kernels.rmsprop_update(self.flat, self.grads, self.state["s"], lr, self.rho, self.eps,
-                                    self.weight_decay)
+                                    self.weight_decay, ok)

@@ -9,8 +9,8 @@ class SGD(Optimizer):
     def __init__(self, lr, weight_decay=0.0, schedule=None):
         super().__init__(lr, weight_decay, schedule)
 
-    def update(self, lr, t):
-        self.kernels.sgd_update(self.flat, self.grads, lr, self.weight_decay)
+    def update(self, lr, t, ok):
+        self.kernels.sgd_update(self.flat, self.grads, lr, self.weight_decay, ok)
 
 
 class Momentum(Optimizer):
@@ -25,6 +25,6 @@ class Momentum(Optimizer):
             raise ValueError(f"Momentum: momentum must be in [0, 1), got {momentum}")
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
 
-    def update(self, lr, t):
+    def update(self, lr, t, ok):
         self.kernels.momentum_update(self.flat, self.grads, self.state["v"], lr, self.momentum,
-                                     self.weight_decay, self.nesterov)
+                                     self.weight_decay, self.nesterov, ok)

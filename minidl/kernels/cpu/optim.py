@@ -3,7 +3,7 @@
 Every state array is updated through ufuncs with `out=` and never rebound: CUDA-graph replay on
 the GPU twin needs fixed addresses, and the CPU reference keeps the same contract. The gradient
 `g` is never written to (a trainer may still read it, e.g. for a gradient norm). Weight decay is
-coupled, as in torch.optim: g' = g + wd p.
+coupled, as in torch.optim: g' = g + wd p. `ok` False (the trainer's NaN guard) changes nothing.
 """
 import math
 
@@ -19,17 +19,21 @@ def _decayed(p, g, wd):
     return d
 
 
-def sgd_update(p, g, lr, wd):
+def sgd_update(p, g, lr, wd, ok=True):
     """p -= lr (g + wd p).   p, g (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
+    if not ok:                           # the NaN guard: nothing changes
+        return
     d = _decayed(p, g, wd)
     step = np.multiply(d, lr, out=None if d is g else d)     # reuse our own g' buffer, never g
     np.subtract(p, step, out=p)
 
 
-def momentum_update(p, g, v, lr, mu, wd, nesterov):
+def momentum_update(p, g, v, lr, mu, wd, nesterov, ok=True):
     """v = mu v + g';  p -= lr v, or with Nesterov p -= lr (g' + mu v).   p, g, v (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
+    if not ok:                           # the NaN guard: nothing changes
+        return
     d = _decayed(p, g, wd)
     np.multiply(v, mu, out=v)
     np.add(v, d, out=v)
@@ -40,9 +44,11 @@ def momentum_update(p, g, v, lr, mu, wd, nesterov):
     np.subtract(p, step, out=p)
 
 
-def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t):
+def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t, ok=True):
     """m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;  p -= lr m̂ / (√v̂ + eps), at step t >= 1.   (P,)"""
     lr, t = float(lr), float(t)          # 0-d arrays from the optimizer: host numbers here
+    if not ok:                           # the NaN guard: nothing changes
+        return
     d = _decayed(p, g, wd)
     tmp = np.multiply(d, 1.0 - b1)              # one scratch buffer serves every stage below
     np.multiply(m, b1, out=m)
@@ -60,9 +66,11 @@ def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t):
     np.subtract(p, tmp, out=p)
 
 
-def rmsprop_update(p, g, s, lr, rho, eps, wd):
+def rmsprop_update(p, g, s, lr, rho, eps, wd, ok=True):
     """s = rho s + (1-rho) g'²;  p -= lr g' / (√s + eps).   p, g, s (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
+    if not ok:                           # the NaN guard: nothing changes
+        return
     d = _decayed(p, g, wd)
     tmp = np.square(d)
     tmp *= 1.0 - rho
