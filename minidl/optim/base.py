@@ -48,7 +48,7 @@ class Optimizer:
         self.xp, self.kernels = model.device.xp, model.device.kernels.optim
         self.state = {k: self.xp.zeros_like(self.flat) for k in self.slots}
         # 0-d device scalars: a captured step reads and advances them at every replay.
-        self._t_dev = self.xp.zeros((), self.flat.dtype)
+        self._t_dev = self.xp.zeros((), np.float64)
         self._lr_dev = self.xp.zeros((), np.float64)
         self.t, self.lr = (t if same else 0), self._lr
         if pending is not None:
@@ -63,13 +63,19 @@ class Optimizer:
         """
         if self.model is None:
             raise RuntimeError(f"{type(self).__name__}.step() before setup(model)")
-        lr = self.schedule(self._lr_dev, self._t_dev.astype(np.float64))   # at schedule step t - 1, in float64
         self._t_dev += 1
-        self.update(lr, self._t_dev, True if gate is None else gate)
+        self.update(self._lr_at()(self._lr_dev, self._t_dev), self._t_dev, True if gate is None else gate)
+
+    def _lr_at(self):
+        """lr_t = schedule(lr, t - 1) as one device function (one kernel on the GPU), per schedule."""
+        if getattr(self, "_lr_fn", (None,))[0] is not self.schedule:
+            schedule = self.schedule
+            self._lr_fn = (schedule, self.device.fuse(lambda lr, t: schedule(lr, t - 1.0)))
+        return self._lr_fn[1]
 
     def update(self, lr, t, ok):
-        """One in-place update with learning rate `lr` (0-d float64) at step `t` (0-d, the flat's dtype),
-        where `ok` (True or a 0-d device bool) holds."""
+        """One in-place update with learning rate `lr` at step `t` (0-d float64 device arrays), where
+        `ok` (True or a 0-d device bool) holds."""
         raise NotImplementedError
 
     @property
