@@ -128,10 +128,6 @@ class Device:
             return os.cpu_count()
         return importlib.import_module("minidl.kernels.gpu._util").sm_count()
 
-    def fuse(self, fn):
-        """fn (NumPy ufuncs on arrays) as one kernel on cuda (cupy.fuse); fn itself on cpu."""
-        return self.xp.fuse()(fn) if self.name == "cuda" else fn
-
     def capture(self, fn, warmup=2):
         """fn() recorded as a CUDA graph after `warmup` eager runs -> CapturedCall (`.replay()`, `.result`).
 

@@ -6,6 +6,7 @@ import types
 import numpy as np
 import pytest
 
+import minidl as dl
 from minidl import optim
 from minidl.backend import Device
 from minidl.optim import schedules
@@ -265,3 +266,18 @@ def test_float32_buffers_stay_float32(case):
     opt = CASES[case][0]().setup(model)
     opt.step()
     assert model.flat.dtype == np.float32 and all(a.dtype == np.float32 for a in opt.state.values())
+
+
+def test_a_tabulated_schedule_follows_lr_changes_in_place():
+    from minidl import layers as L
+    x = L.Input((3,))
+    model = dl.Model(x, L.Dense(2)(x))
+    opt = optim.SGD(0.5, schedule=schedules.cosine(4)).setup(model)
+    opt.step()
+    table = opt._lr_table
+    opt.lr = 0.25                                   # a captured step keeps reading the same table
+    opt.step()
+    assert opt._lr_table is table and float(table[2]) == pytest.approx(schedules.cosine(4)(0.25, 1))
+    for _ in range(5):                              # past the horizon: the last value
+        opt.step()
+    assert opt.current_lr == pytest.approx(0.0, abs=1e-12)

@@ -50,6 +50,7 @@ class Optimizer:
         # 0-d device scalars: a captured step reads and advances them at every replay.
         self._t_dev = self.xp.zeros((), np.float64)
         self._lr_dev = self.xp.zeros((), np.float64)
+        self._lr_fn, self._lr_table = (None, None), None      # the schedule on this device, made at the first step
         self.t, self.lr = (t if same else 0), self._lr
         if pending is not None:
             self.load_state_dict(pending)
@@ -67,11 +68,25 @@ class Optimizer:
         self.update(self._lr_at()(self._lr_dev, self._t_dev), self._t_dev, True if gate is None else gate)
 
     def _lr_at(self):
-        """lr_t = schedule(lr, t - 1) as one device function (one kernel on the GPU), per schedule."""
+        """lr_t = schedule(lr, t - 1) as a device function of the 0-d arrays (lr, t).
+
+        A schedule with a horizon (cosine) is tabulated once on the host, lr_t for t = 0 ..
+        horizon + 1, and read with one gather: a few kernels in a captured step instead of one per
+        operation of its formula. The table is refilled in place when lr changes.
+        """
         if getattr(self, "_lr_fn", (None,))[0] is not self.schedule:
-            schedule = self.schedule
-            self._lr_fn = (schedule, self.device.fuse(lambda lr, t: schedule(lr, t - 1.0)))
+            schedule, horizon = self.schedule, getattr(self.schedule, "horizon", None)
+            if horizon is None:
+                fn = lambda lr, t: schedule(lr, t - 1.0)                   # noqa: E731
+            else:
+                self._lr_table = self.xp.asarray(self._tabulate(schedule, horizon))
+                table, xp, last = self._lr_table, self.xp, horizon + 1
+                fn = lambda lr, t: xp.take(table, xp.minimum(t, last).astype(np.int64))   # noqa: E731
+            self._lr_fn = (schedule, fn)
         return self._lr_fn[1]
+
+    def _tabulate(self, schedule, horizon):
+        return np.array([schedule(self._lr, max(t - 1, 0)) for t in range(horizon + 2)], np.float64)
 
     def update(self, lr, t, ok):
         """One in-place update with learning rate `lr` at step `t` (0-d float64 device arrays), where
@@ -102,6 +117,10 @@ class Optimizer:
         self._lr = float(lr)
         if self.model is not None:
             self._lr_dev.fill(self._lr)
+            fn_schedule = getattr(self, "_lr_fn", (None,))[0]
+            if fn_schedule is not None and getattr(fn_schedule, "horizon", None) is not None:
+                # in place: a captured step keeps reading this very table
+                self._lr_table[...] = self.xp.asarray(self._tabulate(fn_schedule, fn_schedule.horizon))
 
     @property
     def current_lr(self):

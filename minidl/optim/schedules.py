@@ -37,6 +37,7 @@ def cosine(total_steps, min_lr=0.0):
     def f(base_lr, step):
         # held at min_lr after total_steps rather than climbing back up the cosine
         return min_lr + (base_lr - min_lr) * (1 + np.cos(np.pi * np.minimum(step, total_steps) / total_steps)) / 2
+    f.horizon = total_steps      # constant from there on: an optimizer may tabulate it
     return _schedule(f, "cosine", total_steps=total_steps, min_lr=min_lr)
 
 
