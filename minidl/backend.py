@@ -56,7 +56,7 @@ def kernels_for(a):
 class Device:
     """An array module, its kernels, a generator and a dtype: everything a layer needs to run."""
 
-    def __init__(self, name, dtype="float32", seed=0):
+    def __init__(self, name, dtype="float32", seed=0, gpu=None):
         self.name, self.dtype = name, np.dtype(dtype)
         if name == "cpu":
             self.xp = np
@@ -65,6 +65,8 @@ class Device:
             self.rng_capturable = True       # nothing to capture: every draw is eager
         elif name == "cuda":
             cp = _import_cupy()
+            if gpu is not None:              # a data-parallel rank: the GPU of its local rank
+                _use_gpu(cp, gpu)
             self.xp = cp
             self.stream = _compute_stream(cp)
             self.rng = cp.random.default_rng(seed)
@@ -127,6 +129,13 @@ class Device:
         if self.name != "cuda":
             return os.cpu_count()
         return importlib.import_module("minidl.kernels.gpu._util").sm_count()
+
+    def collectives(self, comm):
+        """NCCL all-reduce among the ranks of the MPI communicator `comm`, one GPU each
+        (minidl/kernels/gpu/nccl.py; the CPU ranks reduce over MPI itself). cuda only."""
+        if self.name != "cuda":
+            raise DeviceError(f"NCCL needs a cuda device; this is {self!r}")
+        return importlib.import_module("minidl.kernels.gpu.nccl").Communicator(comm)
 
     def capture(self, fn, warmup=2):
         """fn() recorded as a CUDA graph after `warmup` eager runs -> CapturedCall (`.replay()`, `.result`).
@@ -195,6 +204,13 @@ def _compute_stream(cp):
     return _STREAMS[dev]
 
 
+def _use_gpu(cp, gpu):
+    count = cp.cuda.runtime.getDeviceCount()
+    if not 0 <= gpu < count:
+        raise DeviceError(f"GPU {gpu} was asked for (one per rank on a host), but {count} are visible")
+    cp.cuda.Device(gpu).use()
+
+
 def _import_cupy():
     try:
         import cupy
@@ -217,8 +233,11 @@ def cuda_status():
     return True, "CuPy, a CUDA device and the cuDNN Frontend are usable"
 
 
-def get_device(spec="auto", dtype="float32", seed=0, verbose=False):
-    """Resolve 'auto', 'cpu', 'cuda' or a Device into a Device; 'auto' prefers a usable GPU."""
+def get_device(spec="auto", dtype="float32", seed=0, verbose=False, gpu=None):
+    """Resolve 'auto', 'cpu', 'cuda' or a Device into a Device; 'auto' prefers a usable GPU.
+
+    gpu: the index of the GPU a cuda device uses (a rank's local rank); None: the current one.
+    """
     if isinstance(spec, Device):
         return spec
     if spec == "auto":
@@ -230,4 +249,4 @@ def get_device(spec="auto", dtype="float32", seed=0, verbose=False):
         ok, why = cuda_status()
         if not ok:
             raise DeviceError(why)
-    return Device(spec, dtype=dtype, seed=seed)
+    return Device(spec, dtype=dtype, seed=seed, gpu=gpu if spec == "cuda" else None)

@@ -6,17 +6,25 @@ can be recorded as one graph. A device flag `finite` turns False at the first st
 is not finite; from then on no update reaches the weights or the optimizer state (the update
 kernels are gated by the flag), and `good_steps` counts the steps before it, so the host,
 reading both at its monitoring interval, can say where training diverged.
+
+Data-parallel ranks (minidl.distributed) give a `reducer`: the flag is AND-ed over the ranks and
+the flat gradient averaged over them right before the update, inside the step, so a captured
+step records the all-reduce too.
 """
 from .graph import passes
 from .losses import softmax_cross_entropy
 
 
 class TrainStep:
-    """forward/loss/backward/update of `model` (lowered for training) with `optimizer`; `metrics` add up."""
+    """forward/loss/backward/update of `model` (lowered for training) with `optimizer`; `metrics` add up.
 
-    def __init__(self, model, optimizer, metrics):
+    reducer: a distributed.Reducer among data-parallel ranks, None for one process.
+    """
+
+    def __init__(self, model, optimizer, metrics, reducer=None):
         self.net = model.lower(passes.training)            # logits out; ReLUs fused into BN and Add
         self.optimizer, self.metrics, self.device = optimizer, metrics, model.device
+        self.reducer = reducer
         self.overwrite = self.net.overwrites_grads           # backward overwrites: no zero_grad
         xp = self.device.xp
         self.finite, self.good_steps = xp.ones((), bool), xp.zeros((), "int64")
@@ -47,7 +55,11 @@ class TrainStep:
     def _update(self, loss_sum):
         xp = self.device.xp
         xp.logical_and(self.finite, xp.isfinite(loss_sum), out=self.finite)
+        if self.reducer is not None:         # a non-finite loss on any rank stops every rank
+            self.reducer.all_finite(self.finite)
         self.good_steps += self.finite
+        if self.reducer is not None:         # the mean of the ranks' gradients, in the flat buffer itself
+            self.reducer.average_grads(self.net.grads)
         # Past the first non-finite loss the update is gated off inside the optimizer's kernel:
         # the weights and the optimizer state stay as they were, at no extra pass over memory.
         self.optimizer.step(gate=self.finite)

@@ -186,7 +186,7 @@ def parser():
 
 def run(args, out=print):
     import minidl as dl
-    from minidl import data, models, optim
+    from minidl import data, distributed, models, optim
 
     from minidl.metrics_log import MetricsLog
     from minidl.threads import set_threads
@@ -195,8 +195,11 @@ def run(args, out=print):
     depth = args.depth or (18 if model_name == "resnet" else None)
     tag = f"resnet{depth}" if depth else "lenet5"
     path = checkpoint_path(args)
+    world = distributed.init()                   # one process, or rank r of N under mpiexec
+    out = out if world.main else (lambda *a: None)  # rank 0 prints
     threads = set_threads(args.threads)
-    device = dl.get_device(args.device, seed=args.seed, verbose=True)
+    device = dl.get_device(args.device, seed=args.seed, verbose=world.main,
+                           gpu=world.local_rank if world.size > 1 else None)
     device.set_tf32(args.tf32)
     device.set_deterministic(not args.nondeterministic)
 
@@ -210,12 +213,12 @@ def run(args, out=print):
     model = models.get(model_name, depth=depth, device=device, seed=args.seed)
     plan = run_plan(args)
     name, lr = plan.optimizer, plan.lr
-    per_epoch = len(train[0]) // args.batch_size
+    per_epoch = len(train[0]) // (args.batch_size * world.size)   # -b is per rank
     total = plan.total_steps(per_epoch)            # the run's length: -n / --epochs are totals
     kw = {"momentum": 0.9} if name == "momentum" else {}
     opt = optim.get(name, lr=lr, weight_decay=args.weight_decay, schedule=plan.schedule_fn(optim.schedules, per_epoch),
                     **kw)
-    trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph)
+    trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out)
     trainer.plan = plan.to_json()
     if args.resume:
         meta = trainer.resume(path)
@@ -226,9 +229,10 @@ def run(args, out=print):
     mode = f", {threads} thread{'s' * (threads > 1)}" if device.name == "cpu" else \
         f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}"
     out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
-        f"{name} lr {lr:g} {args.schedule}, batch {args.batch_size}{mode} ..")
+        f"{name} lr {lr:g} {args.schedule}, batch {args.batch_size}"
+        f"{f' x {world.size} ranks' if world.size > 1 else ''}{mode} ..")
 
-    log = MetricsLog(args.metrics) if args.metrics else None
+    log = MetricsLog(args.metrics) if args.metrics and world.main else None      # rank 0 writes
     if trainer.step < total:
         with _stop_on_signals(trainer):            # SIGINT/SIGTERM: finish the step, save, exit 130/143
             trainer.fit(train, steps=total - trainer.step, batch_size=args.batch_size, monitor=args.monitor,
@@ -248,7 +252,7 @@ def run(args, out=print):
     test = data.load(args.dataset, "test", args.data_dir)
     out(f"loaded {len(test[0])} items..")
     loss, acc = trainer.evaluate(test, batch_size=args.test_batch, steps=args.test_steps)
-    seen = min(len(test[0]), args.test_batch * args.test_steps)
+    seen = min(len(test[0]), args.test_batch * args.test_steps * world.size)   # -x is per rank too
     note = "" if seen == len(test[0]) else f" (first {seen} of {len(test[0])})"
     out(f"loss: {loss:.3f}, accuracy: {acc:.3f}%{note}")
     if log is not None:
@@ -296,7 +300,9 @@ def run_cli(run, args):
 
 def main(argv=None):
     p = parser()
-    return run_cli(run, check_args(p, p.parse_args(argv)))
+    args = check_args(p, p.parse_args(argv))
+    from minidl import distributed
+    return run_cli(distributed.init().guard(run), args)   # a failing rank ends every rank
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import time
 from numbers import Integral
 
 from . import checkpoint as ckpt
+from . import distributed
 from .backend import DeviceError, get_device
 from .data.loader import Loader
 from .losses import softmax_cross_entropy
@@ -31,9 +32,12 @@ class Trainer:
     One step (minidl.step): forward in training mode, softmax cross-entropy from the logits,
     backward, optimizer update. Loss and accuracy accumulate on the device and are read (one sync)
     every `monitor` steps, when the seed's line `step:  100, loss: 0.082, accuracy: 45.188%` is printed.
+    world: the data-parallel ranks (minidl.distributed; default: MPI's under mpiexec, else one process);
+    with several, fit, evaluate and save are collective (every rank calls them) and rank 0 prints and writes.
     """
 
-    def __init__(self, model, optimizer, device=None, seed=0, log=print, progress=None, graph=True):
+    def __init__(self, model, optimizer, device=None, seed=0, log=print, progress=None, graph=True,
+                 world=None):
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.name != model.device.name:     # another backend: rebuild the model there
@@ -46,7 +50,11 @@ class Trainer:
         self._stop = None                  # a signal number once a stop is requested
         self.progress = sys.stdout.isatty() if progress is None else progress
         self.metrics = Mean(self.device)   # one set of accumulators: captured graphs add into it
-        self._step = TrainStep(model, optimizer, self.metrics)
+        self.world = world or distributed.init()
+        if not self.world.main:            # rank 0 prints
+            log, self.log, self.progress = _quiet, _quiet, False
+        self.reducer = self.world.reducer(self.device)     # None for one process
+        self._step = TrainStep(model, optimizer, self.metrics, self.reducer)
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False: eager).
         self.graph = graph and self.device.can_capture
         if self.graph and model.needs_rng and not self.device.rng_capturable:
@@ -88,7 +96,8 @@ class Trainer:
             raise ValueError("data must be a Loader or a pair (images, labels)") from None
         self._check_fits(labels)
         return Loader(images, labels, batch_size, self.device, shuffle=shuffle, seed=self.seed,
-                      drop_last=drop_last, classes=self.model.outputs[0].shape[-1])
+                      drop_last=drop_last, classes=self.model.outputs[0].shape[-1], rank=self.world.rank,
+                      world=self.world.size)
 
     def _check_fits(self, labels):
         """The model's output must be (N, classes) with a class for every label the data holds."""
@@ -150,6 +159,8 @@ class Trainer:
                 bar.update(1)
             if self.step % monitor == 0 or self.step == end:
                 self._check_finite(start, save_to)
+                if self.reducer:              # the loss and accuracy of the global batches
+                    self.reducer.sum_metrics(metrics)
                 images, result = metrics.count, metrics.result()
                 metrics.reset()
                 if metrics_log is not None:
@@ -163,6 +174,7 @@ class Trainer:
             if save_every and self.step % save_every == 0:
                 self._check_finite(start, checkpoint)
                 self.save(checkpoint)
+            self._stop = self.world.first_signal(self._stop)      # every rank stops after one step
             if self._stop is not None:
                 self._stopped(bar, start, checkpoint)
         if bar is not None:
@@ -205,19 +217,32 @@ class Trainer:
     def evaluate(self, data, batch_size=1000, steps=None):
         """(mean loss, accuracy %) over the whole set, or over its first `steps` batches."""
         loader = self._loader(data, batch_size, shuffle=False, drop_last=False)
+        self._average_state()
         metrics = Mean(self.device)
         for i, (x, y) in enumerate(loader):
             if steps is not None and i >= steps:
                 break
+            if len(y) == 0:                   # a rank past the end of the last batch
+                continue
             logits = self._step.net.forward(x, training=False)
             loss_sum, correct, _ = softmax_cross_entropy(logits, y)
             metrics.update(loss_sum, correct, len(y))
+        if self.reducer:                      # each rank scored its shard: the sums over all
+            self.reducer.sum_metrics(metrics)
         return metrics.result()
+
+    def _average_state(self):
+        """BatchNorm trains on per-rank statistics: the running ones become their mean over the ranks."""
+        if self.reducer:
+            self.reducer.average(self.model.state_flat)
 
     # -- checkpoints ---------------------------------------------------------------------------
     def save(self, path):
         if not bool(self.device.xp.all(self.device.xp.isfinite(self.model.flat))):
             raise TrainingDiverged(f"parameters are not finite: {path} was not overwritten")
+        self._average_state()
+        if not self.world.main:              # rank 0 saves: the same checkpoint as one process
+            return None
         meta = {"step": self.step, "seed": self.seed}
         if self.plan is not None:
             meta["plan"] = self.plan
@@ -234,6 +259,10 @@ class Trainer:
         self.plan = meta.get("plan", self.plan)
         self.device.set_rng_state(meta.get("rng"))
         return meta
+
+
+def _quiet(*args, **kwargs):
+    pass
 
 
 def _bar(total, enabled):

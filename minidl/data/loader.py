@@ -18,17 +18,23 @@ class Loader:
     iterating epoch e yields, which is how a resumed run continues mid-epoch.
     Labels must be integers in [0, classes): checked here, where user arrays enter, so a -1 or a
     15 fails at once with a DataError instead of training as another class or failing in the loss.
+    Data-parallel ranks (minidl.distributed): with `world` N, `batch_size` b is this rank's part
+    of a global batch of N*b drawn from the same permutation, and rank r takes slice r of each,
+    so N ranks at b see exactly the images one process sees at N*b.
     """
 
     def __init__(self, images, labels, batch_size, device, shuffle=True, seed=0, drop_last=True,
-                 normalize=True, classes=CLASSES):
+                 normalize=True, classes=CLASSES, rank=0, world=1):
         images, labels = np.asarray(images), np.asarray(labels)
         check_labels(labels, "Loader labels", classes, hint="; pass classes= for another count")
         check_images(images, labels, "Loader images")
-        self.N, self.batch_size = len(images), int(batch_size)
-        if self.batch_size < 1 or (drop_last and self.N < self.batch_size):
-            raise DataError(f"Loader: batch_size {batch_size} for {self.N} samples with "
-                            f"drop_last={drop_last} gives no batch")
+        if not 0 <= rank < world:
+            raise DataError(f"Loader: rank {rank} is not one of the {world} ranks")
+        self.N, self.batch_size, self.rank, self.world = len(images), int(batch_size), rank, world
+        self.global_batch = self.batch_size * world
+        if self.batch_size < 1 or (drop_last and self.N < self.global_batch):
+            raise DataError(f"Loader: batch_size {batch_size}" + (f" x {world} ranks" if world > 1 else "")
+                            + f" for {self.N} samples with drop_last={drop_last} gives no batch")
         self.device, self.shuffle, self.seed, self.drop_last = device, shuffle, seed, drop_last
         self.epoch = 0  # the epoch the next `iter(loader)` runs; set it to resume
         xp = device.xp
@@ -44,8 +50,8 @@ class Loader:
         self._order = (None, None)  # (epoch, device index array): cached for batch() calls
 
     def __len__(self):
-        """Batches per epoch."""
-        full, rest = divmod(self.N, self.batch_size)
+        """Batches per epoch (global batches: every rank runs as many)."""
+        full, rest = divmod(self.N, self.global_batch)
         return full + (1 if rest and not self.drop_last else 0)
 
     def order(self, epoch):
@@ -55,12 +61,14 @@ class Loader:
         return np.random.default_rng([self.seed, epoch]).permutation(self.N)
 
     def indices(self, epoch, k):
-        """The device indices of the k-th batch of epoch `epoch` (a view: no copy, no transfer)."""
+        """The device indices of this rank's part of the k-th batch of epoch `epoch` (a view: no
+        copy, no transfer); empty for a rank past the end of a last, partial batch."""
         if not 0 <= k < len(self):
             raise IndexError(f"batch {k} out of range: an epoch has {len(self)} batches")
         if self._order[0] != epoch:
             self._order = (epoch, self.device.asarray(self.order(epoch)))  # one transfer per epoch
-        return self._order[1][k * self.batch_size:(k + 1) * self.batch_size]
+        start = k * self.global_batch + self.rank * self.batch_size
+        return self._order[1][start:start + self.batch_size]
 
     def batch(self, epoch, k):
         """The k-th batch (x, y) of epoch `epoch`, gathered on the device."""
@@ -74,5 +82,6 @@ class Loader:
         return (self.batch(epoch, k) for k in range(len(self)))
 
     def __repr__(self):
-        return (f"Loader(N={self.N}, batch_size={self.batch_size}, batches={len(self)}, "
+        ranks = f", rank={self.rank} of {self.world}" if self.world > 1 else ""
+        return (f"Loader(N={self.N}, batch_size={self.batch_size}{ranks}, batches={len(self)}, "
                 f"shuffle={self.shuffle}, seed={self.seed}, epoch={self.epoch}, {self.device})")

@@ -1,0 +1,137 @@
+"""Data-parallel ranks (minidl.distributed): the loader's slices, launch detection, and runs under
+`mpiexec -n N` on the CPU: N ranks at b end like one process at N*b; failures end every rank."""
+import importlib.util
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import re
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import minidl as dl
+from minidl import distributed, models
+from minidl.data.loader import Loader
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "helpers" / "dist_worker.py"
+DATA = os.environ.get("MINIDL_DATA")
+MPI_MISSING = ("mpiexec is not on PATH" if shutil.which("mpiexec") is None else
+               "mpi4py is not installed" if importlib.util.find_spec("mpi4py") is None else None)
+needs_mpi = pytest.mark.skipif(MPI_MISSING is not None, reason=f"{MPI_MISSING} (pip install 'minidl[dist]')")
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
+
+
+def launch(n, *args, timeout=120, **kw):
+    cmd = (["mpiexec", "-n", str(n)] if n else []) + [sys.executable, *map(str, args)]
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+# -- without MPI ---------------------------------------------------------------------------------
+def test_ranks_take_slice_r_of_the_global_batch_of_one_process():
+    x, y = np.zeros((100, 4, 4), np.uint8), np.arange(100)
+    cpu = dl.get_device("cpu")
+    one = Loader(x, y, 30, cpu, seed=3, classes=100)
+    ranks = [Loader(x, y, 10, cpu, seed=3, classes=100, rank=r, world=3) for r in range(3)]
+    assert len(one) == len(ranks[0]) == 3
+    for epoch in (0, 5):
+        for k in range(3):
+            parts = np.concatenate([r.indices(epoch, k) for r in ranks])
+            assert np.array_equal(parts, one.indices(epoch, k))
+    # evaluation (no drop_last): a rank past the end of the last, partial batch gets an empty slice
+    tail = [Loader(x, y, 40, cpu, shuffle=False, drop_last=False, classes=100, rank=r, world=2) for r in range(2)]
+    assert len(tail[0]) == 2 and list(map(len, (tail[0].indices(0, 1), tail[1].indices(0, 1)))) == [20, 0]
+    with pytest.raises(ValueError, match="x 4 ranks"):
+        Loader(x, y, 30, cpu, classes=100, world=4)
+
+
+@pytest.mark.parametrize("env,launched", [({}, False), ({"PMI_RANK": "0", "PMI_SIZE": "2"}, True),
+                                          ({"PMI_RANK": "0", "PMI_SIZE": "1"}, False),
+                                          ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}, True)])
+def test_an_mpi_launch_is_read_from_the_environment(env, launched):
+    assert distributed.launched_by_mpi(env) is launched
+
+
+def test_one_process_never_imports_mpi4py():
+    code = ("import sys, minidl as dl; from minidl import models, optim\n"
+            "t = dl.Trainer(models.get('lenet', device=dl.get_device('cpu')), optim.Adam())\n"
+            "assert t.world.size == 1 and t.reducer is None and 'mpi4py' not in sys.modules")
+    env = {k: v for k, v in ENV.items() if k not in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK")}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+
+# -- under mpiexec ---------------------------------------------------------------------------------
+@needs_mpi
+@pytest.mark.parametrize("optimizer", ["adam", "momentum"])
+def test_two_ranks_at_b16_end_with_the_weights_of_one_process_at_b32(tmp_path, optimizer):
+    flag = ["--momentum"] if optimizer == "momentum" else []
+    one, two = launch(0, WORKER, "lenet", tmp_path / "one.npz", 32, 50, *flag), \
+        launch(2, WORKER, "lenet", tmp_path / "two.npz", 16, 50, *flag)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    assert two.stdout.count("step:   50") == 1                   # rank 0 prints, the same line
+    lines = [[float(v) for v in re.findall(r"\d+\.\d+", l)] for l in (one.stdout, two.stdout)]
+    np.testing.assert_allclose(lines[1], lines[0], rtol=2e-2)    # the same run, printed after rounding drift
+    a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
+    assert int(b["size"]) == 2
+    if optimizer == "momentum":   # rounding only: the gradient sums run in another order
+        assert np.abs(a["flat"] - b["flat"]).max() / np.abs(a["flat"]).max() <= 1e-5
+    else:
+        # Adam divides each step by sqrt(v): where a gradient is ~0 its sign is rounding noise and
+        # the step still has size lr, so float rounding alone drifts some weights by ~lr a step.
+        # The run is the same run (the printed lines above agree); the weights agree to 1e-2.
+        assert np.linalg.norm(a["flat"] - b["flat"]) <= 1e-2 * np.linalg.norm(a["flat"])
+    np.testing.assert_allclose(b["score"], a["score"], rtol=1e-5)   # evaluation shards summed
+
+
+@needs_mpi
+def test_batchnorm_statistics_are_averaged_and_rank_0_saves_a_usual_checkpoint(tmp_path):
+    p = launch(2, WORKER, "bn", tmp_path / "bn", 8, 10, "--all-ranks")
+    assert p.returncode == 0, p.stderr
+    r0, r1 = np.load(tmp_path / "bn.0.npz"), np.load(tmp_path / "bn.1.npz")
+    assert np.array_equal(r0["flat"], r1["flat"]) and np.array_equal(r0["state"], r1["state"])
+    sys.path.insert(0, str(WORKER.parent))
+    from dist_worker import bn_net
+    model = bn_net()
+    dl.checkpoint.load_weights(str(tmp_path / "bn.ckpt.npz"), model)
+    assert np.array_equal(model.state_flat, r0["state"]) and np.array_equal(model.flat, r0["flat"])
+
+
+@needs_mpi
+def test_a_failing_rank_ends_every_rank_with_one_line_naming_it(tmp_path):
+    t0 = time.perf_counter()
+    p = launch(2, WORKER, "fail", tmp_path / "x", timeout=60)
+    assert p.returncode != 0 and time.perf_counter() - t0 < 30
+    assert "error: rank 1: injected failure" in p.stderr.splitlines()
+
+
+@needs_mpi
+def test_ctrl_c_stops_every_rank(tmp_path):
+    cmd = ["mpiexec", "-n", "2", sys.executable, str(WORKER), "lenet", tmp_path / "x", 8, 1_000_000]
+    proc = subprocess.Popen(list(map(str, cmd)), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    proc.stdout.readline()                     # the first monitoring line: both ranks are training
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("mpiexec -n 2 still running 30 s after Ctrl-C")
+    assert proc.returncode != 0
+
+
+@needs_mpi
+@pytest.mark.skipif(not DATA, reason="MINIDL_DATA (real MNIST) is not set")
+def test_three_ranks_run_the_command_line_and_rank_0_prints_and_saves(tmp_path):
+    ckpt = tmp_path / "l.npz"
+    p = launch(3, "-m", "minidl.train", "--model", "lenet", "-n", "20", "-m", "10", "-b", "8", "-x", "300",
+               "-y", "2", "--device", "cpu", "-s", "--checkpoint", ckpt, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.splitlines()
+    assert sum(l.startswith("step:") for l in out) == 2 and out.count("Done.") == 1
+    assert "batch 8 x 3 ranks" in p.stdout and "(first 1800 of 10000)" in p.stdout
+    dl.checkpoint.load_weights(str(ckpt), models.get("lenet", device=dl.get_device("cpu")))
