@@ -161,7 +161,8 @@ def parser():
                         "step: x0.1 every third of the run; inverse-time: lr/(1+1e-4*step), the C++ trainer's)")
     p.add_argument("--weight-decay", type=float, default=0.0, help="L2 weight decay (0)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device (auto)")
-    p.add_argument("--data-dir", help="dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)")
+    p.add_argument("--data-dir", help="dataset folder, searched alone (it must exist); without it: $MINIDL_DATA, "
+                                      "./dataset, /usr/share/datasets, then a download")
     p.add_argument("--dataset", choices=("mnist", "fashion-mnist"), default="mnist", help="dataset (mnist)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights, shuffling and dropout (0)")
     p.add_argument("--threads", type=positive, help="CPU: BLAS/OpenMP threads (1, or $OMP_NUM_THREADS)")

@@ -41,7 +41,7 @@ def main(mode, out, *rest):
         return
     b, steps = int(rest[0]), int(rest[1])
     model = models.get("lenet", device=dl.get_device("cpu"), seed=0) if mode == "lenet" else bn_net()
-    opt = optim.Adam(lr=1e-3) if "--momentum" not in rest else optim.get("momentum", lr=0.05, momentum=0.9)
+    opt = optim.Adam(lr=1e-3) if "--momentum" not in rest else optim.get("momentum", lr=0.01, momentum=0.9)
     trainer = dl.Trainer(model, opt, seed=0)
     result = trainer.fit(train, steps=steps, batch_size=b, monitor=25)
     score = trainer.evaluate(data(300, seed=2), batch_size=64)
