@@ -40,7 +40,7 @@ class Trainer:
                  world=None):
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
-            if dev.name != model.device.name:     # another backend: rebuild the model there
+            if dev.xp is not model.device.xp:     # another backend: rebuild the model there
                 model.to(dev)
         self.model, self.optimizer, self.seed, self.log = model, optimizer, seed, log
         self.device = model.device
