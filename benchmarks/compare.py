@@ -2,12 +2,13 @@
 weights, the same batches; test accuracy and training time after each listed epoch.
 
     python -m benchmarks.compare --epochs 1 5 15 30 45 [--models simplenet lenet-caffe relunet largenet]
-                                 [--out compare_results]
+                                 [--datasets mnist fashion-mnist] [--out compare_results]
 
-SGD (lr 0.01, no momentum), batch 64, MNIST normalised with mean 0.1307 and std 0.3081. Both
+SGD (lr 0.01, no momentum), batch 64, inputs normalised with mean 0.1307 and std 0.3081 (the
+study's, for both datasets). Both
 frameworks start from minidl's seeded initial weights (copied into the PyTorch twin by
 minidl.torch_names) and visit the minidl loader's seeded batch order. Writes compare.md (one
-Markdown table) and one PNG per model (accuracy and time against epochs). Without a usable GPU it
+Markdown table) and one PNG per model and dataset (accuracy and time against epochs). Without a usable GPU it
 prints one line and exits 2. The pieces that need no GPU (copy_weights, markdown_table) are
 importable on their own.
 """
@@ -143,6 +144,7 @@ def parser():
     p = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.split("\n")[0])
     p.add_argument("--epochs", type=int, nargs="+", default=[1, 5, 15, 30, 45], help="epochs to report at")
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--datasets", nargs="+", default=["mnist", "fashion-mnist"], choices=("mnist", "fashion-mnist"))
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
@@ -160,14 +162,17 @@ def main(argv=None):
     if problem:
         print(f"compare: minidl against PyTorch needs a GPU: {problem}", file=sys.stderr)
         return 2
-    from minidl.data import mnist
-    train, test = mnist("train"), mnist("test")
+    from minidl.data import load
     os.makedirs(args.out, exist_ok=True)
     results = {}
-    for name in args.models:
-        results[name] = {"minidl": run_minidl(name, epochs, train, test, args),
-                         "PyTorch": run_torch(name, epochs, train, test, args)}
-        plot_model(name, results[name], os.path.join(args.out, f"{name}.png"))
+    for dataset in args.datasets:
+        train, test = load(dataset, "train"), load(dataset, "test")
+        for name in args.models:
+            key = f"{name} ({dataset})"
+            results[key] = {"minidl": run_minidl(name, epochs, train, test, args),
+                            "PyTorch": run_torch(name, epochs, train, test, args)}
+            plot_model(key, results[key], os.path.join(args.out, f"{name}-{dataset}.png"))
+            print(key, {f: [round(p["test_accuracy"], 2) for p in r] for f, r in results[key].items()}, flush=True)
     table = markdown_table(results, epochs)
     with open(os.path.join(args.out, "compare.md"), "w") as f:
         f.write(f"SGD lr {args.lr}, batch {args.batch}, seed {args.seed}; time: training only, cumulative.\n\n")
