@@ -53,6 +53,31 @@ def kernels_for(a):
     return _KERNELS[backend]
 
 
+class CounterRNG:
+    """The device's generator for dropout: counter-based (Philox4x32-10, kernels.*.dropout), so a draw
+    depends on `key` and a counter alone. `offset` (a 0-d uint64 on the device) is where the next
+    draw starts; kernels advance it there, so a captured CUDA graph draws anew at every replay, and
+    the whole state is two numbers, saved in checkpoints on either device."""
+
+    def __init__(self, xp, seed):
+        seed = int(seed)
+        self.key = (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
+        self.offset = xp.zeros((), np.uint64)
+
+    def state(self):
+        return {"key": list(self.key), "offset": int(self.offset)}
+
+    def set_state(self, state):
+        """Continue the draws `state()` describes (its key, which the seed gave, and its offset)."""
+        key = state.get("key") if isinstance(state, dict) else None
+        ok = (isinstance(key, list) and len(key) == 2 and all(type(k) is int and 0 <= k <= 0xFFFFFFFF for k in key)
+              and type(state.get("offset")) is int and 0 <= state["offset"] < 2 ** 63)
+        if not ok:
+            raise ValueError(f"generator state must be {{'key': [two 32-bit ints], 'offset': int}}, got {state!r}"[:200])
+        self.key = tuple(key)
+        self.offset.fill(state["offset"])
+
+
 class Device:
     """An array module, its kernels, a generator and a dtype: everything a layer needs to run."""
 
@@ -60,18 +85,16 @@ class Device:
         self.name, self.dtype = name, np.dtype(dtype)
         if name == "cpu":
             self.xp = np
-            self.rng = np.random.default_rng(seed)
+            self.rng = CounterRNG(np, seed)
             self.can_capture = False         # CUDA graphs: a captured training step
-            self.rng_capturable = True       # nothing to capture: every draw is eager
         elif name == "cuda":
             cp = _import_cupy()
             if gpu is not None:              # a data-parallel rank: the GPU of its local rank
                 _use_gpu(cp, gpu)
             self.xp = cp
             self.stream = _compute_stream(cp)
-            self.rng = cp.random.default_rng(seed)
+            self.rng = CounterRNG(cp, seed)
             self.can_capture = True
-            self.rng_capturable = False      # CuPy's generator allocates per draw: not replayable
         else:
             raise ValueError(f"unknown device {name!r}: expected 'cpu', 'cuda' or 'auto'")
         self.kernels = _load_kernels("cpu" if name == "cpu" else "gpu")
@@ -95,13 +118,12 @@ class Device:
             importlib.import_module("minidl.kernels.gpu.cudnn").set_deterministic(on)
 
     def rng_state(self):
-        """The generator's state as JSON-able data (None where it cannot be saved and restored)."""
-        bit = getattr(self.rng, "bit_generator", None)
-        return bit.state if self.name == "cpu" and bit is not None else None
+        """The generator's state as JSON-able data, for checkpoints."""
+        return self.rng.state()
 
     def set_rng_state(self, state):
-        if state is not None and self.name == "cpu":
-            self.rng.bit_generator.state = state
+        if state is not None:
+            self.rng.set_state(state)
 
     def asarray(self, a, dtype=None):
         """Copy a host array (or scalar) to this device."""

@@ -93,7 +93,7 @@ class TrainStep:
 
         # The warm-up run really trains: snapshot everything a step changes and put it back.
         state = [model.flat, model.state_flat, self.metrics.loss, self.metrics.correct, self.finite,
-                 self.good_steps] + self.optimizer.device_arrays()
+                 self.good_steps, self.device.rng.offset] + self.optimizer.device_arrays()
         saved = [a.copy() for a in state]
         call = self.device.capture(step, warmup=1)
         for a, b in zip(state, saved):

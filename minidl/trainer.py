@@ -55,12 +55,9 @@ class Trainer:
             log, self.log, self.progress = _quiet, _quiet, False
         self.reducer = self.world.reducer(self.device)     # None for one process
         self._step = TrainStep(model, optimizer, self.metrics, self.reducer)
-        # The whole step is captured as one CUDA graph per loader where the device can (graph=False: eager).
+        # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
+        # eager); dropout's counter-based generator advances on the device, so it is captured too.
         self.graph = graph and self.device.can_capture
-        if self.graph and model.needs_rng and not self.device.rng_capturable:
-            log("note: the model draws random numbers (dropout), which this device cannot capture yet: "
-                "training runs eagerly")
-            self.graph = False
         self._loaders = {}
 
     def train_step(self, x, y):

@@ -3,6 +3,7 @@ import pytest
 from tests.helpers.gradcheck import gradcheck, numeric_grad, rel_error
 
 from minidl import Input, Model
+from minidl.backend import CounterRNG
 from minidl.kernels.cpu import dropout
 from minidl.layers.dropout import Dropout
 
@@ -24,8 +25,8 @@ def test_dropout_kernel_with_a_fixed_mask_matches_finite_differences():
     x, r = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 4, 5))
     def f():
         # Reseeding draws the same mask every call, so the map is linear and fixed.
-        return float(np.sum(dropout.dropout_fprop(x, 0.3, np.random.default_rng(7))[0] * r))
-    _, mask = dropout.dropout_fprop(x, 0.3, np.random.default_rng(7))
+        return float(np.sum(dropout.dropout_fprop(x, 0.3, CounterRNG(np, 7))[0] * r))
+    _, mask = dropout.dropout_fprop(x, 0.3, CounterRNG(np, 7))
     assert rel_error(dropout.dropout_bprop(r, mask), numeric_grad(f, x)) < 1e-6
 
 
@@ -73,7 +74,7 @@ def test_dropout_rate_zero_is_the_identity_in_training():
 def test_dropout_kernels_honour_out():
     x = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
     out = np.empty_like(x)
-    y, mask = dropout.dropout_fprop(x, 0.5, np.random.default_rng(0), out=out)
+    y, mask = dropout.dropout_fprop(x, 0.5, CounterRNG(np, 0), out=out)
     assert y is out and mask.dtype == np.float32
     gx = np.empty_like(x)
     assert dropout.dropout_bprop(x, mask, out=gx) is gx
@@ -84,3 +85,29 @@ def test_dropout_rejects_bad_rate_naming_the_layer(rate):
     with pytest.raises(ValueError, match=r"rate must be in \[0, 1\)") as e:
         Dropout(rate, name="drop_fc")
     assert "drop_fc" in str(e.value)
+
+
+def test_philox_matches_the_published_known_answers():
+    """Random123's known-answer test for Philox4x32-10, first word: counter 0 and key 0 give 0x6627e8d5."""
+    M0, M1 = dropout.M0, dropout.M1
+    assert (M0, M1) == (0xD2511F53, 0xCD9E8D57)
+    u = dropout.philox_uniform(1, (0, 0), 0)
+    assert int(u[0] * 2 ** 24) == 0x6627e8d5 >> 8
+
+
+def test_counter_generator_draws_continue_where_they_stopped():
+    rng = CounterRNG(np, 11)
+    whole = dropout.philox_uniform(10, rng.key, 0)
+    x = np.ones(4)
+    dropout.dropout_fprop(x, 0.5, rng)
+    assert int(rng.offset) == 4
+    np.testing.assert_array_equal(dropout.philox_uniform(6, rng.key, int(rng.offset)), whole[4:])
+    state = rng.state()
+    other = CounterRNG(np, 11)
+    other.set_state(state)
+    assert int(other.offset) == 4
+    third = CounterRNG(np, 12)
+    third.set_state(state)                                  # the saved key wins over the seed's
+    assert third.key == rng.key
+    with pytest.raises(ValueError, match="generator state must be"):
+        third.set_state({"key": [1, 2], "offset": -1})

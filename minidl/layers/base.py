@@ -80,7 +80,7 @@ class Layer:
     fusable_activation = None  # "relu": a producer that takes this activation can apply it instead
     activations = ()           # activations this layer can apply to its output (its `activation` argument)
     inference_identity = False # the layer is the identity in evaluation (dropout): inference drops it
-    needs_rng = False          # forward draws random numbers from device.rng in training
+    needs_rng = False          # forward draws random numbers from device.rng in training (dropout)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -7,8 +7,9 @@ from .base import ALL, Layer, record_config
 class Dropout(Layer):
     """Training: y = x * mask, mask = Bernoulli(1 - rate) / (1 - rate); evaluation: y = x.   Any shape.
 
-    Inverted dropout, so inference needs no rescaling. Masks are drawn from the device's
-    seeded generator (`device.rng`), so a run is reproducible from the model's seed.
+    Inverted dropout, so inference needs no rescaling. Masks are drawn from the device's seeded
+    counter-based generator (`device.rng`), so a run is reproducible from the model's seed, a
+    captured step draws a new mask at every replay, and a resumed run continues the same draws.
     """
 
     prefix, inference_identity, needs_rng = "dropout", True, True

@@ -1,22 +1,51 @@
-"""Inverted dropout on the GPU, drawing from the device's CuPy generator."""
+"""Inverted dropout on the GPU: Philox4x32-10 counter-based draws, the same bits as the CPU kernel.
+
+The counter offset lives on the device (a 0-d uint64) and the kernel's caller advances it there,
+so a captured CUDA graph draws a new mask at every replay without the host.
+"""
 import cupy as cp
 
 from ._util import out_arrays
 
-# The mask buffer first receives uniform [0, 1) draws and is thresholded in place.
-_fwd = cp.ElementwiseKernel("T x, T rate, T scale", "T y, T mask",
-                            "mask = mask >= rate ? scale : (T)0; y = x * mask", "minidl_dropout")
+_PHILOX = r"""
+__device__ unsigned int minidl_philox_first(unsigned long long ctr, unsigned int k0, unsigned int k1) {
+    unsigned int c0 = (unsigned int)ctr, c1 = (unsigned int)(ctr >> 32), c2 = 0u, c3 = 0u;
+    for (int r = 0; r < 10; ++r) {
+        unsigned int hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        unsigned int hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        unsigned int n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
+        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    }
+    return c0;
+}
+"""
+_fwd = cp.ElementwiseKernel(
+    "T x, uint64 off, uint32 k0, uint32 k1, float32 rate, T scale", "T y, T mask",
+    """
+    float u = (float)(minidl_philox_first(off + (unsigned long long)i, k0, k1) >> 8) * (1.0f / 16777216.0f);
+    mask = u >= rate ? scale : (T)0;
+    y = x * mask;
+    """, "minidl_dropout_philox", preamble=_PHILOX)
+_uniform = cp.ElementwiseKernel(
+    "uint64 off, uint32 k0, uint32 k1", "float32 u",
+    "u = (float)(minidl_philox_first(off + (unsigned long long)i, k0, k1) >> 8) * (1.0f / 16777216.0f);",
+    "minidl_philox_uniform", preamble=_PHILOX)
+
+
+def philox_uniform(n, key, offset):
+    """n float32 draws in [0, 1), as kernels.cpu.dropout.philox_uniform (for tests)."""
+    return _uniform(cp.asarray(offset, dtype=cp.uint64), key[0], key[1], size=n)
 
 
 def dropout_fprop(x, rate, rng, out=None):
-    """y = x mask with mask 1/(1-rate) w.p. 1-rate, else 0.  -> (y, mask). `out` is y or (y, mask)."""
+    """y = x mask with mask 1/(1-rate) w.p. 1-rate, else 0.  -> (y, mask). `out` is y or (y, mask).
+    Draws from `rng` (key, device offset) and advances its offset on the device."""
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
     y, mask = out_arrays(out, [(x.shape, x.dtype), (x.shape, x.dtype)])
-    # size must be given: CuPy 14's Generator.random(out=) without size draws ONE value and broadcasts it.
-    # It also draws into a temporary and copies (one pool allocation per call: not yet CUDA-graph safe).
-    rng.random(size=x.shape, dtype=x.dtype, out=mask)
-    _fwd(x, rate, 1.0 / (1.0 - rate), y, mask)
+    _fwd(x, rng.offset, rng.key[0], rng.key[1], rate, 1.0 / (1.0 - rate), y, mask)
+    rng.offset += x.size
     return y, mask
 
 
