@@ -35,7 +35,7 @@ _uniform = cp.ElementwiseKernel(
 
 def philox_uniform(n, key, offset):
     """n float32 draws in [0, 1), as kernels.cpu.dropout.philox_uniform (for tests)."""
-    return _uniform(cp.asarray(offset, dtype=cp.uint64), key[0], key[1], size=n)
+    return _uniform(cp.asarray(offset, dtype=cp.uint64), key[0], key[1], cp.empty(n, cp.float32))
 
 
 def dropout_fprop(x, rate, rng, out=None):
