@@ -55,11 +55,10 @@ class TrainStep:
     def _update(self, loss_sum):
         xp = self.device.xp
         xp.logical_and(self.finite, xp.isfinite(loss_sum), out=self.finite)
-        if self.reducer is not None:         # a non-finite loss on any rank stops every rank
-            self.reducer.all_finite(self.finite)
-        self.good_steps += self.finite
-        if self.reducer is not None:         # the mean of the ranks' gradients, in the flat buffer itself
+        if self.reducer is not None:         # a non-finite loss on any rank stops every rank, and the
+            self.reducer.all_finite(self.finite)             # ranks' gradients are averaged in place
             self.reducer.average_grads(self.net.grads)
+        self.good_steps += self.finite
         # Past the first non-finite loss the update is gated off inside the optimizer's kernel:
         # the weights and the optimizer state stay as they were, at no extra pass over memory.
         self.optimizer.step(gate=self.finite)

@@ -53,14 +53,6 @@ class Graph:
         readers = self.readers(node)
         return readers[0] if len(readers) == 1 and not self.is_output(node) else None
 
-    def nodes_of_kind(self, kind):
-        return [n for n in self.nodes if n.kind == kind]
-
-    def layer_weights(self, layer):
-        """{param: host array} of one layer, from `weights`."""
-        stem = layer.name + "/"
-        return {k[len(stem):]: v for k, v in self.weights.items() if k.startswith(stem)}
-
     # -- rewriting --------------------------------------------------------------------------
     def bypass(self, node, stat=None):
         """Remove a one-input node: whatever read it reads its input instead."""
@@ -69,8 +61,7 @@ class Graph:
             if any(p is node for p in n.parents):
                 n.parents = tuple(src if p is node else p for p in n.parents)
         self.outputs = [src if o is node else o for o in self.outputs]
-        for k in [k for k in self.weights if k.startswith(node.layer.name + "/")]:
-            del self.weights[k]
+        self._drop_weights(node.layer)
         if stat:
             self.stats[stat] += 1
         self._order()
@@ -78,10 +69,13 @@ class Graph:
     def replace(self, node, layer, weights=None):
         """Give `node` a new layer (and, if given, new host weights for it)."""
         if weights is not None:
-            for k in [k for k in self.weights if k.startswith(node.layer.name + "/")]:
-                del self.weights[k]
+            self._drop_weights(node.layer)
             self.weights.update({f"{layer.name}/{k}": v for k, v in weights.items()})
         node.layer = layer
+
+    def _drop_weights(self, layer):
+        for k in [k for k in self.weights if k.startswith(layer.name + "/")]:
+            del self.weights[k]
 
     def __repr__(self):
         return f"Graph({len(self.nodes)} nodes: {', '.join(n.layer.name for n in self.nodes)})"

@@ -26,6 +26,8 @@ class InferenceModel:
         self.dtype, self.probabilities = model.device.dtype, bool(probabilities)
         self.stats = dict(stats or {})
         self.input_shapes = [tuple(n.shape[1:]) for n in model.inputs]
+        vid = _schedule.value_ids(model)
+        self.outputs = [vid[id(o)] for o in model.outputs]          # the value ids predict returns
         self.cuda_graphs = self.device.can_capture        # False: run eagerly (debugging)
         self._direct = bool(direct)
         self._plan()
@@ -64,12 +66,6 @@ class InferenceModel:
             free = last_reads([(st.inputs, st.out) for st in steps], keep)
             sched = self._schedules[N] = (steps, free)
         return sched
-
-    @property
-    def outputs(self):
-        """Value ids of the model outputs."""
-        n_in, index = len(self.input_shapes), {id(n): i for i, n in enumerate(self.model.nodes)}
-        return [n_in + index[id(o)] if id(o) in index else self.model.inputs.index(o) for o in self.model.outputs]
 
     # -- running --------------------------------------------------------------------------------------
     def _forward(self, xs, keep=False):

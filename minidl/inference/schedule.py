@@ -51,14 +51,19 @@ def _conv_pool_ok(dk, conv, pool):
             and dk.supported_conv(c.plan.in_shape[1:], c.w.shape, c.plan.pads, 2))
 
 
+def value_ids(model):
+    """{id(node): value id}: the model inputs first (0 .. n_in-1), then node i's output is n_in + i."""
+    vid = {id(n): i for i, n in enumerate(model.inputs)}
+    vid.update({id(n): len(model.inputs) + i for i, n in enumerate(model.nodes)})
+    return vid
+
+
 def plan(model, dk):
     """(steps at any batch size, the chain step for small batches or None) of an inference model.
 
     dk: the device's direct kernel family, or None to run one layer per step.
     """
-    nodes, n_in = model.nodes, len(model.inputs)
-    vid = {id(n): i for i, n in enumerate(model.inputs)}
-    vid.update({id(n): n_in + i for i, n in enumerate(nodes)})
+    nodes, n_in, vid = model.nodes, len(model.inputs), value_ids(model)
     outputs = {vid[id(o)] for o in model.outputs}
     ins = [[vid[id(p)] for p in n.parents] for n in nodes]
     readers = Counter(v for i in ins for v in i) + Counter(outputs)

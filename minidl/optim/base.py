@@ -27,6 +27,7 @@ class Optimizer:
         self._lr, self.weight_decay = float(lr), float(weight_decay)
         self.schedule = _schedules.resolve(schedule)
         self._t = 0                        # host copy while no model is set up
+        self._lr_fn, self._lr_table = (None, None), None     # (schedule, its device function), a cosine's table
         self.state = {}
         self.model = self._pending = None
 
@@ -74,8 +75,9 @@ class Optimizer:
         horizon + 1, and read with one gather: a few kernels in a captured step instead of one per
         operation of its formula. The table is refilled in place when lr changes.
         """
-        if getattr(self, "_lr_fn", (None,))[0] is not self.schedule:
+        if self._lr_fn[0] is not self.schedule:
             schedule, horizon = self.schedule, getattr(self.schedule, "horizon", None)
+            self._lr_table = None
             if horizon is None:
                 fn = lambda lr, t: schedule(lr, t - 1.0)                   # noqa: E731
             else:
@@ -117,10 +119,9 @@ class Optimizer:
         self._lr = float(lr)
         if self.model is not None:
             self._lr_dev.fill(self._lr)
-            fn_schedule = getattr(self, "_lr_fn", (None,))[0]
-            if fn_schedule is not None and getattr(fn_schedule, "horizon", None) is not None:
-                # in place: a captured step keeps reading this very table
-                self._lr_table[...] = self.xp.asarray(self._tabulate(fn_schedule, fn_schedule.horizon))
+            if self._lr_table is not None:       # in place: a captured step keeps reading this very table
+                schedule = self._lr_fn[0]
+                self._lr_table[...] = self.xp.asarray(self._tabulate(schedule, schedule.horizon))
 
     @property
     def current_lr(self):
