@@ -10,6 +10,7 @@ import time
 
 TRAIN_CASES = {
     "resnet50": dict(model="resnet", depth=50, batch=32, steps=500, optimizer="momentum", lr=0.01),
+    "resnet50-b256": dict(model="resnet", depth=50, batch=256, steps=60, optimizer="momentum", lr=0.01),
     "lenet-b32": dict(model="lenet", depth=None, batch=32, epochs=1, optimizer="adam", lr=1e-3),
     "lenet-b256": dict(model="lenet", depth=None, batch=256, epochs=1, optimizer="adam", lr=1e-3),
 }

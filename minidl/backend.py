@@ -117,6 +117,12 @@ class Device:
         if self.name == "cuda":
             importlib.import_module("minidl.kernels.gpu.cudnn").set_deterministic(on)
 
+    def set_autotune(self, on):
+        """Time cuDNN's candidate engines once per convolution shape and keep the fastest (the
+        default; the choice is cached on disk), or take cuDNN's heuristic first choice."""
+        if self.name == "cuda":
+            importlib.import_module("minidl.kernels.gpu.engines").set_autotune(on)
+
     def rng_state(self):
         """The generator's state as JSON-able data, for checkpoints."""
         return self.rng.state()

@@ -40,12 +40,13 @@ import cudnn as _fe
 import cupy as cp
 import numpy as np
 
-from ._util import buffer
+from . import engines
 
 calls = collections.Counter()   # op name -> executes, so tests can assert the cuDNN path ran
 _state = {"tf32": True, "deterministic": True}
 _handles = {}                   # device id -> [handle, stream pointer it is bound to]
 _graphs = {}                    # full key -> _Graph
+_workspaces = {}               # device id -> workspace buffers, the last one the largest
 _DT = {np.dtype("float32"): _fe.data_type.FLOAT, np.dtype("float64"): _fe.data_type.DOUBLE,
        np.dtype("float16"): _fe.data_type.HALF}
 _HEUR = [_fe.heur_mode.A, _fe.heur_mode.FALLBACK]
@@ -137,11 +138,42 @@ class _Graph:
     def __init__(self, g, tensors):
         self.g = g
         self.uids = {name: t.get_uid() for name, t in tensors.items()}
-        self.workspace = buffer("workspace", (max(g.get_workspace_size(), 1),), np.uint8)
-        self.workspace_ptr = self.workspace.data.ptr
+        self.index = None               # the plan engines.choose kept; None: the heuristics' first
+        self.use_plan(None)
+
+    def use_plan(self, index):
+        self.index = index
+        self.workspace_size = self.g.get_workspace_size() if index is None else \
+            self.g.get_workspace_size_plan_at_index(index)
+
+    def execute(self, pack, handle):
+        ws = workspace(self.workspace_size)        # asked each time: a later graph may have grown it
+        if self.index is None:
+            self.g.execute(pack, ws, handle=handle)
+        else:
+            self.g.execute_plan_at_index(pack, ws, index=self.index, handle=handle)
 
 
-def _build(op, arrays, build, tf32, conv, deterministic):
+def workspace(size):
+    """A pointer to at least `size` bytes of the one cuDNN workspace of this device.
+
+    Graphs run one after another on one stream, so they share it. It grows to a new buffer of
+    at least twice the size; an old buffer is freed unless a CUDA graph captured an execute on it
+    (the graph keeps its address), so what stays is under twice the largest workspace.
+    """
+    held = _workspaces.setdefault(cp.cuda.runtime.getDevice(), [])
+    if not held or held[-1][0].nbytes < size:
+        nbytes = max(size, 2 * held[-1][0].nbytes if held else 1)
+        held[:] = [w for w in held if w[1]] + [[cp.empty(nbytes, np.uint8), False]]
+    return held[-1][0].data.ptr
+
+
+def _pin_workspace(dev):
+    """An execute is being captured: the current workspace must outlive the CUDA graph."""
+    _workspaces[dev][-1][1] = True
+
+
+def _build(op, arrays, build, tf32, conv, deterministic, every_plan=False):
     g = _fe.pygraph(handle=handle(), io_data_type=_fe.data_type.FLOAT,
                     intermediate_data_type=_fe.data_type.FLOAT, compute_data_type=_fe.data_type.FLOAT)
     io = _IO(g, arrays)
@@ -157,7 +189,7 @@ def _build(op, arrays, build, tf32, conv, deterministic):
         if notes:
             g.deselect_numeric_notes(notes)
         g.check_support()
-        g.build_plans()
+        g.build_plans(_fe.build_plan_policy.ALL if every_plan else _fe.build_plan_policy.HEURISTICS_CHOICE)
     except (_fe.cudnnGraphNotSupportedError, RuntimeError) as e:   # no engine, or check_support said no
         shapes = {k: a.shape for k, a in arrays.items()}
         raise Unsupported(f"cuDNN has no engine for {op} on {shapes} (tf32={tf32}): {str(e).splitlines()[0]}") from e
@@ -181,12 +213,16 @@ def run(op, arrays, build, scalars=None, extra=(), conv=False):
     det = _state["deterministic"]
     key = (op, dev, tf32, det, extra) + tuple((k, a.shape, a.dtype.char, _align(ptrs[k])) for k, a in arrays.items())
     gr = _graphs.get(key, _graphs)
+    tune = conv and engines.autotune_enabled()     # convolutions are pure: timing them is harmless
     if gr is _graphs:
         try:
-            gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det)
+            gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, every_plan=tune)
         except Unsupported:
             _graphs[key] = None
             raise
+        if tune:
+            pack = {gr.uids[k]: p for k, p in ptrs.items()}
+            gr.use_plan(engines.choose(gr.g, _disk_key(key, dev), pack, handle(dev), workspace))
     if gr is None:
         raise Unsupported(f"cuDNN has no engine for {op} on {[a.shape for a in arrays.values()]}")
     uids = gr.uids
@@ -194,5 +230,14 @@ def run(op, arrays, build, scalars=None, extra=(), conv=False):
     host = [np.full((1, 1, 1, 1), v, np.float32) for v in scalars.values()] if scalars else ()
     for k, h in zip(scalars or (), host):      # kept alive in `host` until execute has read them
         pack[uids[k]] = h.ctypes.data
-    gr.g.execute(pack, gr.workspace_ptr, handle=handle(dev))
+    gr.execute(pack, handle(dev))
+    if cp.cuda.get_current_stream().is_capturing():
+        _pin_workspace(dev)
     calls[op] += 1
+
+
+def _disk_key(key, dev):
+    """The graph's key for the engine cache on disk: which GPU and cuDNN, then the graph itself."""
+    gpu = cp.cuda.runtime.getDeviceProperties(dev)["name"]
+    gpu = gpu.decode() if isinstance(gpu, bytes) else gpu
+    return repr((gpu, version()) + key[:1] + key[2:])

@@ -1,0 +1,125 @@
+"""Which cuDNN engine runs a graph: every candidate timed once per key, the fastest kept.
+
+cuDNN's heuristics rank the engines for a graph without running them, and at the small shapes
+minidl trains (LeNet's 5x5 convs at batch 256, ResNet-50 at batch 1) their first choice can be
+several times slower than the best engine. As `torch.backends.cudnn.benchmark` does, `choose`
+runs each candidate plan on the real arrays a few times and keeps the fastest; the filters
+applied before (no nondeterministic engines in deterministic mode, no TF32 engines without TF32)
+still hold, so a deterministic run chooses among deterministic engines only.
+
+The choice is remembered on disk, keyed by GPU, cuDNN version, op, shapes, dtypes, pointer
+alignment, tf32 and determinism, as the plan's name (engine and knobs; an index into the
+candidate list would not survive a new cuDNN), in `$MINIDL_CACHE/cudnn-engines.json` (default
+`~/.cache/minidl`). So a second run of the same model takes the same engines (its numbers are the
+same) without timing again. `MINIDL_AUTOTUNE=0` makes the heuristics' choice the default. Timing needs a stream that is not capturing: a graph first met
+during a CUDA-graph capture takes the heuristics' first plan.
+"""
+import json
+import os
+import tempfile
+
+import cupy as cp
+
+TIMED_RUNS = 5
+MARGIN = 0.05                       # a timed plan must beat the heuristics' choice by 5%
+WORKSPACE_CAP = 64 << 20            # bytes a timed plan may ask for beyond the heuristics' choice
+report = []                         # (key, plans timed, heuristic ms, chosen ms, chosen workspace bytes)
+_state = {"autotune": os.environ.get("MINIDL_AUTOTUNE", "1") != "0"}   # the default; flags set it
+_disk = {}          # path -> {key: plan name}, read once
+
+
+def set_autotune(on):
+    """Time the candidate engines (True, the default) or take the heuristics' first choice."""
+    _state["autotune"] = bool(on)
+
+
+def autotune_enabled():
+    return _state["autotune"]
+
+
+def cache_path():
+    root = os.environ.get("MINIDL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "minidl")
+    return os.path.join(root, "cudnn-engines.json")
+
+
+def _read(path):
+    if path not in _disk:
+        try:
+            with open(path) as f:
+                table = json.load(f)
+            _disk[path] = {str(k): str(v) for k, v in table.items()} if isinstance(table, dict) else {}
+        except (OSError, ValueError):
+            _disk[path] = {}            # missing or damaged: time again, rewrite it whole
+    return _disk[path]
+
+
+def _write(path, table):
+    """Atomically: a crash mid-write leaves the old file, never half of one."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-engines-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(table, f, indent=0, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass                            # a read-only home costs only the timing next time
+
+
+def _plan(g, i):
+    """(name, workspace bytes) of plan i, or None where it was not built."""
+    try:
+        return g.get_plan_name_at_index(i), g.get_workspace_size_plan_at_index(i)
+    except Exception:                   # noqa: BLE001  the Frontend raises RuntimeError subclasses
+        return None
+
+
+def _time(g, pack, index, workspace_ptr, handle):
+    """Mean milliseconds of one execute of plan `index` (after one untimed run), or None."""
+    try:
+        g.execute_plan_at_index(pack, workspace_ptr, index=index, handle=handle)
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(TIMED_RUNS):
+            g.execute_plan_at_index(pack, workspace_ptr, index=index, handle=handle)
+        stop.record()
+        stop.synchronize()
+    except Exception:                   # noqa: BLE001  a plan that fails to run is not a candidate
+        return None
+    return cp.cuda.get_elapsed_time(start, stop) / TIMED_RUNS
+
+
+def choose(g, key, pack, handle, workspace):
+    """The index of the plan to run graph `g` (built with every plan) on `pack`, or None for the
+    heuristics' first built plan (what `execute` runs).
+
+    key: a string naming the graph and the machine; workspace(size) -> a device pointer. Outputs
+    in `pack` are overwritten while timing: only pure graphs (convolutions) are tuned. A plan
+    replaces the heuristics' choice only when it is faster by MARGIN, and none may ask for more
+    workspace than the larger of WORKSPACE_CAP and what the heuristics' choice asks.
+    """
+    plans = [_plan(g, i) for i in range(g.get_execution_plan_count())]
+    built = [i for i, p in enumerate(plans) if p is not None]
+    if len(built) <= 1:
+        return None
+    path = cache_path()
+    table = _read(path)
+    for i in built:
+        if plans[i][0] == table.get(key):
+            return i
+    if cp.cuda.get_current_stream().is_capturing():
+        return None
+    first = built[0]                    # the heuristics' choice: FE's candidate is the first built
+    cap = max(WORKSPACE_CAP, plans[first][1])
+    built = [i for i in built if plans[i][1] <= cap]
+    ptr = workspace(max(plans[i][1] for i in built))
+    times = {i: _time(g, pack, i, ptr, handle) for i in built}
+    ok = [i for i in built if times[i] is not None]
+    if first not in ok:
+        return None
+    best = min(ok, key=times.get)
+    if times[best] > (1 - MARGIN) * times[first]:
+        best = first
+    report.append((key, len(built), times[first], times[best], plans[best][1]))
+    table[key] = plans[best][0]
+    _write(path, table)
+    return best
