@@ -159,6 +159,14 @@ class Layer:
         return None
 
     # -- helpers for subclasses -----------------------------------------------------------
+    def kernel_families(self, device, *names):
+        """The device's kernel families `names` (device.kernels.<name>), once each has said it computes in
+        the device's dtype (Device.dtype_problem); else one error naming this layer, raised at build."""
+        why = device.dtype_problem(names)
+        if why:
+            raise self.error(why)
+        return tuple(getattr(device.kernels, n) for n in names)
+
     def error(self, message):
         """A ValueError naming this layer."""
         return ValueError(f"layer {self.name or type(self).__name__} ({type(self).__name__}): {message}")

@@ -40,6 +40,9 @@ class Optimizer:
         """
         if model is self.model and model.flat is self.flat and model.grads is self.grads:
             return self
+        why = model.device.dtype_problem(("optim",))
+        if why:
+            raise ValueError(f"{type(self).__name__}: {why}")
         pending, self._pending = self._pending, None
         if pending is None and model is self.model and self.state:
             pending = self.state_dict()
