@@ -16,7 +16,7 @@ import numpy as np
 
 from .kernels.gpu.capture import CaptureError, CapturedCall  # imports no CuPy
 
-__all__ = ["CaptureError", "CapturedCall", "Device", "DeviceError", "KERNEL_FAMILIES", "MemoryUse", "cuda_status",
+__all__ = ["CaptureError", "CapturedCall", "Device", "DeviceError", "DtypeError", "KERNEL_FAMILIES", "MemoryUse", "cuda_status",
            "get_device"]
 
 KERNEL_FAMILIES = ("conv", "dense", "activation", "merge", "pad", "pool", "norm", "lrn",
@@ -29,6 +29,11 @@ mark: CuPy pools keep freed blocks), over CuPy's default pool and every live Cap
 
 class DeviceError(RuntimeError):
     """The requested device cannot be used (missing package, no GPU, out of memory)."""
+
+
+class DtypeError(ValueError):
+    """A layer (or optimizer) needs kernels that cannot compute in the device's dtype (Device.dtype_problem);
+    raised at build, naming the layer."""
 
 
 def _load_kernels(backend):

@@ -15,7 +15,7 @@ import pytest
 
 import minidl as dl
 from minidl import inference, layers as L, models, optim
-from minidl.backend import KERNEL_FAMILIES, Device
+from minidl.backend import KERNEL_FAMILIES, Device, DtypeError
 from minidl.inference import schedule
 from minidl.train import run_cli
 
@@ -67,7 +67,7 @@ def net(device):
 
 
 def test_a_family_without_the_dtype_refuses_the_layer_at_build_in_one_line():
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(DtypeError) as e:
         net(restricted(conv=("float32",)))
     assert str(e.value) == ("layer conv1 (Conv2D): float64 is not supported on the GPU (the conv kernels compute "
                             "in float32 only); use float32, or --device cpu")
@@ -99,6 +99,15 @@ def test_a_missing_family_is_named():
         net(restricted(pool=None))
 
 
+def test_an_artifact_on_a_device_without_its_dtype_is_refused_by_layer_not_called_inconsistent(tmp_path):
+    path = tmp_path / "lenet.npz"
+    inference.compile(models.lenet5(dtype="float64"), device="cpu", dtype="float64").save(path)
+    with pytest.raises(DtypeError, match=r"^layer conv2d \(Conv2D\): float64 is not supported on the GPU") as e:
+        inference.load(path, device=restricted(conv=("float32",)))
+    assert not isinstance(e.value, inference.ArtifactError)
+    assert inference.load(path, device="cpu").dtype == np.float64
+
+
 def test_the_command_lines_print_the_refusal_as_one_line(capsys):
     assert run_cli(lambda args: net(restricted(conv=("float32",))), None) == 1
     err = capsys.readouterr().err
@@ -107,7 +116,7 @@ def test_the_command_lines_print_the_refusal_as_one_line(capsys):
 
 def test_an_optimizer_asks_its_family_at_setup():
     model = net(restricted(optim=("float32",)))
-    with pytest.raises(ValueError, match=r"^Adam: float64 is not supported on the GPU \(the optim kernels compute "
+    with pytest.raises(DtypeError, match=r"^Adam: float64 is not supported on the GPU \(the optim kernels compute "
                                          r"in float32 only\)"):
         optim.Adam(1e-3).setup(model)
     optim.Adam(1e-3).setup(net(Device("cpu", dtype="float64")))

@@ -4,6 +4,7 @@ from numbers import Real
 
 import numpy as np
 
+from ..backend import DtypeError
 from . import schedules as _schedules
 
 
@@ -42,7 +43,7 @@ class Optimizer:
             return self
         why = model.device.dtype_problem(("optim",))
         if why:
-            raise ValueError(f"{type(self).__name__}: {why}")
+            raise DtypeError(f"{type(self).__name__}: {why}")
         pending, self._pending = self._pending, None
         if pending is None and model is self.model and self.state:
             pending = self.state_dict()

@@ -14,7 +14,7 @@ pytest.importorskip("cudnn")
 
 import minidl as dl  # noqa: E402
 from minidl import inference, layers as L, models, optim  # noqa: E402
-from minidl.backend import KERNEL_FAMILIES, CounterRNG  # noqa: E402
+from minidl.backend import KERNEL_FAMILIES, CounterRNG, DtypeError  # noqa: E402
 from minidl.kernels.gpu import cudnn  # noqa: E402
 from tests.helpers.tolerance import close  # noqa: E402
 
@@ -243,6 +243,13 @@ def every_layer(device, seed=0):
     return dl.Model(x, L.Softmax()(L.Add()(z, L.Dense(10)(L.Flatten()(g)))), device=device, seed=seed)
 
 
+def mlp(device, seed=0):
+    """Dense layers only: trains in float64 whatever cuDNN offers."""
+    x = L.Input((1, 12, 12))
+    h = L.Dropout(0.25)(L.ReLU()(L.Dense(32)(L.Flatten()(x))))
+    return dl.Model(x, L.Softmax()(L.Dense(10)(L.Tanh()(L.Dense(16)(h)))), device=device, seed=seed)
+
+
 def test_float64_models_build_on_the_gpu_where_the_table_says():
     dev = dl.get_device("cuda", dtype=F64)
     assert dev.dtype_problem([f for f in KERNEL_FAMILIES if f not in ("direct", "conv")]) is None
@@ -251,7 +258,7 @@ def test_float64_models_build_on_the_gpu_where_the_table_says():
     if _conv_verdict() is None:
         every_layer(dev)
     else:                                            # no double engines: the first conv is refused, by name
-        with pytest.raises(ValueError, match=r"^layer conv2d\S* \(Conv2D\): float64 is not supported on the GPU"):
+        with pytest.raises(DtypeError, match=r"^layer conv2d\S* \(Conv2D\): float64 is not supported on the GPU"):
             every_layer(dev)
 
 
@@ -260,7 +267,7 @@ def test_a_conv_verdict_refuses_the_layer_by_name(monkeypatch):
     key = (cp.cuda.runtime.getDevice(), cudnn.deterministic_only())
     monkeypatch.setitem(conv._verdicts, key, "cuDNN 0 builds no float64 convolution on this GPU: test")
     x = L.Input((1, 8, 8))
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(DtypeError) as e:
         dl.Model(x, L.Conv2D(4, 3, name="conv1")(x), device=dl.get_device("cuda", dtype=F64))
     assert str(e.value) == ("layer conv1 (Conv2D): float64 is not supported on the GPU (cuDNN 0 builds no float64 "
                             "convolution on this GPU: test); use float32, or --device cpu")
@@ -268,7 +275,7 @@ def test_a_conv_verdict_refuses_the_layer_by_name(monkeypatch):
 
 def test_float16_is_refused_at_build_naming_the_layer():
     x = L.Input((1, 8, 8))
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(DtypeError) as e:
         dl.Model(x, L.Dense(3, name="fc")(L.Flatten()(x)), device=dl.get_device("cuda", dtype="float16"))
     assert str(e.value) == ("layer fc (Dense): float16 is not supported on the GPU (the dense kernels compute in "
                             "float32 and float64 only); use float32, or --device cpu")
@@ -291,10 +298,10 @@ def test_float64_inference_runs_layer_steps_in_a_cuda_graph(make):
     np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-10, atol=1e-12 * np.abs(want).max())
 
 
-def _train(device, make_opt, graph, steps=4):
+def _train(net, device, make_opt, graph, steps=4):
     rng = np.random.default_rng(0)
     images, labels = rng.integers(0, 256, (128, 12, 12), dtype=np.uint8), rng.integers(0, 10, 128).astype(np.uint8)
-    model = every_layer(dl.get_device(device, dtype=F64, seed=0))
+    model = net(dl.get_device(device, dtype=F64, seed=0))
     trainer = dl.Trainer(model, make_opt(), seed=0, graph=graph, progress=False, log=lambda s: None)
     result = trainer.fit((images, labels), steps=steps, batch_size=32, monitor=steps)
     return model.get_weights(), result, trainer
@@ -303,12 +310,13 @@ def _train(device, make_opt, graph, steps=4):
 @pytest.mark.parametrize("make_opt", [lambda: optim.Adam(1e-3),
                                       lambda: optim.Momentum(0.05, nesterov=True, weight_decay=1e-4)])
 @pytest.mark.parametrize("graph", [True, False])
-def test_float64_training_matches_the_cpu(make_opt, graph):
-    """A few float64 steps of every layer family (dropout too) on the GPU, captured or eager, against the CPU."""
-    if _conv_verdict():
+@pytest.mark.parametrize("net", [mlp, every_layer])
+def test_float64_training_matches_the_cpu(net, make_opt, graph):
+    """A few float64 steps on the GPU, captured or eager, against the CPU: an MLP, and every layer family."""
+    if net is every_layer and _conv_verdict():
         pytest.skip(_conv_verdict())
-    w_cpu, r_cpu, _ = _train("cpu", make_opt, graph=False)
-    w_gpu, r_gpu, trainer = _train("cuda", make_opt, graph=graph)
+    w_cpu, r_cpu, _ = _train(net, "cpu", make_opt, graph=False)
+    w_gpu, r_gpu, trainer = _train(net, "cuda", make_opt, graph=graph)
     assert bool(trainer._step._captured) == graph
     for k, want in w_cpu.items():
         assert w_gpu[k].dtype == np.float64

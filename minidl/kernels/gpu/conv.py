@@ -34,7 +34,7 @@ def dtype_problem(dtype):
             conv2d_wgrad(plan, x, gy, cp.zeros_like(w), accumulate=False)
             _verdicts[key] = None
         except (RuntimeError, ValueError, _cd._fe.cudnnGraphNotSupportedError) as e:   # whatever cuDNN said
-            said = (str(e).splitlines() or [type(e).__name__])[0][:160]
+            said = (str(e.__cause__ or e).splitlines() or [type(e).__name__])[0][:160]   # cuDNN's own words
             _verdicts[key] = f"cuDNN {_cd.version()} builds no float64 convolution on this GPU: {said}"
     return _verdicts[key]
 
