@@ -16,8 +16,8 @@ import numpy as np
 
 from .kernels.gpu.capture import CaptureError, CapturedCall  # imports no CuPy
 
-__all__ = ["CaptureError", "CapturedCall", "Device", "DeviceError", "DtypeError", "KERNEL_FAMILIES", "MemoryUse", "cuda_status",
-           "get_device"]
+__all__ = ["CaptureError", "CapturedCall", "Device", "DeviceError", "DtypeError", "KERNEL_FAMILIES", "MemoryUse",
+           "cuda_status", "get_device"]
 
 KERNEL_FAMILIES = ("conv", "dense", "activation", "merge", "pad", "pool", "norm", "lrn",
                    "dropout", "softmax", "optim", "direct")
