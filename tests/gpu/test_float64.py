@@ -38,7 +38,7 @@ def f64(got, want):
 
 
 @pytest.fixture
-def rand():
+def rand64():
     rng = np.random.default_rng(0)
     return lambda *shape: rng.standard_normal(shape)          # float64
 
@@ -63,14 +63,14 @@ CONVS = [  # x shape, w shape, stride, padding, dilation
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", CONVS)
-def test_conv2d_matches_cpu(rand, x_shape, w_shape, stride, padding, dilation):
+def test_conv2d_matches_cpu(rand64, x_shape, w_shape, stride, padding, dilation):
     if _conv_verdict():
         pytest.skip(_conv_verdict())
     c, g = families("conv")
     plan = c.conv2d_plan((None,) + x_shape[1:], w_shape, stride, padding, dilation)
-    x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
+    x, w, b = rand64(*x_shape), rand64(*w_shape), rand64(w_shape[0])
     y = c.conv2d_fprop(plan, x, w, b)
-    gy, gw0 = rand(*y.shape), rand(*w_shape)
+    gy, gw0 = rand64(*y.shape), rand64(*w_shape)
     before = dict(cudnn.calls)
     f64(g.conv2d_fprop(plan, d(x), d(w), d(b)), y)
     f64(g.conv2d_fprop(plan, d(x), d(w)), c.conv2d_fprop(plan, x, w))
@@ -86,9 +86,9 @@ def test_conv2d_matches_cpu(rand, x_shape, w_shape, stride, padding, dilation):
     assert moved == {"conv_fprop": 3, "conv_bias_relu_fprop": 0, "conv_dgrad": 1, "conv_wgrad": 2}   # cuDNN ran
 
 
-def test_dense_matches_cpu(rand):
+def test_dense_matches_cpu(rand64):
     c, g = families("dense")
-    x, w, b, gy, gw0 = rand(7, 5), rand(4, 5), rand(4), rand(7, 4), rand(4, 5)
+    x, w, b, gy, gw0 = rand64(7, 5), rand64(4, 5), rand64(4), rand64(7, 4), rand64(4, 5)
     f64(g.dense_fprop(d(x), d(w), d(b)), c.dense_fprop(x, w, b))
     f64(g.dense_fprop(d(x), d(w)), c.dense_fprop(x, w))
     f64(g.dense_dgrad(d(gy), d(w)), c.dense_dgrad(gy, w))
@@ -98,7 +98,7 @@ def test_dense_matches_cpu(rand):
         c.dense_wgrad(x, gy, want, accumulate=accumulate)
         f64(gw, want)
         for shape in ((7, 4), (2, 4, 3, 3), (300, 4)):
-            gyb, gb0 = rand(*shape), rand(4)
+            gyb, gb0 = rand64(*shape), rand64(4)
             gb, want = d(gb0), gb0.copy()
             g.bias_grad(d(gyb), gb, accumulate=accumulate)
             c.bias_grad(gyb, want, accumulate=accumulate)
@@ -107,12 +107,12 @@ def test_dense_matches_cpu(rand):
 
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("shape", [(4, 3, 5, 5), (8, 16, 4, 4), (32, 10, 1, 1), (4, 16, 48, 48)])
-def test_batchnorm_matches_cpu_on_the_kernels(rand, shape, relu):
+def test_batchnorm_matches_cpu_on_the_kernels(rand64, shape, relu):
     """Every size on the RawKernels, (4, 16, 48, 48) included (9216 values a channel: cuDNN's in float32)."""
     c, g = families("norm")
     C = shape[1]
-    x = 2 * rand(*shape) + 0.5
-    gamma, beta, rm, rv = rand(C), rand(C), 0.1 * rand(C), np.abs(rand(C)) + 0.5
+    x = 2 * rand64(*shape) + 0.5
+    gamma, beta, rm, rv = rand64(C), rand64(C), 0.1 * rand64(C), np.abs(rand64(C)) + 0.5
     crm, crv, grm, grv = rm.copy(), rv.copy(), d(rm), d(rv)
     before = dict(cudnn.calls)
     y, mean, invstd = c.bn_fprop_train(x, gamma, beta, crm, crv, 0.1, 1e-5, relu=relu)
@@ -121,7 +121,7 @@ def test_batchnorm_matches_cpu_on_the_kernels(rand, shape, relu):
         f64(got, want)
     f64(g.bn_fprop_infer(d(x), d(gamma), d(beta), grm, grv, 1e-5, relu=relu),
         c.bn_fprop_infer(x, gamma, beta, crm, crv, 1e-5, relu=relu))
-    gy, gg0, gb0 = rand(*shape), rand(C), rand(C)
+    gy, gg0, gb0 = rand64(*shape), rand64(C), rand64(C)
     for accumulate in (True, False):
         gg, gb, cgg, cgb = d(gg0), d(gb0), gg0.copy(), gb0.copy()
         kw = dict(relu=relu, accumulate=accumulate)
@@ -135,18 +135,18 @@ def test_batchnorm_matches_cpu_on_the_kernels(rand, shape, relu):
 
 @pytest.mark.parametrize("x_shape,ksize,stride,padding", [((2, 3, 8, 8), 2, 2, 0), ((2, 3, 9, 9), 3, 2, 1),
                                                           ((2, 2, 8, 9), (2, 3), (1, 2), (1, 1))])
-def test_pooling_matches_cpu(rand, x_shape, ksize, stride, padding):
+def test_pooling_matches_cpu(rand64, x_shape, ksize, stride, padding):
     c, g = families("pool")
     plan = c.pool2d_plan((None,) + x_shape[1:], ksize, stride, padding)
-    x = rand(*x_shape)
-    gy = rand(x_shape[0], x_shape[1], *plan.out_shape[2:])
+    x = rand64(*x_shape)
+    gy = rand64(x_shape[0], x_shape[1], *plan.out_shape[2:])
     y = c.maxpool2d_fprop(plan, x)
     gyo = g.maxpool2d_fprop(plan, d(x))
     f64(gyo, y)
     f64(g.maxpool2d_bprop(plan, d(x), gyo, d(gy)), c.maxpool2d_bprop(plan, x, y, gy))
     f64(g.avgpool2d_fprop(plan, d(x)), c.avgpool2d_fprop(plan, x))
     f64(g.avgpool2d_bprop(plan, d(gy)), c.avgpool2d_bprop(plan, gy))
-    gy1 = rand(x_shape[0], x_shape[1], 1, 1)
+    gy1 = rand64(x_shape[0], x_shape[1], 1, 1)
     f64(g.global_avgpool_fprop(d(x)), c.global_avgpool_fprop(x))
     f64(g.global_avgpool_bprop(d(gy1), x.shape), c.global_avgpool_bprop(gy1, x.shape))
 
@@ -154,26 +154,26 @@ def test_pooling_matches_cpu(rand, x_shape, ksize, stride, padding):
 @pytest.mark.parametrize("name,args", [("relu_fprop", "x"), ("relu_bprop", "y gy"), ("leaky_relu_fprop", "x a"),
                                        ("leaky_relu_bprop", "x gy a"), ("sigmoid_fprop", "x"), ("sigmoid_bprop", "y gy"),
                                        ("tanh_fprop", "x"), ("tanh_bprop", "y gy")])
-def test_activations_match_cpu(rand, name, args):
+def test_activations_match_cpu(rand64, name, args):
     c, g = families("activation")
-    values = {"x": rand(3, 4, 5), "y": rand(3, 4, 5), "gy": rand(3, 4, 5), "a": 0.1}
+    values = {"x": rand64(3, 4, 5), "y": rand64(3, 4, 5), "gy": rand64(3, 4, 5), "a": 0.1}
     host = [values[a] for a in args.split()]
     f64(getattr(g, name)(*[d(v) if isinstance(v, np.ndarray) else v for v in host]), getattr(c, name)(*host))
 
 
-def test_merge_pad_lrn_match_cpu(rand):
+def test_merge_pad_lrn_match_cpu(rand64):
     cm, gm = families("merge")
-    xs = [rand(2, 3, 4) for _ in range(3)]
+    xs = [rand64(2, 3, 4) for _ in range(3)]
     f64(gm.add_fprop([d(x) for x in xs]), cm.add_fprop(xs))
     f64(gm.add_fprop([d(x) for x in xs[:2]], relu=True), cm.add_fprop(xs[:2], relu=True))
     cpd, gpd = families("pad")
-    x, pads = rand(2, 3, 4, 5), (1, 2, 0, 3)
+    x, pads = rand64(2, 3, 4, 5), (1, 2, 0, 3)
     y = cpd.pad2d_fprop(x, pads, 0.5)
     f64(gpd.pad2d_fprop(d(x), pads, 0.5), y)
-    gy = rand(*y.shape)
+    gy = rand64(*y.shape)
     f64(gpd.pad2d_bprop(d(gy), pads), cpd.pad2d_bprop(gy, pads))
     cl, gl = families("lrn")
-    x, gy, args = rand(2, 7, 3, 4), rand(2, 7, 3, 4), (4, 0.5, 0.75, 2.0)
+    x, gy, args = rand64(2, 7, 3, 4), rand64(2, 7, 3, 4), (4, 0.5, 0.75, 2.0)
     y, scale = cl.lrn_fprop(x, *args)
     gyo, gscale = gl.lrn_fprop(d(x), *args)
     f64(gyo, y)
@@ -181,9 +181,9 @@ def test_merge_pad_lrn_match_cpu(rand):
     f64(gl.lrn_bprop(d(x), gyo, gscale, d(gy), *args), cl.lrn_bprop(x, y, scale, gy, *args))
 
 
-def test_dropout_masks_equal_the_cpus(rand):
+def test_dropout_masks_equal_the_cpus(rand64):
     c, g = families("dropout")
-    x, gy = rand(4, 5, 6, 7), rand(4, 5, 6, 7)
+    x, gy = rand64(4, 5, 6, 7), rand64(4, 5, 6, 7)
     grng, crng = CounterRNG(cp, 3), CounterRNG(np, 3)
     y, mask = g.dropout_fprop(d(x), 0.3, grng)
     cy, cmask = c.dropout_fprop(x, 0.3, crng)
@@ -193,9 +193,9 @@ def test_dropout_masks_equal_the_cpus(rand):
     f64(g.dropout_bprop(d(gy), mask), c.dropout_bprop(gy, cmask))
 
 
-def test_softmax_and_cross_entropy_match_cpu(rand):
+def test_softmax_and_cross_entropy_match_cpu(rand64):
     c, g = families("softmax")
-    x, gy = 3 * rand(37, 10), rand(37, 10)
+    x, gy = 3 * rand64(37, 10), rand64(37, 10)
     y = c.softmax_fprop(x)
     f64(g.softmax_fprop(d(x)), y)
     f64(g.softmax_bprop(d(y), d(gy)), c.softmax_bprop(y, gy))
@@ -209,12 +209,12 @@ def test_softmax_and_cross_entropy_match_cpu(rand):
 
 
 @pytest.mark.parametrize("name", ["sgd", "momentum", "nesterov", "adam", "rmsprop"])
-def test_optimizers_update_float64_weights_like_the_cpu(rand, name):
+def test_optimizers_update_float64_weights_like_the_cpu(rand64, name):
     c, g = families("optim")
-    p, states = rand(1000), [np.abs(rand(1000)) for _ in range(2)]
+    p, states = rand64(1000), [np.abs(rand64(1000)) for _ in range(2)]
     dp, dstates = d(p), [d(s) for s in states]
     for t in range(1, 6):
-        grad = rand(1000)
+        grad = rand64(1000)
         for mod, pp, ss, gg in ((c, p, states, grad), (g, dp, dstates, d(grad))):
             if name == "sgd":
                 mod.sgd_update(pp, gg, 0.1, 0.01)
