@@ -16,8 +16,8 @@ import numpy as np
 
 from .kernels.gpu.capture import CaptureError, CapturedCall  # imports no CuPy
 
-__all__ = ["CaptureError", "CapturedCall", "Device", "DeviceError", "KERNEL_FAMILIES", "MemoryUse", "cuda_status",
-           "get_device"]
+__all__ = ["CaptureError", "CapturedCall", "Device", "DeviceError", "DtypeError", "KERNEL_FAMILIES", "MemoryUse",
+           "cuda_status", "get_device"]
 
 KERNEL_FAMILIES = ("conv", "dense", "activation", "merge", "pad", "pool", "norm", "lrn",
                    "dropout", "softmax", "optim", "direct")
@@ -29,6 +29,11 @@ mark: CuPy pools keep freed blocks), over CuPy's default pool and every live Cap
 
 class DeviceError(RuntimeError):
     """The requested device cannot be used (missing package, no GPU, out of memory)."""
+
+
+class DtypeError(ValueError):
+    """A layer (or optimizer) needs kernels that cannot compute in the device's dtype (Device.dtype_problem);
+    raised at build, naming the layer."""
 
 
 def _load_kernels(backend):
@@ -105,6 +110,31 @@ class Device:
         d.__dict__.update(self.__dict__)
         d.dtype = np.dtype(dtype)
         return d
+
+    def dtype_problem(self, families):
+        """Why the kernel families `families` (names in `kernels`) cannot compute in this device's dtype,
+        in one line, or None when all of them can.
+
+        The support table lives in the families: each declares the dtypes it computes in as `DTYPES`
+        (none declared: any), and where the answer depends on the library at hand (cuDNN's engines)
+        also `dtype_problem(dtype) -> reason or None`. Layers ask at build (Layer.kernel_families), the
+        inference schedule and the optimizers too, so a model that cannot run here is refused before
+        anything runs, with one line naming the layer: never a raw error from inside a kernel.
+        """
+        where = "GPU" if self.name == "cuda" else "CPU"
+        for name in families:
+            family, why = getattr(self.kernels, name, None), None
+            dtypes = getattr(family, "DTYPES", None)
+            if family is None:
+                why = f"no {name} kernels on the {where}"
+            elif dtypes is not None and self.dtype.name not in dtypes:
+                why = f"the {name} kernels compute in {' and '.join(dtypes)} only"
+            elif hasattr(family, "dtype_problem"):
+                why = family.dtype_problem(self.dtype)
+            if why:
+                other = ", or --device cpu" if self.name == "cuda" else ""
+                return f"{self.dtype.name} is not supported on the {where} ({why}); use float32{other}"
+        return None
 
     def set_tf32(self, on):
         """Allow TF32 tensor-core math in FP32 cuDNN convolutions (the default) or forbid it."""

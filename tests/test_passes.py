@@ -2,7 +2,6 @@
 Softmax dropped) and overwrite-mode gradients change the number of kernels, never the numbers;
 the inference passes fold and fuse by what layers declare."""
 import numpy as np
-import pytest
 
 import minidl as dl
 from minidl import layers as L

@@ -7,7 +7,6 @@ import zipfile
 import numpy as np
 import pytest
 
-import minidl as dl
 from minidl import checkpoint, inference, models, optim
 from minidl.checkpoint import CheckpointError
 

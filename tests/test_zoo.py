@@ -3,7 +3,6 @@ their layers, lookup by name, and a gradient check through a small one."""
 import numpy as np
 import pytest
 
-import minidl as dl
 from minidl import models
 from tests.helpers.gradcheck import check_model
 

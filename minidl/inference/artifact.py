@@ -7,7 +7,7 @@ tensor's name, shape and dtype against it before anything is allocated.
 """
 import numpy as np
 
-from ..backend import get_device
+from ..backend import DtypeError, get_device
 from ..checkpoint import read_npz, write_npz
 from ..graph import Model
 
@@ -44,6 +44,8 @@ def read(path, device=None):
     dev = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
     try:
         model = Model.from_config(info.get("model"), device=dev, dtype=dtype, weights=arrays)
+    except DtypeError:
+        raise                  # the file is fine: this device cannot compute in its dtype (the error names the layer)
     except ValueError as e:
         raise ArtifactError(f"artifact {path} is inconsistent: {e}") from None
     stats = info.get("stats")

@@ -52,7 +52,7 @@ class InferenceModel:
         self._plan()
 
     def _plan(self):
-        dk = _schedule.direct_family(self.device, self.dtype) if self._direct else None
+        dk = _schedule.direct_family(self.device) if self._direct else None
         self.steps, self.chain = _schedule.plan(self.model, dk)
         self._schedules, self._entries, self._replays = {}, {}, {}
 

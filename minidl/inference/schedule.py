@@ -2,7 +2,7 @@
 
 A `Step` is one kernel call standing for one or more nodes. Node outputs are values numbered
 after the model inputs (node i gives value n_inputs + i). Where the device's `direct` kernel
-family takes the shapes (float32):
+family takes the shapes and the dtype (its DTYPES: float32):
 - conv(+bias)(+ReLU) read only by a 2x2 stride-2 max-pool, stride 1 and small -> one direct
   kernel (cuDNN is slow at LeNet's shapes);
 - a run of dense layers, each the only reader of the last -> one `mlp` call;
@@ -12,8 +12,6 @@ family takes the shapes (float32):
 Everything else is the node's own layer in evaluation mode.
 """
 from collections import Counter
-
-import numpy as np
 
 CHAIN_MAX_BATCH = 256       # batch sizes up to this run a chain-shaped model (LeNet) as one kernel
 
@@ -137,6 +135,6 @@ def _chain_step(dk, model, steps, outputs):
                 lambda xs: dk.chain_fprop(xs[0], stages))
 
 
-def direct_family(device, dtype):
-    """The device's direct kernel family where it serves (float32), else None."""
-    return getattr(device.kernels, "direct", None) if np.dtype(dtype) == np.float32 else None
+def direct_family(device):
+    """The device's direct kernel family where it computes in the device's dtype (its DTYPES: float32), else None."""
+    return None if device.dtype_problem(("direct",)) else device.kernels.direct

@@ -10,8 +10,8 @@ class _Activation(Layer):
 
     def build(self, in_shapes, device):
         shape, = in_shapes
-        self.fprop = getattr(device.kernels.activation, f"{self.kernel}_fprop")
-        self.bprop = getattr(device.kernels.activation, f"{self.kernel}_bprop")
+        act, = self.kernel_families(device, "activation")
+        self.fprop, self.bprop = getattr(act, f"{self.kernel}_fprop"), getattr(act, f"{self.kernel}_bprop")
         return shape
 
     def extra(self):

@@ -4,6 +4,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import init as _init
+from ..backend import DtypeError
 from .node import Node
 
 
@@ -159,9 +160,17 @@ class Layer:
         return None
 
     # -- helpers for subclasses -----------------------------------------------------------
-    def error(self, message):
-        """A ValueError naming this layer."""
-        return ValueError(f"layer {self.name or type(self).__name__} ({type(self).__name__}): {message}")
+    def kernel_families(self, device, *names):
+        """The device's kernel families `names` (device.kernels.<name>), once each has said it computes in
+        the device's dtype (Device.dtype_problem); else one error naming this layer, raised at build."""
+        why = device.dtype_problem(names)
+        if why:
+            raise self.error(why, DtypeError)
+        return tuple(getattr(device.kernels, n) for n in names)
+
+    def error(self, message, kind=ValueError):
+        """A ValueError (or the subclass `kind`) naming this layer."""
+        return kind(f"layer {self.name or type(self).__name__} ({type(self).__name__}): {message}")
 
     def expect_rank(self, shape, rank, what="input"):
         if len(shape) != rank:

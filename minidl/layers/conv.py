@@ -42,7 +42,7 @@ class Conv2D(Layer):
         C = shape[1]
         self.w = self.param("w", (self.K, C, *self.ksize), self.w_init)
         self.b = self.param("b", (self.K,), init.zeros) if self.use_bias else None
-        self.kern, self.dense, self.act = device.kernels.conv, device.kernels.dense, device.kernels.activation
+        self.kern, self.dense, self.act = self.kernel_families(device, "conv", "dense", "activation")
         try:
             self.plan = self.kern.conv2d_plan(shape, self.w.shape, self.stride, self.padding, self.dilation)
         except ValueError as e:

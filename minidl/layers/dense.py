@@ -46,7 +46,7 @@ class Dense(Layer):
             raise self.error(f"expects a 2-D input (N, features), got shape {shape}; put a Flatten before it")
         self.w = self.param("w", (self.K, shape[1]), self.w_init)
         self.b = self.param("b", (self.K,), init.zeros) if self.use_bias else None
-        self.kern, self.act = device.kernels.dense, device.kernels.activation
+        self.kern, self.act = self.kernel_families(device, "dense", "activation")
         return (shape[0], self.K)
 
     def forward(self, xs, training):

@@ -23,7 +23,8 @@ class Dropout(Layer):
 
     def build(self, in_shapes, device):
         shape, = in_shapes
-        self.kern, self.rng = device.kernels.dropout, device.rng
+        self.kern, = self.kernel_families(device, "dropout")
+        self.rng = device.rng
         return tuple(shape)
 
     def forward(self, xs, training):

@@ -18,7 +18,8 @@ class Add(Layer):
         for s in in_shapes[1:]:
             if tuple(s) != first:
                 raise self.error("inputs must have one shape, got " + " and ".join(_fmt(s) for s in in_shapes))
-        self.n, self.kern, self.act = len(in_shapes), device.kernels.merge, device.kernels.activation
+        self.kern, self.act = self.kernel_families(device, "merge", "activation")
+        self.n = len(in_shapes)
         return first
 
     def forward(self, xs, training):

@@ -38,7 +38,7 @@ class BatchNorm2D(Layer):
         self.beta = self.param("beta", (C,), init.zeros)
         self.running_mean = self.state("running_mean", (C,), init.zeros)
         self.running_var = self.state("running_var", (C,), init.ones)
-        self.kern, self.dense, self.act = device.kernels.norm, device.kernels.dense, device.kernels.activation
+        self.kern, self.dense, self.act = self.kernel_families(device, "norm", "dense", "activation")
         self._zeros = self._ones = None     # evaluation-mode backward constants, made at first use
         return tuple(shape)
 
@@ -119,7 +119,7 @@ class LRN(Layer):
     def build(self, in_shapes, device):
         shape, = in_shapes
         self.expect_rank(shape, 4)
-        self.kern = device.kernels.lrn
+        self.kern, = self.kernel_families(device, "lrn")
         return tuple(shape)
 
     def forward(self, xs, training):

@@ -25,7 +25,7 @@ class Pad2D(Layer):
         shape, = in_shapes
         self.expect_rank(shape, 4)
         t, b, l, r = self.pads
-        self.kern = device.kernels.pad
+        self.kern, = self.kernel_families(device, "pad")
         N, C, H, W = shape
         return (N, C, H + t + b, W + l + r)
 

@@ -28,7 +28,7 @@ class _Pool2D(Layer):
     def build(self, in_shapes, device):
         shape, = in_shapes
         self.expect_rank(shape, 4)
-        self.kern = device.kernels.pool
+        self.kern, = self.kernel_families(device, "pool")
         try:
             self.plan = self.kern.pool2d_plan(shape, self.ksize, self.stride, self.padding)
         except ValueError as e:
@@ -94,7 +94,7 @@ class GlobalAvgPool2D(Layer):
     def build(self, in_shapes, device):
         shape, = in_shapes
         self.expect_rank(shape, 4)
-        self.kern = device.kernels.pool
+        self.kern, = self.kernel_families(device, "pool")
         return (shape[0], shape[1], 1, 1)
 
     def forward(self, xs, training):

@@ -19,7 +19,7 @@ class Softmax(Layer):
         shape, = in_shapes
         if len(shape) != 2:
             raise self.error(f"expects a 2-D input (N, classes), got shape {shape}")
-        self.kern = device.kernels.softmax
+        self.kern, = self.kernel_families(device, "softmax")
         return shape
 
     def forward(self, xs, training):

@@ -4,6 +4,7 @@ from numbers import Real
 
 import numpy as np
 
+from ..backend import DtypeError
 from . import schedules as _schedules
 
 
@@ -40,6 +41,9 @@ class Optimizer:
         """
         if model is self.model and model.flat is self.flat and model.grads is self.grads:
             return self
+        why = model.device.dtype_problem(("optim",))
+        if why:
+            raise DtypeError(f"{type(self).__name__}: {why}")
         pending, self._pending = self._pending, None
         if pending is None and model is self.model and self.state:
             pending = self.state_dict()

@@ -66,7 +66,10 @@ def _handle(lib):
 
 
 def gemm(a, b, c, trans_a=False, trans_b=False, beta=0.0):
-    """c = op(a) @ op(b) + beta c on C-contiguous 2-D arrays; op transposes when asked."""
+    """c = op(a) @ op(b) + beta c on C-contiguous 2-D float32 (sgemm) or float64 (dgemm) arrays; op transposes
+    when asked."""
+    if c.dtype not in (np.float32, np.float64):
+        raise ValueError(f"gemm: float32 or float64 arrays, got {c.dtype}")
     for name, x in (("a", a), ("b", b), ("c", c)):
         if x.ndim != 2 or not x.flags.c_contiguous or x.dtype != c.dtype:
             raise ValueError(f"gemm: {name} must be a C-contiguous 2-D {c.dtype} array, got {x.shape} {x.dtype}")

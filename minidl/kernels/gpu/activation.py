@@ -3,6 +3,8 @@ import cupy as cp
 
 from ._util import RELU, RELU_BPROP
 
+DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
+
 _leaky = cp.ElementwiseKernel("T x, T alpha", "T y", "y = x > (T)0 ? x : alpha * x", "minidl_leaky")
 _leaky_b = cp.ElementwiseKernel("T x, T gy, T alpha", "T gx", "gx = x > (T)0 ? gy : alpha * gy",
                                 "minidl_leaky_bprop")

@@ -1,17 +1,48 @@
-"""2-D convolution on the GPU: cuDNN Frontend graphs for fprop (+ fused bias), dgrad and wgrad."""
+"""2-D convolution on the GPU: cuDNN Frontend graphs for fprop (+ fused bias), dgrad and wgrad.
+
+float32, and float64 where this cuDNN builds double convolutions (`dtype_problem` asks it once per
+GPU, so a model is refused at build rather than in its first step). In float64 cuDNN runs the
+convolution alone, in double, and one CuPy kernel adds the bias and applies the ReLU.
+"""
 import cupy as cp
+import numpy as np
 
 from ..cpu.conv import ConvPlan, conv2d_plan  # noqa: F401  plans are shape arithmetic: one definition
 from . import cudnn as _cd
-from ._util import buffer, out_array
+from ._util import RELU, buffer, out_array
 
-_FLOAT = _cd._fe.data_type.FLOAT
+DTYPES = ("float32", "float64")     # float64: cuDNN's double engines, if it has them (dtype_problem)
+
+# y (N, K, S) += b[k], then max(y, 0) if relu: the float64 epilogue (fused into the cuDNN graph in float32).
+_bias_act = cp.ElementwiseKernel("raw T b, int32 K, int32 S, int32 relu", "T y",
+                                 "T t = y + b[(i / S) % K]; y = relu && t < (T)0 ? (T)0 : t", "minidl_conv_bias_act")
+_verdicts = {}      # (GPU, deterministic engines only) -> None, or why cuDNN builds no float64 convolution
 
 
-def _conv_args(plan):
+def dtype_problem(dtype):
+    """None where this cuDNN convolves in `dtype`, else why not (one line). float32: always. float64:
+    tried once per GPU by building and running fprop, dgrad and wgrad of a small convolution in double."""
+    if np.dtype(dtype) != np.float64:
+        return None
+    key = (cp.cuda.runtime.getDevice(), _cd.deterministic_only())
+    if key not in _verdicts:
+        plan = conv2d_plan((2, 3, 6, 6), (4, 3, 3, 3), (1, 1), 1, (1, 1))
+        x, w, gy = (cp.zeros(s, np.float64) for s in (plan.in_shape, plan.w_shape, plan.out_shape))
+        try:
+            conv2d_fprop(plan, x, w)
+            conv2d_dgrad(plan, gy, w)
+            conv2d_wgrad(plan, x, gy, cp.zeros_like(w), accumulate=False)
+            _verdicts[key] = None
+        except (RuntimeError, ValueError, _cd._fe.cudnnGraphNotSupportedError) as e:   # whatever cuDNN said
+            said = (str(e.__cause__ or e).splitlines() or [type(e).__name__])[0][:160]   # cuDNN's own words
+            _verdicts[key] = f"cuDNN {_cd.version()} builds no float64 convolution on this GPU: {said}"
+    return _verdicts[key]
+
+
+def _conv_args(plan, dtype):
     pt, pb, pl, pr = plan.pads
     return dict(pre_padding=[pt, pl], post_padding=[pb, pr], stride=list(plan.stride),
-                dilation=list(plan.dilation), compute_data_type=_FLOAT)
+                dilation=list(plan.dilation), compute_data_type=_cd.compute_type(dtype))
 
 
 def _check_x(plan, x, what="x"):
@@ -23,17 +54,22 @@ def _fprop(op, plan, x, w, b, out, relu):
     _check_x(plan, x)
     K = plan.w_shape[0]
     y = out_array(out, (x.shape[0],) + tuple(plan.out_shape[1:]), x.dtype)
-    arrays = dict(x=x, w=w, y=y) if b is None else dict(x=x, w=w, b=b, y=y)
+    fuse = x.dtype != np.float64            # cuDNN's fusion engines take no double: the epilogue is ours
+    arrays = dict(x=x, w=w, y=y) if b is None or not fuse else dict(x=x, w=w, b=b, y=y)
 
     def build(g, io):
-        t = g.conv_fprop(image=io.input("x"), weight=io.input("w"), **_conv_args(plan))
-        if b is not None:                       # fused into the conv's epilogue
+        t = g.conv_fprop(image=io.input("x"), weight=io.input("w"), **_conv_args(plan, x.dtype))
+        if "b" in arrays:                       # fused into the conv's epilogue
             t = g.bias(input=t, bias=io.input("b", (1, K, 1, 1)))
-        if relu:
+        if relu and fuse:
             t = g.relu(input=t)
         io.output("y", t)
 
-    _cd.run(op, arrays, build, extra=(plan.pads, plan.stride, plan.dilation), conv=True)
+    _cd.run(op if fuse else "conv_fprop", arrays, build, extra=(plan.pads, plan.stride, plan.dilation), conv=True)
+    if not fuse and b is not None:
+        _bias_act(b, np.int32(K), np.int32(plan.out_shape[2] * plan.out_shape[3]), np.int32(relu), y)
+    elif not fuse and relu:
+        RELU(y, y)
     return y
 
 
@@ -43,7 +79,8 @@ def conv2d_fprop(plan, x, w, b=None, out=None):
 
 
 def conv2d_bias_relu_fprop(plan, x, w, b, out=None):
-    """y = max(conv(x, w) + b, 0) as one cuDNN graph (inference).   Shapes as conv2d_fprop."""
+    """y = max(conv(x, w) + b, 0) as one cuDNN graph (inference; float64: the conv, then one kernel).
+    Shapes as conv2d_fprop."""
     return _fprop("conv_bias_relu_fprop", plan, x, w, b, out, relu=True)
 
 
@@ -52,7 +89,7 @@ def conv2d_dgrad(plan, gy, w, out=None):
     gx = out_array(out, (gy.shape[0],) + tuple(plan.in_shape[1:]), gy.dtype)
 
     def build(g, io):
-        io.output("gx", g.conv_dgrad(loss=io.input("gy"), filter=io.input("w"), **_conv_args(plan)))
+        io.output("gx", g.conv_dgrad(loss=io.input("gy"), filter=io.input("w"), **_conv_args(plan, gy.dtype)))
 
     _cd.run("conv_dgrad", dict(gy=gy, w=w, gx=gx), build,
             extra=(plan.pads, plan.stride, plan.dilation), conv=True)
@@ -70,7 +107,7 @@ def conv2d_wgrad(plan, x, gy, gw, accumulate=True):
     dw = buffer("conv_wgrad", gw.shape, gw.dtype) if accumulate else gw
 
     def build(g, io):
-        io.output("dw", g.conv_wgrad(image=io.input("x"), loss=io.input("gy"), **_conv_args(plan)))
+        io.output("dw", g.conv_wgrad(image=io.input("x"), loss=io.input("gy"), **_conv_args(plan, x.dtype)))
 
     _cd.run("conv_wgrad", dict(x=x, gy=gy, dw=dw), build,
             extra=(plan.pads, plan.stride, plan.dilation), conv=True)

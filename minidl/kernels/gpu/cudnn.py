@@ -27,6 +27,9 @@ What the cuDNN Frontend 1.20 Python API does (read from the wheel's bindings and
   tests that compare with the CPU tightly turn it off. Measured on an H100 (cuDNN 9.19), a 64->64
   3x3 conv against a float64 reference: max relative error 3.3e-4 with TF32, 9.4e-7 without. Setting NVIDIA_TF32_OVERRIDE=0 in the
   environment disables TF32 process-wide (cuDNN and cuBLAS) whatever `set_tf32` says.
+- float64: a graph on double arrays is built with DOUBLE io, intermediate and compute types, and never
+  on an engine that DOWN_CONVERT_INPUTS. PyTorch runs its double convolutions on cuDNN's graph API, but
+  whether this cuDNN has the engines is asked at build (conv.dtype_problem), not assumed.
 - engines found lacking (H100, FP32, NCHW): batchnorm and batchnorm_backward need C to be a
   multiple of their vector width (C = 3, 10 fail; 16, 64 build); batchnorm_inference had no engine
   at all. norm.py therefore catches `Unsupported` and runs CuPy kernels there.
@@ -64,6 +67,16 @@ def set_deterministic(on):
 
 def tf32_enabled():
     return _state["tf32"]
+
+
+def deterministic_only():
+    return _state["deterministic"]
+
+
+def compute_type(dtype):
+    """cuDNN's compute type for arrays of `dtype`: DOUBLE for float64 (cuDNN's double engines compute
+    in double throughout), else FLOAT."""
+    return _fe.data_type.DOUBLE if dtype == np.float64 else _fe.data_type.FLOAT
 
 
 def version():
@@ -173,9 +186,9 @@ def _pin_workspace(dev):
     _workspaces[dev][-1][1] = True
 
 
-def _build(op, arrays, build, tf32, conv, deterministic, every_plan=False):
-    g = _fe.pygraph(handle=handle(), io_data_type=_fe.data_type.FLOAT,
-                    intermediate_data_type=_fe.data_type.FLOAT, compute_data_type=_fe.data_type.FLOAT)
+def _build(op, arrays, build, tf32, conv, deterministic, double, every_plan=False):
+    dt = _fe.data_type.DOUBLE if double else _fe.data_type.FLOAT
+    g = _fe.pygraph(handle=handle(), io_data_type=dt, intermediate_data_type=dt, compute_data_type=dt)
     io = _IO(g, arrays)
     build(g, io)
     try:
@@ -184,7 +197,9 @@ def _build(op, arrays, build, tf32, conv, deterministic, every_plan=False):
         g.create_execution_plans(_HEUR)
         # Two runs with one seed must agree bit for bit: no engines that reduce with atomics.
         notes = [_fe.numerical_note.NONDETERMINISTIC] if deterministic else []
-        if conv and not tf32:
+        if double:                 # a float64 graph computes in double: FP64 tensor cores yes, down-conversion no
+            notes += [_fe.numerical_note.DOWN_CONVERT_INPUTS]
+        elif conv and not tf32:
             notes += [_fe.numerical_note.TENSOR_CORE, _fe.numerical_note.DOWN_CONVERT_INPUTS]
         if notes:
             g.deselect_numeric_notes(notes)
@@ -201,14 +216,16 @@ def run(op, arrays, build, scalars=None, extra=(), conv=False):
 
     `build(g, io)` describes the graph on first use; `scalars` (name -> float) feed pass-by-value
     tensors; `extra` is whatever else the graph depends on (padding, stride...); `conv` graphs obey
-    set_tf32. Raises Unsupported (at once on later calls) where cuDNN has no engine for the graph.
+    set_tf32 (float32 ones: a graph on float64 arrays is built and computed in double). Raises
+    Unsupported (at once on later calls) where cuDNN has no engine for the graph.
     """
     ptrs = {}
     for k, a in arrays.items():
         if not a._c_contiguous:
             raise ValueError(f"{op}: {k} must be C-contiguous, got strides {a.strides}")
         ptrs[k] = a.data.ptr
-    tf32 = conv and _state["tf32"]
+    double = any(a.dtype == np.float64 for a in arrays.values())
+    tf32 = conv and _state["tf32"] and not double
     dev = cp.cuda.runtime.getDevice()
     det = _state["deterministic"]
     key = (op, dev, tf32, det, extra) + tuple((k, a.shape, a.dtype.char, _align(ptrs[k])) for k, a in arrays.items())
@@ -216,7 +233,7 @@ def run(op, arrays, build, scalars=None, extra=(), conv=False):
     tune = conv and engines.autotune_enabled()     # convolutions are pure: timing them is harmless
     if gr is _graphs:
         try:
-            gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, every_plan=tune)
+            gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, double, every_plan=tune)
         except Unsupported:
             _graphs[key] = None
             raise

@@ -9,6 +9,8 @@ import numpy as np
 from ._cublas import gemm
 from ._util import CTYPES, REDUCE, Module, out_array
 
+DTYPES = ("float32", "float64")     # cuBLAS sgemm and dgemm; the bias sum templated
+
 _SUM = Module(REDUCE + r"""
 template<typename T>
 __global__ void channel_sum_add(const T* gy, T* gb, long long N, long long C, long long S, int accumulate) {

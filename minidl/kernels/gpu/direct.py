@@ -18,6 +18,8 @@ from .chain import CHAIN_THREADS, chain_blocks, chain_fprop
 from .direct_conv import choose_conv, conv2d_bias_relu_fprop, conv2d_bias_relu_maxpool2x2_fprop
 from .mlp import MLP_CHAIN_MAX, add_relu_fprop, bias_act_fprop, mlp_fprop
 
-__all__ = ["CHAIN_THREADS", "MLP_CHAIN_MAX", "add_relu_fprop", "bias_act_fprop", "chain_blocks", "chain_fprop",
-           "choose_conv", "conv2d_bias_relu_fprop", "conv2d_bias_relu_maxpool2x2_fprop", "conv_geometry",
-           "mlp_fprop", "pads4", "supported_chain", "supported_conv"]
+DTYPES = ("float32",)          # hand-written float CUDA (Device.dtype_problem reads it)
+
+__all__ = ["CHAIN_THREADS", "DTYPES", "MLP_CHAIN_MAX", "add_relu_fprop", "bias_act_fprop", "chain_blocks",
+           "chain_fprop", "choose_conv", "conv2d_bias_relu_fprop", "conv2d_bias_relu_maxpool2x2_fprop",
+           "conv_geometry", "mlp_fprop", "pads4", "supported_chain", "supported_conv"]

@@ -7,6 +7,8 @@ import cupy as cp
 
 from ._util import out_arrays
 
+DTYPES = ("float32", "float64")     # y = x mask in T; the draws are float32 on both devices
+
 _PHILOX = r"""
 __device__ unsigned int minidl_philox_first(unsigned long long ctr, unsigned int k0, unsigned int k1) {
     unsigned int c0 = (unsigned int)ctr, c1 = (unsigned int)(ctr >> 32), c2 = 0u, c3 = 0u;

@@ -8,6 +8,8 @@ import numpy as np
 
 from ._util import out_arrays
 
+DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
+
 _INDEX = """
     int s = i % HW, c = (i / HW) % C;
     long long base = (i / ((long long)HW * C)) * C * HW + s;

@@ -3,6 +3,8 @@ import cupy as cp
 
 from ._util import ADD_RELU, RELU
 
+DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
+
 
 def add_fprop(xs, out=None, relu=False):
     """y = sum of the arrays in xs (all of one shape), then max(y, 0) if relu."""

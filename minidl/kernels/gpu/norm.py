@@ -12,12 +12,16 @@ running statistics and writes y (ReLU included) or gx, ggamma, gbeta: one determ
 H100 graph replays (tests/gpu/test_fused.py): 3.3-4.8 us forward, 2.9-8.4 us backward, against 9-18 us and
 11-22 us with cuDNN. Above _KERNEL_MAX_M values per channel cuDNN runs (one block a channel leaves SMs idle);
 where cuDNN has no engine (C not a multiple of its vector width: C = 3, 10) the RawKernels run at any size.
+In float64 the RawKernels (templated on T) run at every size: the cuDNN batchnorm graphs used here are
+float32 ones.
 """
 import cupy as cp
 import numpy as np
 
 from . import cudnn as _cd
 from ._util import CTYPES, RELU, RELU_BPROP, Module, buffer, out_arrays
+
+DTYPES = ("float32", "float64")     # the RawKernels in both; cuDNN's graphs for large float32 channels
 
 _KERNEL_MAX_M = 8192            # values per channel up to which the RawKernels beat cuDNN (H100 timings)
 _RS = (4, 8, 16)                # values a thread may keep in registers (a kernel each: fewer, fewer registers)
@@ -185,10 +189,12 @@ def _launch(x):
 
 def _use_kernel(x):
     N, C, S = _geometry(x)
-    return N * S <= _KERNEL_MAX_M and x.size < 2 ** 31
+    return x.dtype != np.float32 or (N * S <= _KERNEL_MAX_M and x.size < 2 ** 31)
 
 
 def _check(x, *arrays):
+    if x.size >= 2 ** 31:                       # the RawKernels index with 32-bit ints
+        raise ValueError(f"batch norm kernels take fewer than 2**31 values, got {x.shape} {x.dtype}")
     for a in (x,) + arrays:
         if not a.flags.c_contiguous or a.dtype != x.dtype:
             raise ValueError(f"batch norm: arrays must be C-contiguous {x.dtype}, got {a.shape} {a.dtype}")

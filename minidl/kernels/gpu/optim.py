@@ -8,6 +8,8 @@ state (the trainer's NaN guard, decided on the device inside a captured step).
 """
 import cupy as cp
 
+DTYPES = ("float32", "float64")     # ElementwiseKernels on T; lr and t arrive as float64
+
 
 _sgd = cp.ElementwiseKernel("T g, float64 lr, T wd, bool ok", "T p", "if (ok) p -= (T)lr * (g + wd * p)", "minidl_sgd")
 _momentum = cp.ElementwiseKernel(

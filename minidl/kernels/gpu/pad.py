@@ -4,6 +4,8 @@ import numpy as np
 
 from ._util import out_array
 
+DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
+
 _pad = cp.ElementwiseKernel(
     "raw T x, int32 H, int32 W, int32 oH, int32 oW, int32 top, int32 left, T value", "T y",
     """

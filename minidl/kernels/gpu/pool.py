@@ -10,6 +10,8 @@ import numpy as np
 from ..cpu.pool import PoolPlan, pool2d_plan  # noqa: F401  plans are shape arithmetic: one definition
 from ._util import out_array
 
+DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
+
 _P = "int32 H, int32 W, int32 oH, int32 oW, int32 kH, int32 kW, int32 sH, int32 sW, int32 pT, int32 pL"
 _OUT_INDEX = """
     int ow = i % oW, oh = (i / oW) % oH;

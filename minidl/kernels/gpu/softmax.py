@@ -3,6 +3,8 @@ import numpy as np
 
 from ._util import CTYPES, ITYPES, REDUCE, Module, buffer, out_array
 
+DTYPES = ("float32", "float64")     # templates compiled for float and double
+
 _CODE = REDUCE + r"""
 #define ROW_SETUP                                                   \
     long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; \
