@@ -47,10 +47,19 @@ def _conv_verdict():
     return families("conv")[1].dtype_problem(F64)
 
 
-def test_cudnn_builds_float64_convolutions():
-    """The verdict every float64 Conv2D gets at build: None means cuDNN has double engines here."""
+def test_float64_convolutions_run_right_or_are_refused_by_name():
+    """The verdict every float64 Conv2D gets at build: None (cuDNN's double convolutions ran and
+    agreed with the CPU), or one line, which a float64 Conv2D on the GPU is refused with."""
     why = _conv_verdict()
-    assert why is None, why
+    x = dl.Input((3, 8, 8))
+    build = lambda: dl.Model(x, L.Conv2D(4, 3, name="conv1")(x), device=dl.get_device("cuda", dtype=F64))  # noqa: E731
+    if why is None:
+        build()
+        return
+    assert "\n" not in why and why.startswith(f"cuDNN {cudnn.version()}")
+    with pytest.raises(DtypeError) as e:
+        build()
+    assert str(e.value).startswith("layer conv1 (Conv2D): float64 is not supported on the GPU (cuDNN ")
 
 
 CONVS = [  # x shape, w shape, stride, padding, dilation

@@ -152,12 +152,14 @@ def test_dense_matches_cpu(rand):
     g.dense_wgrad(cp.asarray(x), cp.asarray(gy), gw)
     c.dense_wgrad(x, gy, want)
     close(gw, want, "dense")
-    for shape in ((7, 4), (2, 4, 3, 3), (300, 4)):
-        gyb, gb0 = rand(*shape), rand(4)
-        gb, want = cp.asarray(gb0), gb0.copy()
-        g.bias_grad(cp.asarray(gyb), gb)
-        c.bias_grad(gyb, want)
-        close(gb, want, "dense")
+    # one block per channel (N*S small), and channels split into parts summed in a second kernel
+    for shape in ((7, 4), (2, 4, 3, 3), (300, 4), (256, 4, 24, 24), (64, 4, 130, 1), (9000, 4)):
+        for accumulate in (True, False):
+            gyb, gb0 = rand(*shape), rand(4)
+            gb, want = cp.asarray(gb0), gb0.copy()
+            g.bias_grad(cp.asarray(gyb), gb, accumulate=accumulate)
+            c.bias_grad(gyb, want, accumulate=accumulate)
+            close(gb, want, "dense")
 
 
 @pytest.mark.parametrize("name,args,op", [

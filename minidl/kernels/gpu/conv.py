@@ -21,22 +21,32 @@ _verdicts = {}      # (GPU, deterministic engines only) -> None, or why cuDNN bu
 
 def dtype_problem(dtype):
     """None where this cuDNN convolves in `dtype`, else why not (one line). float32: always. float64:
-    tried once per GPU by building and running fprop, dgrad and wgrad of a small convolution in double."""
+    tried once per GPU: fprop, dgrad and wgrad of a small convolution in double must build, run and
+    agree with the CPU's float64 kernels (on an H200 with cuDNN 9.19 they ran but gave wrong values)."""
     if np.dtype(dtype) != np.float64:
         return None
     key = (cp.cuda.runtime.getDevice(), _cd.deterministic_only())
     if key not in _verdicts:
-        plan = conv2d_plan((2, 3, 6, 6), (4, 3, 3, 3), (1, 1), 1, (1, 1))
-        x, w, gy = (cp.zeros(s, np.float64) for s in (plan.in_shape, plan.w_shape, plan.out_shape))
-        try:
-            conv2d_fprop(plan, x, w)
-            conv2d_dgrad(plan, gy, w)
-            conv2d_wgrad(plan, x, gy, cp.zeros_like(w), accumulate=False)
-            _verdicts[key] = None
-        except (RuntimeError, ValueError, _cd._fe.cudnnGraphNotSupportedError) as e:   # whatever cuDNN said
-            said = (str(e.__cause__ or e).splitlines() or [type(e).__name__])[0][:160]   # cuDNN's own words
-            _verdicts[key] = f"cuDNN {_cd.version()} builds no float64 convolution on this GPU: {said}"
+        _verdicts[key] = _try_float64()
     return _verdicts[key]
+
+
+def _try_float64():
+    from ..cpu import conv as cpu              # the reference: same plans, NumPy in float64
+    plan = conv2d_plan((2, 3, 6, 6), (4, 3, 3, 3), (1, 1), 1, (1, 1))
+    rng = np.random.default_rng(0)
+    x, w, gy = (rng.standard_normal(s) for s in ((2,) + plan.in_shape[1:], plan.w_shape, (2,) + plan.out_shape[1:]))
+    want = (cpu.conv2d_fprop(plan, x, w), cpu.conv2d_dgrad(plan, gy, w),
+            cpu.conv2d_wgrad(plan, x, gy, np.zeros_like(w), accumulate=False))
+    try:
+        got = (conv2d_fprop(plan, cp.asarray(x), cp.asarray(w)), conv2d_dgrad(plan, cp.asarray(gy), cp.asarray(w)),
+               conv2d_wgrad(plan, cp.asarray(x), cp.asarray(gy), cp.zeros(w.shape), accumulate=False))
+    except (RuntimeError, ValueError, _cd._fe.cudnnGraphNotSupportedError) as e:   # whatever cuDNN said
+        said = (str(e.__cause__ or e).splitlines() or [type(e).__name__])[0][:160]   # cuDNN's own words
+        return f"cuDNN {_cd.version()} builds no float64 convolution on this GPU: {said}"
+    if not all(np.allclose(cp.asnumpy(g), r, rtol=1e-9, atol=1e-9) for g, r in zip(got, want)):
+        return f"cuDNN {_cd.version()}'s float64 convolutions give wrong values on this GPU (checked against the CPU)"
+    return None
 
 
 def _conv_args(plan, dtype):

@@ -7,22 +7,40 @@ import cupy as cp
 import numpy as np
 
 from ._cublas import gemm
-from ._util import CTYPES, REDUCE, Module, out_array
+from ._util import CTYPES, REDUCE, Module, buffer, out_array
 
 DTYPES = ("float32", "float64")     # cuBLAS sgemm and dgemm; the bias sum templated
 
 _SUM = Module(REDUCE + r"""
 template<typename T>
-__global__ void channel_sum_add(const T* gy, T* gb, long long N, long long C, long long S, int accumulate) {
-    // gb[c] += sum of gy[n, c, s] over n and s (gb[c] = ... if not accumulate); one block per channel c
-    long long c = blockIdx.x;
+__global__ void channel_sum_part(const T* gy, T* out, long long N, long long C, long long S, long long P,
+                                 int accumulate) {
+    // Block (c, p) sums part p of P of channel c's N*S values of gy (N, C, S). With P == 1 it
+    // adds the sum to out[c] (or writes it, if not accumulate); else it writes out[c * P + p].
+    long long c = blockIdx.x, p = blockIdx.y, total = N * S, chunk = (total + P - 1) / P;
+    long long end = min(total, (p + 1) * chunk);
     T acc = 0;
-    for (long long j = threadIdx.x; j < N * S; j += blockDim.x)
+    for (long long j = p * chunk + threadIdx.x; j < end; j += blockDim.x)
         acc += gy[((j / S) * C + c) * S + j % S];
     acc = block_sum(acc);
-    if (threadIdx.x == 0) gb[c] = accumulate ? gb[c] + acc : acc;
+    if (threadIdx.x == 0) {
+        if (P > 1) out[c * P + p] = acc;
+        else out[c] = accumulate ? out[c] + acc : acc;
+    }
 }
-""", [f"channel_sum_add<{t}>" for t in CTYPES.values()])
+
+template<typename T>
+__global__ void channel_sum_finish(const T* part, T* gb, long long C, long long P, int accumulate) {
+    // gb[c] (+)= the P partial sums of channel c, added in a fixed order: deterministic
+    long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    T acc = 0;
+    for (long long p = 0; p < P; ++p) acc += part[c * P + p];
+    gb[c] = accumulate ? gb[c] + acc : acc;
+}
+""", [f"channel_sum_{k}<{t}>" for k in ("part", "finish") for t in CTYPES.values()])
+PART = 4096                         # values per block; parts per channel at most MAX_PARTS
+MAX_PARTS = 128
 
 
 def dense_fprop(x, w, b=None, out=None):
@@ -51,6 +69,12 @@ def bias_grad(gy, gb, accumulate=True):
     S = gy.size // max(N * K, 1)
     if not gy.flags.c_contiguous:
         raise ValueError("bias_grad: gy must be C-contiguous")
-    kern = _SUM.get(f"channel_sum_add<{CTYPES[gy.dtype]}>")
-    kern((K,), (256,), (gy, gb, np.int64(N), np.int64(K), np.int64(S), np.int32(accumulate)))
+    t = CTYPES[gy.dtype]
+    P = int(min(MAX_PARTS, max(1, -(-N * S // PART))))   # few channels, many values: split each
+    out = gb if P == 1 else buffer("bias_grad_parts", (K * P,), gy.dtype)
+    _SUM.get(f"channel_sum_part<{t}>")((K, P), (256,), (gy, out, np.int64(N), np.int64(K), np.int64(S),
+                                                        np.int64(P), np.int32(accumulate)))
+    if P > 1:
+        _SUM.get(f"channel_sum_finish<{t}>")((-(-K // 128),), (128,), (out, gb, np.int64(K), np.int64(P),
+                                                                        np.int32(accumulate)))
     return gb
