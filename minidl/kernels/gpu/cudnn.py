@@ -239,7 +239,7 @@ def run(op, arrays, build, scalars=None, extra=(), conv=False):
             raise
         if tune:
             pack = {gr.uids[k]: p for k, p in ptrs.items()}
-            gr.use_plan(engines.choose(gr.g, _disk_key(key, dev), pack, handle(dev), workspace))
+            gr.use_plan(engines.choose(gr.g, _disk_key(key, dev), pack, lambda: handle(dev), workspace))
     if gr is None:
         raise Unsupported(f"cuDNN has no engine for {op} on {[a.shape for a in arrays.values()]}")
     uids = gr.uids

@@ -20,7 +20,7 @@ import tempfile
 
 import cupy as cp
 
-TIMED_RUNS = 5
+TIMED_RUNS = 10
 MARGIN = 0.05                       # a timed plan must beat the heuristics' choice by 5%
 WORKSPACE_CAP = 64 << 20            # bytes a timed plan may ask for beyond the heuristics' choice
 report = []                         # (key, plans timed, heuristic ms, chosen ms, chosen workspace bytes)
@@ -74,17 +74,34 @@ def _plan(g, i):
 
 
 def _time(g, pack, index, workspace_ptr, handle):
-    """Mean milliseconds of one execute of plan `index` (after one untimed run), or None."""
+    """Milliseconds of one execute of plan `index`, or None where it fails to run or be captured.
+
+    The runs are recorded as one CUDA graph and replayed: launched from Python one by one, an
+    execute costs more host time (~12 us) than many of these kernels take on the GPU, and the
+    timing would measure the host. An engine that cannot be captured is no candidate anyway: a
+    training step is captured whole.
+    """
+    stream = cp.cuda.Stream(non_blocking=True)
     try:
-        g.execute_plan_at_index(pack, workspace_ptr, index=index, handle=handle)
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(TIMED_RUNS):
-            g.execute_plan_at_index(pack, workspace_ptr, index=index, handle=handle)
-        stop.record()
-        stop.synchronize()
+        with stream:
+            h = handle()                             # bound to `stream` while inside it
+            g.execute_plan_at_index(pack, workspace_ptr, index=index, handle=h)   # untimed first run
+            stream.begin_capture()
+            try:
+                for _ in range(TIMED_RUNS):
+                    g.execute_plan_at_index(pack, workspace_ptr, index=index, handle=h)
+            finally:
+                graph = stream.end_capture()
+            graph.launch(stream)
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            graph.launch(stream)
+            stop.record(stream)
+            stop.synchronize()
     except Exception:                   # noqa: BLE001  a plan that fails to run is not a candidate
         return None
+    finally:
+        handle()                                     # bound back to the current stream
     return cp.cuda.get_elapsed_time(start, stop) / TIMED_RUNS
 
 
@@ -92,7 +109,8 @@ def choose(g, key, pack, handle, workspace):
     """The index of the plan to run graph `g` (built with every plan) on `pack`, or None for the
     heuristics' first built plan (what `execute` runs).
 
-    key: a string naming the graph and the machine; workspace(size) -> a device pointer. Outputs
+    key: a string naming the graph and the machine; handle() -> the cuDNN handle bound to the
+    current stream; workspace(size) -> a device pointer. Outputs
     in `pack` are overwritten while timing: only pure graphs (convolutions) are tuned. A plan
     replaces the heuristics' choice only when it is faster by MARGIN, and none may ask for more
     workspace than the larger of WORKSPACE_CAP and what the heuristics' choice asks.
@@ -112,6 +130,7 @@ def choose(g, key, pack, handle, workspace):
     cap = max(WORKSPACE_CAP, plans[first][1])
     built = [i for i in built if plans[i][1] <= cap]
     ptr = workspace(max(plans[i][1] for i in built))
+    cp.cuda.get_current_stream().synchronize()     # timing runs on its own stream: nothing pending
     times = {i: _time(g, pack, i, ptr, handle) for i in built}
     ok = [i for i in built if times[i] is not None]
     if first not in ok:
