@@ -54,6 +54,7 @@ class Trainer:
         if not self.world.main:            # rank 0 prints
             log, self.log, self.progress = _quiet, _quiet, False
         self.reducer = self.world.reducer(self.device)     # None for one process
+        self.device.rng.subsequence = self.world.rank      # each rank its own dropout masks
         self._step = TrainStep(model, optimizer, self.metrics, self.reducer)
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
         # eager); dropout's counter-based generator advances on the device, so it is captured too.
@@ -171,9 +172,14 @@ class Trainer:
             if save_every and self.step % save_every == 0:
                 self._check_finite(start, checkpoint)
                 self.save(checkpoint)
-            self._stop = self.world.first_signal(self._stop)      # every rank stops after one step
-            if self._stop is not None:
+            stop = self.world.agree_stop(self._stop)      # ranks: agreed a step late, all at one step
+            if stop is not None:
+                self._stop = stop
                 self._stopped(bar, start, checkpoint)
+        stop = self.world.agree_stop(self._stop, final=True)     # a request in the last steps
+        if stop is not None:
+            self._stop = stop
+            self._stopped(bar, start, checkpoint)
         if bar is not None:
             bar.close()
         self.device.sync()
