@@ -76,7 +76,10 @@ class World:
     def guard(self, fn):
         """fn, wrapped so that a failing rank ends every rank: it prints one line naming itself
         (`error: rank r: ...`) and aborts the MPI job, so no rank waits forever in a collective.
-        One process: fn itself (errors reach the caller as before)."""
+        An exception marked `collective` (every rank raises it after the same step: an agreed stop,
+        a divergence seen through the AND-ed flag) aborts nothing, so rank 0 finishes its
+        checkpoint: it reaches rank 0's caller, which reports it, and the other ranks exit quietly
+        with its `exit_status`. One process: fn itself (errors reach the caller as before)."""
         if self.size == 1:
             return fn
 
@@ -90,6 +93,10 @@ class World:
                     _abort(self, f"error: rank {self.rank}: exit status {e.code}", e.code)
                 raise
             except BaseException as e:
+                if getattr(e, "collective", False):
+                    if self.main:
+                        raise
+                    raise SystemExit(getattr(e, "exit_status", 1)) from None
                 _abort(self, f"error: rank {self.rank}: {e if str(e) else type(e).__name__}", 1)
         return guarded
 

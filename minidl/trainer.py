@@ -16,14 +16,17 @@ from .step import TrainStep
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is left untouched."""
+    collective = True                 # data-parallel ranks raise it together (distributed.World.guard)
 
 
 class TrainingStopped(RuntimeError):
     """Training stopped on request (SIGINT, SIGTERM) after a whole step; `path`: where it saved, or None."""
+    collective = True                 # data-parallel ranks raise it together, after the same step
 
     def __init__(self, message, signum, path):
         super().__init__(message)
         self.signum, self.path = signum, path
+        self.exit_status = 128 + signum   # as a shell reports a process the signal ended
 
 
 class Trainer:

@@ -77,6 +77,8 @@ class Communicator(ReductionStream):
         self._reduce(a, op, cp.cuda.get_current_stream())
 
     def _reduce(self, a, op, stream):
+        if a.size == 0:                             # a model without BatchNorm: no running statistics
+            return
         if op == "and":
             a, op = a.view(cp.uint8), "min"
         if not a.flags.c_contiguous:
