@@ -187,6 +187,9 @@ def test_ctrl_c_on_the_command_line_stops_every_rank_and_rank_0_saves_a_resumabl
         proc = subprocess.Popen(cmd, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines = []
         while not (line := proc.stdout.readline()).startswith("step:"):    # training on every rank
+            if not line:
+                proc.kill()
+                pytest.fail("the run ended before its first monitoring line: " + proc.stderr.read()[-500:])
             lines.append(line)
         proc.send_signal(signal.SIGINT)                  # mpiexec hands Ctrl-C to every rank
         out, err = proc.communicate(timeout=60)

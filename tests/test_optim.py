@@ -286,23 +286,19 @@ def test_a_tabulated_schedule_follows_lr_changes_in_place():
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("scale", [0.5, 1 / 3])
 def test_grad_scale_is_the_update_of_the_scaled_gradient(case, scale):
-    """Data-parallel ranks fold 1/N into the update: grad_scale s on g updates exactly as g*s does,
-    and the gradient buffer is left as it was (the ranks' sum, not the mean)."""
-    make, _, _ = CASES[case]
+    """Data-parallel ranks fold 1/N into the update: grad_scale s on g is g*s, and g is left as it was."""
     a, b = fake_model(), fake_model()
-    a.flat, a.grads = a.flat.astype(np.float32), a.grads.astype(np.float32)
-    b.flat, b.grads = b.flat.astype(np.float32), b.grads.astype(np.float32)
-    scaled, plain = make().setup(a), make().setup(b)
+    for m in (a, b):
+        m.flat, m.grads = m.flat.astype(np.float32), m.grads.astype(np.float32)
+    scaled, plain = CASES[case][0]().setup(a), CASES[case][0]().setup(b)
     scaled.grad_scale = scale
     for g in (np.random.default_rng(t).standard_normal(a.flat.size).astype(np.float32) for t in range(STEPS)):
-        a.grads[...] = g
-        b.grads[...] = g * np.float32(scale)
+        a.grads[...], b.grads[...] = g, g * np.float32(scale)
         scaled.step()
         plain.step()
         np.testing.assert_array_equal(a.flat, b.flat)
         np.testing.assert_array_equal(a.grads, g)
-    for k in scaled.state:
-        np.testing.assert_array_equal(scaled.state[k], plain.state[k])
+    assert all(np.array_equal(scaled.state[k], plain.state[k]) for k in scaled.state)
 
 
 def test_a_grad_scale_of_one_multiplies_nothing():
