@@ -304,8 +304,7 @@ def test_grad_scale_is_the_update_of_the_scaled_gradient(case, scale):
 def test_a_grad_scale_of_one_multiplies_nothing():
     """One process: scale 1 takes the unscaled path, so the update rounds as it always did."""
     from minidl.kernels.cpu.optim import _decayed
-    rng = np.random.default_rng(0)
-    p, g = rng.standard_normal(50).astype(np.float32), rng.standard_normal(50).astype(np.float32)
+    p, g = np.random.default_rng(0).standard_normal((2, 50)).astype(np.float32)
     assert _decayed(p, g, 0.0, 1.0) is g                              # g itself: no pass over it
     np.testing.assert_array_equal(_decayed(p, g, 0.01, 1.0), np.multiply(p, np.float32(0.01)) + g)
     np.testing.assert_array_equal(_decayed(p, g, 0.0, 0.25), g * np.float32(0.25))
