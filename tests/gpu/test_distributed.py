@@ -118,7 +118,14 @@ def _launcher():
     return shlex.split(os.environ.get("MINIDL_MPIEXEC", "mpiexec"))
 
 
-@pytest.mark.skipif(cp.cuda.runtime.getDeviceCount() < 2, reason="needs 2 GPUs")
+def _gpus():
+    try:
+        return cp.cuda.runtime.getDeviceCount()
+    except Exception:                  # no driver: conftest skips this file's tests anyway
+        return 0
+
+
+@pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
 @pytest.mark.parametrize("bucket_mib", ["8", "0.05"])
 def test_two_gpus_at_b16_end_with_the_weights_of_one_gpu_at_b32(tmp_path, bucket_mib):
     worker = ROOT / "tests" / "helpers" / "dist_worker.py"
