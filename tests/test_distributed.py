@@ -1,5 +1,7 @@
 """Data-parallel ranks (minidl.distributed): the loader's slices, launch detection, and runs under
-`mpiexec -n N` on the CPU: N ranks at b end like one process at N*b; failures end every rank."""
+`mpiexec -n N` on the CPU: N ranks at b end like one process at N*b (gradients in buckets, the mean
+in the update); each rank its own dropout masks; stops agreed without a host round trip per step
+and resumed exactly; failures end every rank."""
 import importlib.util
 import os
 import pathlib
