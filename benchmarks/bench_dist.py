@@ -1,15 +1,25 @@
 """python benchmarks/bench_dist.py: data-parallel training speed on 1 and 2 GPUs, minidl and PyTorch DDP.
 
-Each case runs under `mpiexec -n N` (N = 1, 2) as this file's --worker, fp32, eager PyTorch DDP
-beside it on the same batches (the minidl Loader's rank slices). Printed per case and N: images/s
-(N x b per step), and the all-reduce of the whole gradient alone, ms per step (minidl: its Reducer
-on the flat buffer; PyTorch: torch.distributed.all_reduce of a buffer as large). -b is per rank.
-UNVERIFIED: written without a GPU. Without a usable GPU it says so in one line and exits 2.
+One command runs every case, N = 1 and 2, both frameworks, each under its own MPI launch of this
+file's --worker (so do not start this file itself under mpirun). On a machine where MPI runs as
+root and NVLink SHARP must stay off:
+
+    NCCL_NVLS_ENABLE=0 python benchmarks/bench_dist.py --launcher "mpirun --allow-run-as-root"
+
+Per case and N it prints images/s (N x b per step, b per rank), ms per step, and the all-reduce of
+the whole gradient alone, ms (minidl: its Reducer's buckets on the reduction stream, eager;
+PyTorch: torch.distributed.all_reduce of one buffer as large). The step's communication that
+backward does not hide is roughly ms/step at N = 2 less ms/step at N = 1. minidl runs its captured
+step (the bucketed NCCL all-reduce inside the CUDA graph); PyTorch DDP runs eager (its default 25
+MiB buckets, overlapped with backward), on the same batches (the minidl Loader's rank slices).
+fp32 only for now: bf16 comes with the precision policy. --bucket-mib sets minidl's bucket size.
+UNVERIFIED: written without a GPU. Without usable GPUs it says so in one line and exits 2.
 """
 import argparse
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,8 +51,9 @@ def minidl_worker(case, steps, world, train):
     trainer = dl.Trainer(model, opt, progress=False, log=lambda s: None, world=world)
     s = _timed(lambda n: trainer.fit(train, steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
                world.comm.Barrier if world.comm else lambda: None, steps)
-    ar = dev.elapsed_ms(lambda: trainer.reducer.average_grads(model.grads), 20) if trainer.reducer else 0.0
-    return s, ar
+    reducer = trainer.reducer
+    ar = dev.elapsed_ms(reducer.sum_grads, 20) if reducer else 0.0
+    return s, ar, len(reducer.buckets) if reducer else 0
 
 
 def torch_worker(case, steps, world, train):
@@ -79,7 +90,7 @@ def torch_worker(case, steps, world, train):
     end.record()
     torch.cuda.synchronize()
     tdist.destroy_process_group()
-    return s, start.elapsed_time(end) / 20
+    return s, start.elapsed_time(end) / 20, None
 
 
 def worker(framework, name, steps):
@@ -87,38 +98,56 @@ def worker(framework, name, steps):
     from minidl import distributed
     world = distributed.init()
     fn = minidl_worker if framework == "minidl" else torch_worker
-    s, ar = fn(CASES[name], steps, world, dl.data.load("mnist", "train"))
+    s, ar, buckets = fn(CASES[name], steps, world, dl.data.load("mnist", "train"))
     if world.main:
-        print(json.dumps({"images_s": steps * CASES[name]["batch"] * world.size / s, "allreduce_ms": ar}))
+        print(json.dumps({"images_s": steps * CASES[name]["batch"] * world.size / s, "ms_step": 1e3 * s / steps,
+                          "allreduce_ms": ar, "buckets": buckets}))
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python benchmarks/bench_dist.py", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
+    p.add_argument("--ranks", nargs="+", type=int, default=[1, 2], help="N to run (default: 1 2)")
+    p.add_argument("--launcher", default=os.environ.get("MINIDL_MPIEXEC", "mpiexec"),
+                   help="the MPI launcher command, without -n (default $MINIDL_MPIEXEC or mpiexec)")
+    p.add_argument("--bucket-mib", type=float, help="minidl's gradient bucket size (default 8)")
+    p.add_argument("--json", help="also append one JSON line per result to this file")
     p.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "CASE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         return worker(*args.worker, args.steps)
+    from minidl import distributed
+    if distributed.launched_by_mpi():
+        sys.exit("bench_dist: run it without mpirun/mpiexec: it launches each case's ranks itself (--launcher)")
     from minidl.backend import cuda_status
+    launcher = shlex.split(args.launcher)
     ok, why = cuda_status()
-    if not ok or shutil.which("mpiexec") is None:
-        print(f"bench_dist: needs CUDA GPUs and mpiexec: {why if not ok else 'mpiexec is not on PATH'}",
+    if not ok or shutil.which(launcher[0]) is None:
+        print(f"bench_dist: needs CUDA GPUs and an MPI launcher: {why if not ok else launcher[0] + ' is not on PATH'}",
               file=sys.stderr)
         return 2
     import cupy
     gpus = cupy.cuda.runtime.getDeviceCount()
-    print(f"{'case':<15}{'N':>3}  {'framework':<10}{'images/s':>12}{'all-reduce ms':>15}")
-    for name in CASES:
-        for n in (1, 2)[:gpus]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE", "0"))
+    if args.bucket_mib is not None:
+        env["MINIDL_BUCKET_MIB"] = str(args.bucket_mib)
+    print(f"{'case':<15}{'N':>3}  {'framework':<10}{'images/s':>12}{'ms/step':>10}{'all-reduce ms':>15}{'buckets':>9}")
+    for name in args.cases:
+        for n in [n for n in args.ranks if n <= gpus]:
             for framework in ("minidl", "torch-ddp"):
-                cmd = ["mpiexec", "-n", str(n), sys.executable, __file__, "--worker", framework, name,
-                       "--steps", str(args.steps)]
-                r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                cmd = launcher + ["-n", str(n), sys.executable, __file__, "--worker", framework, name,
+                                  "--steps", str(args.steps)]
+                r = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if r.returncode:
-                    print(f"{name:<15}{n:>3}  {framework:<10} failed: {r.stderr.strip().splitlines()[-1:]}")
+                    print(f"{name:<15}{n:>3}  {framework:<10} failed: {r.stderr.strip().splitlines()[-3:]}")
                     continue
                 res = json.loads(r.stdout.strip().splitlines()[-1])
-                print(f"{name:<15}{n:>3}  {framework:<10}{res['images_s']:>12,.0f}{res['allreduce_ms']:>15.3f}")
+                print(f"{name:<15}{n:>3}  {framework:<10}{res['images_s']:>12,.0f}{res['ms_step']:>10.3f}"
+                      f"{res['allreduce_ms']:>15.3f}{res['buckets'] if res['buckets'] is not None else '-':>9}")
+                if args.json:
+                    with open(args.json, "a") as f:
+                        f.write(json.dumps(dict(res, case=name, ranks=n, framework=framework)) + "\n")
     return 0
 
 

@@ -62,24 +62,38 @@ class CounterRNG:
     """The device's generator for dropout: counter-based (Philox4x32-10, kernels.*.dropout), so a draw
     depends on `key` and a counter alone. `offset` (a 0-d uint64 on the device) is where the next
     draw starts; kernels advance it there, so a captured CUDA graph draws anew at every replay, and
-    the whole state is two numbers, saved in checkpoints on either device."""
+    the whole state is two numbers, saved in checkpoints on either device.
 
-    def __init__(self, xp, seed):
+    `subsequence` picks one of the seed's independent streams (cuRAND's word) by changing the key:
+    data-parallel rank r draws subsequence r, so ranks draw different masks for their different
+    images; subsequence 0 is the seed's own key. The state saved is the seed's key and the offset,
+    the same on every rank (each draws as many numbers per step), so each rank resumes its own stream.
+    """
+
+    def __init__(self, xp, seed, subsequence=0):
         seed = int(seed)
-        self.key = (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
+        self.seed_key = (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
+        self.subsequence = int(subsequence)
         self.offset = xp.zeros((), np.uint64)
 
+    @property
+    def key(self):
+        """The Philox key of the draws: the seed's, its high word moved by subsequence x 0x9E3779B9
+        (an odd constant, so the subsequences of one seed below 2^32 all have distinct keys)."""
+        k0, k1 = self.seed_key
+        return k0, (k1 + self.subsequence * 0x9E3779B9) & 0xFFFFFFFF
+
     def state(self):
-        return {"key": list(self.key), "offset": int(self.offset)}
+        return {"key": list(self.seed_key), "offset": int(self.offset)}
 
     def set_state(self, state):
-        """Continue the draws `state()` describes (its key, which the seed gave, and its offset)."""
+        """Continue the draws `state()` describes (its seed's key and its offset) in this subsequence."""
         key = state.get("key") if isinstance(state, dict) else None
         ok = (isinstance(key, list) and len(key) == 2 and all(type(k) is int and 0 <= k <= 0xFFFFFFFF for k in key)
               and type(state.get("offset")) is int and 0 <= state["offset"] < 2 ** 63)
         if not ok:
             raise ValueError(f"generator state must be {{'key': [two 32-bit ints], 'offset': int}}, got {state!r}"[:200])
-        self.key = tuple(key)
+        self.seed_key = tuple(key)
         self.offset.fill(state["offset"])
 
 
@@ -188,12 +202,12 @@ class Device:
             return os.cpu_count()
         return importlib.import_module("minidl.kernels.gpu._util").sm_count()
 
-    def collectives(self, comm):
-        """NCCL all-reduce among the ranks of the MPI communicator `comm`, one GPU each
-        (minidl/kernels/gpu/nccl.py; the CPU ranks reduce over MPI itself). cuda only."""
-        if self.name != "cuda":
-            raise DeviceError(f"NCCL needs a cuda device; this is {self!r}")
-        return importlib.import_module("minidl.kernels.gpu.nccl").Communicator(comm)
+    def communicator(self, comm):
+        """In-place collectives over this device's arrays among the ranks of the MPI communicator
+        `comm` (collective: every rank calls it): MPI on cpu, NCCL on cuda, one GPU per rank
+        (kernels/*/collectives.py: allreduce, start/wait that overlap what follows, close)."""
+        backend = "cpu" if self.name == "cpu" else "gpu"
+        return importlib.import_module(f"minidl.kernels.{backend}.collectives").Communicator(comm)
 
     def capture(self, fn, warmup=2):
         """fn() recorded as a CUDA graph after `warmup` eager runs -> CapturedCall (`.replay()`, `.result`).

@@ -5,12 +5,18 @@
 MPI starts the ranks and carries control; mpi4py is imported only when the environment says an
 MPI launcher started this process as one of several (PMI_RANK, OMPI_COMM_WORLD_RANK, ...), so one
 process alone runs exactly as before. Rank r trains on slice r of each global batch of N*b (the
-Loader's `rank`/`world`) on the GPU of its local rank, and after backward a `Reducer` averages
-the flat gradient buffer over the ranks, in place: MPI Allreduce on the CPU, NCCL on the GPU
-(`device.collectives`, minidl/kernels/gpu/nccl.py). N ranks at b then train like one process at N*b.
+Loader's `rank`/`world`) on the GPU of its local rank. A `Reducer` sums the flat gradient arena
+over the ranks in buckets while backward runs (minidl.buckets) through the device's communicator
+(`device.communicator`: MPI on the CPU, NCCL on the GPU), and the optimizer's update multiplies by
+1/N (its grad_scale): N ranks at b then train like one process at N*b. Stop requests are agreed
+one step late, with no blocking collective per step (World.agree_stop).
 """
 import os
 import sys
+
+import numpy as np
+
+from .buckets import CAP_MIB, GradientBuckets
 
 # Set by the launchers: MPICH/Hydra and Intel MPI (PMI_*), Open MPI (OMPI_*), PMIx, MVAPICH (MV2_*).
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
@@ -31,27 +37,49 @@ class World:
 
     def __init__(self, rank=0, size=1, local_rank=0, comm=None):
         self.rank, self.size, self.local_rank, self.comm = rank, size, local_rank, comm
+        self._vote = None                 # the stop vote in flight: (MPI request, sent, received)
 
     @property
     def main(self):
         """Rank 0: the one that prints and saves."""
         return self.rank == 0
 
-    def reducer(self, device):
+    def reducer(self, device, bucket_mib=None):
         """The Reducer of these ranks on `device`, or None for one process (nothing to reduce)."""
-        return None if self.size == 1 else Reducer(self, device)
+        return None if self.size == 1 else Reducer(self, device, bucket_mib)
 
-    def first_signal(self, signum):
-        """The stop request any rank holds (a signal number, or None), on the host: every rank then
-        stops after the same step. One process: signum itself."""
+    def agree_stop(self, signum, final=False):
+        """The stop request the ranks agree on (a signal number, or None), the same on every rank at
+        the same call. One process: signum itself.
+
+        With several ranks each call completes the vote posted by the call before (a non-blocking
+        MPI all-reduce, MAX, of every rank's request) and posts this call's: an answer arrives one
+        step late, and completing it seldom waits, since every rank posted it a step earlier. No
+        host round trip per step, and a stop asked of one rank alone (SIGTERM to one process) still
+        stops them all after the same step. final=True (the end of a run): also a blocking vote on
+        the requests held now, and nothing left in flight. Once a stop is agreed no vote is posted.
+        """
         if self.size == 1:
             return signum
-        return self.comm.allreduce(signum or 0, op=_mpi().MAX) or None
+        agreed = 0
+        if self._vote is not None:
+            request, mine, theirs = self._vote
+            request.Wait()
+            agreed, self._vote = int(theirs[0]), None
+        if final:
+            agreed = max(agreed, self.comm.allreduce(signum or 0, op=_mpi().MAX))
+        elif not agreed:
+            mine, theirs = np.array([signum or 0], np.int64), np.zeros(1, np.int64)
+            self._vote = (self.comm.Iallreduce(mine, theirs, op=_mpi().MAX), mine, theirs)
+        return agreed or None
 
     def guard(self, fn):
         """fn, wrapped so that a failing rank ends every rank: it prints one line naming itself
         (`error: rank r: ...`) and aborts the MPI job, so no rank waits forever in a collective.
-        One process: fn itself (errors reach the caller as before)."""
+        An exception marked `collective` (every rank raises it after the same step: an agreed stop,
+        a divergence seen through the AND-ed flag) aborts nothing, so rank 0 finishes its
+        checkpoint: it reaches rank 0's caller, which reports it, and the other ranks exit quietly
+        with its `exit_status`. One process: fn itself (errors reach the caller as before)."""
         if self.size == 1:
             return fn
 
@@ -65,6 +93,10 @@ class World:
                     _abort(self, f"error: rank {self.rank}: exit status {e.code}", e.code)
                 raise
             except BaseException as e:
+                if getattr(e, "collective", False):
+                    if self.main:
+                        raise
+                    raise SystemExit(getattr(e, "exit_status", 1)) from None
                 _abort(self, f"error: rank {self.rank}: {e if str(e) else type(e).__name__}", 1)
         return guarded
 
@@ -106,47 +138,55 @@ def _mpi_world():
 
 
 class Reducer:
-    """Collectives among the ranks over `device`'s arrays, in place (captured steps keep the buffers).
+    """Collectives among the ranks over `device`'s arrays, in place (captured steps keep the buffers),
+    through `device.communicator` (MPI on the CPU, NCCL on the GPU).
 
-    The interface TrainStep and Trainer use: `average_grads(grads)` (sum, then x 1/N),
-    `all_finite(flag)` (a 0-d bool: AND over the ranks), `average(a)` (BatchNorm's running
+    In a training step (TrainStep): `watch(net)` once plans the buckets of net's gradient arena;
+    each step `begin()` gives Model.backward its hook, which starts summing a bucket over the ranks
+    as soon as backward has finished its layers (on the GPU on a second stream, in the captured
+    step too), and `finish(flag)` starts what is left, ANDs the ranks' NaN flags behind it, and
+    makes the update wait for all of it. The sum becomes the mean inside the update:
+    `grad_scale` = 1/N is the optimizer's. Outside steps: `average(a)` (BatchNorm's running
     statistics before evaluation and saving), `sum_metrics(metrics)` (a Mean's sums and count).
-    On the CPU the arrays are NumPy and go through MPI; on cuda through the device's NCCL
-    communicator on the compute stream, where a captured step records the calls.
+    bucket_mib: bucket size (default $MINIDL_BUCKET_MIB, else buckets.CAP_MIB); communicator: the
+    device's, made here unless given.
     """
 
-    def __init__(self, world, device):
-        self.world, self.device, self.scale = world, device, 1.0 / world.size
-        self.coll = _MPICollectives(world.comm) if device.name == "cpu" else device.collectives(world.comm)
+    def __init__(self, world, device, bucket_mib=None, communicator=None):
+        self.world, self.device, self.grad_scale = world, device, 1.0 / world.size
+        self.coll = communicator or device.communicator(world.comm)
+        self.bucket_mib = float(os.environ.get("MINIDL_BUCKET_MIB", CAP_MIB) if bucket_mib is None else bucket_mib)
+        self.buckets = None
 
-    def average_grads(self, grads):
-        """grads <- mean over the ranks of grads: gradients of the global batch's mean loss."""
-        self.coll.allreduce(grads, "sum")
-        grads *= self.scale
+    def watch(self, net):
+        """Plan the gradient buckets of `net` (lowered for training); returns them (GradientBuckets)."""
+        self.buckets = GradientBuckets(net, lambda view: self.coll.start(view, "sum"), self.bucket_mib)
+        return self.buckets
 
-    def all_finite(self, flag):
-        """flag <- AND of every rank's flag: a non-finite loss on any rank stops them all."""
-        self.coll.allreduce(flag, "and")
+    def begin(self):
+        """A step's backward begins: its hook ready(layer) for Model.backward."""
+        return self.buckets.begin()
+
+    def finish(self, flag):
+        """Before the update: start the buckets backward left, flag <- AND of every rank's flag (a
+        non-finite loss on any rank stops every rank), and make what follows wait for all of it."""
+        self.buckets.flush()
+        self.coll.start(flag, "and")
+        self.coll.wait()
+
+    def sum_grads(self):
+        """The whole gradient arena summed over the ranks, bucket by bucket, outside a step (benchmarks)."""
+        self.buckets.begin()
+        self.buckets.flush()
+        self.coll.wait()
 
     def average(self, a):
         """a <- mean over the ranks of a (per-rank BatchNorm statistics become common ones)."""
         self.coll.allreduce(a, "sum")
-        a *= self.scale
+        a *= self.grad_scale
 
     def sum_metrics(self, metrics):
         """A Mean's loss sum, hits and count become the sums over the ranks (so result() is global)."""
         self.coll.allreduce(metrics.loss, "sum")
         self.coll.allreduce(metrics.correct, "sum")
         metrics.count = self.world.comm.allreduce(metrics.count)
-
-
-class _MPICollectives:
-    """In-place MPI all-reduce of NumPy arrays (0-d ones too), the CPU side of the reducer."""
-
-    def __init__(self, comm):
-        from mpi4py import MPI
-        self.comm, self.MPI = comm, MPI
-        self.ops = {"sum": MPI.SUM, "and": MPI.LAND}
-
-    def allreduce(self, a, op):
-        self.comm.Allreduce(self.MPI.IN_PLACE, a, op=self.ops[op])

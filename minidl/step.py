@@ -7,9 +7,11 @@ is not finite; from then on no update reaches the weights or the optimizer state
 kernels are gated by the flag), and `good_steps` counts the steps before it, so the host,
 reading both at its monitoring interval, can say where training diverged.
 
-Data-parallel ranks (minidl.distributed) give a `reducer`: the flag is AND-ed over the ranks and
-the flat gradient averaged over them right before the update, inside the step, so a captured
-step records the all-reduce too.
+Data-parallel ranks (minidl.distributed) give a `reducer`: backward hands it each bucket of the
+flat gradient as soon as the bucket is final, to be summed over the ranks while backward goes on;
+before the update the flag is AND-ed over the ranks and the update waits for the sums, which it
+scales by 1/N (the optimizer's grad_scale). All of it is inside the step, so a captured step
+records the reductions too (on the GPU on their own stream, forked from the step's and joined back).
 """
 from .graph import passes
 from .losses import softmax_cross_entropy
@@ -25,6 +27,9 @@ class TrainStep:
         self.net = model.lower(passes.training)            # logits out; ReLUs fused into BN and Add
         self.optimizer, self.metrics, self.device = optimizer, metrics, model.device
         self.reducer = reducer
+        if reducer is not None:             # the ranks sum the gradients bucket by bucket, and the
+            reducer.watch(self.net)                          # update takes the mean: x 1/N
+            optimizer.grad_scale = reducer.grad_scale
         self.overwrite = self.net.overwrites_grads           # backward overwrites: no zero_grad
         xp = self.device.xp
         self.finite, self.good_steps = xp.ones((), bool), xp.zeros((), "int64")
@@ -43,7 +48,8 @@ class TrainStep:
         loss_sum, correct, gz = softmax_cross_entropy(logits, y, self._gz)
         if not self.overwrite:
             self.net.zero_grad()
-        self.net.backward(gz, input_grads=False, accumulate=not self.overwrite)
+        ready = None if self.reducer is None else self.reducer.begin()     # buckets start as they are final
+        self.net.backward(gz, input_grads=False, accumulate=not self.overwrite, ready=ready)
         return loss_sum, correct
 
     def __call__(self, x, y):
@@ -56,8 +62,7 @@ class TrainStep:
         xp = self.device.xp
         xp.logical_and(self.finite, xp.isfinite(loss_sum), out=self.finite)
         if self.reducer is not None:         # a non-finite loss on any rank stops every rank, and the
-            self.reducer.all_finite(self.finite)             # ranks' gradients are averaged in place
-            self.reducer.average_grads(self.net.grads)
+            self.reducer.finish(self.finite)                 # update waits for the gradient sums
         self.good_steps += self.finite
         # Past the first non-finite loss the update is gated off inside the optimizer's kernel:
         # the weights and the optimizer state stay as they were, at no extra pass over memory.

@@ -16,14 +16,17 @@ from .step import TrainStep
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is left untouched."""
+    collective = True                 # data-parallel ranks raise it together (distributed.World.guard)
 
 
 class TrainingStopped(RuntimeError):
     """Training stopped on request (SIGINT, SIGTERM) after a whole step; `path`: where it saved, or None."""
+    collective = True                 # data-parallel ranks raise it together, after the same step
 
     def __init__(self, message, signum, path):
         super().__init__(message)
         self.signum, self.path = signum, path
+        self.exit_status = 128 + signum   # as a shell reports a process the signal ended
 
 
 class Trainer:
@@ -54,6 +57,7 @@ class Trainer:
         if not self.world.main:            # rank 0 prints
             log, self.log, self.progress = _quiet, _quiet, False
         self.reducer = self.world.reducer(self.device)     # None for one process
+        self.device.rng.subsequence = self.world.rank      # each rank its own dropout masks
         self._step = TrainStep(model, optimizer, self.metrics, self.reducer)
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
         # eager); dropout's counter-based generator advances on the device, so it is captured too.
@@ -171,9 +175,14 @@ class Trainer:
             if save_every and self.step % save_every == 0:
                 self._check_finite(start, checkpoint)
                 self.save(checkpoint)
-            self._stop = self.world.first_signal(self._stop)      # every rank stops after one step
-            if self._stop is not None:
+            stop = self.world.agree_stop(self._stop)      # ranks: agreed a step late, all at one step
+            if stop is not None:
+                self._stop = stop
                 self._stopped(bar, start, checkpoint)
+        stop = self.world.agree_stop(self._stop, final=True)     # a request in the last steps
+        if stop is not None:
+            self._stop = stop
+            self._stopped(bar, start, checkpoint)
         if bar is not None:
             bar.close()
         self.device.sync()

@@ -1,5 +1,7 @@
 """Data-parallel ranks (minidl.distributed): the loader's slices, launch detection, and runs under
-`mpiexec -n N` on the CPU: N ranks at b end like one process at N*b; failures end every rank."""
+`mpiexec -n N` on the CPU: N ranks at b end like one process at N*b (gradients in buckets, the mean
+in the update); each rank its own dropout masks; stops agreed without a host round trip per step
+and resumed exactly; failures end every rank."""
 import importlib.util
 import os
 import pathlib
@@ -67,9 +69,10 @@ def test_one_process_never_imports_mpi4py():
 
 # -- under mpiexec ---------------------------------------------------------------------------------
 @needs_mpi
-@pytest.mark.parametrize("optimizer", ["adam", "momentum"])
-def test_two_ranks_at_b16_end_with_the_weights_of_one_process_at_b32(tmp_path, optimizer):
+@pytest.mark.parametrize("optimizer,buckets", [("adam", None), ("momentum", None), ("momentum", 0.05)])
+def test_two_ranks_at_b16_end_with_the_weights_of_one_process_at_b32(tmp_path, optimizer, buckets):
     flag = ["--momentum"] if optimizer == "momentum" else []
+    flag += ["--bucket-mib", buckets] if buckets else []       # LeNet-5's 0.24 MiB in one bucket, or in 2
     one, two = launch(0, WORKER, "lenet", tmp_path / "one.npz", 32, 50, *flag), \
         launch(2, WORKER, "lenet", tmp_path / "two.npz", 16, 50, *flag)
     assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
@@ -136,3 +139,66 @@ def test_three_ranks_run_the_command_line_and_rank_0_prints_and_saves(tmp_path):
     assert sum(l.startswith("step:") for l in out) == 2 and out.count("Done.") == 1
     assert "batch 8 x 3 ranks" in p.stdout and "(first 1800 of 10000)" in p.stdout
     dl.checkpoint.load_weights(str(ckpt), models.get("lenet", device=dl.get_device("cpu")))
+
+
+@needs_mpi
+def test_ranks_meet_on_the_host_only_at_monitoring_steps_and_reduce_each_bucket_once_a_step(tmp_path):
+    p = launch(2, WORKER, "lenet", tmp_path / "c", 8, 50, "--count", "--all-ranks", "--bucket-mib", 0.05)
+    assert p.returncode == 0, p.stderr
+    for r in (0, 1):
+        c = np.load(tmp_path / f"c.{r}.npz")
+        assert int(c["buckets"]) == 2 and int(c["step"]) == 50
+        # blocking: at each of the 2 monitoring steps the loss, hits and count, then the final stop vote
+        assert int(c["blocking"]) == 2 * 3 + 1
+        # non-blocking, per step: each bucket once, the NaN flag, and the stop vote
+        assert int(c["nonblocking"]) == 50 * (2 + 1 + 1)
+
+
+@needs_mpi
+def test_each_rank_draws_its_own_dropout_masks(tmp_path):
+    p = launch(2, WORKER, "dropout", tmp_path / "d", 8, 5)
+    assert p.returncode == 0, p.stderr
+    m0, m1 = (np.load(tmp_path / f"d.{r}.npz")["mask"] for r in (0, 1))
+    assert m0.shape == m1.shape == (8, 64) and 0.35 < np.mean(m0 != m1) < 0.65     # independent masks
+
+
+@needs_mpi
+def test_a_stop_asked_of_one_rank_stops_all_after_one_step_and_resumes_exactly(tmp_path):
+    """Rank 1 alone asks to stop during step 7 (SIGTERM to one process): the vote posted after step 7
+    is read after step 8, so every rank stops after step 8 and rank 0 saves there; the same ranks
+    resumed from it end bit-identical to a run never stopped, dropout masks included."""
+    ckpt = tmp_path / "ck.npz"
+    runs = [launch(2, WORKER, "dropout", tmp_path / "straight", 8, 20),
+            launch(2, WORKER, "dropout", tmp_path / "stopped", 8, 20, "--checkpoint", ckpt, "--stop-at", "1:7")]
+    runs.append(launch(2, WORKER, "dropout", tmp_path / "resumed", 8, 20, "--checkpoint", ckpt, "--resume"))
+    assert all(p.returncode == 0 for p in runs), [p.stderr for p in runs]
+    for r in (0, 1):
+        straight, stopped, resumed = (np.load(tmp_path / f"{n}.{r}.npz") for n in ("straight", "stopped", "resumed"))
+        assert int(stopped["stopped_at"]) == 8 and int(resumed["step"]) == 20
+        np.testing.assert_array_equal(resumed["flat"], straight["flat"])
+        np.testing.assert_array_equal(resumed["mask"], straight["mask"])
+    assert dl.checkpoint.read(str(ckpt))[0]["meta"]["step"] == 8
+
+
+@needs_mpi
+@pytest.mark.skipif(not DATA, reason="MINIDL_DATA (real MNIST) is not set")
+def test_ctrl_c_on_the_command_line_stops_every_rank_and_rank_0_saves_a_resumable_checkpoint(tmp_path):
+    def interrupted(*extra):
+        cmd = ["mpiexec", "-n", "2", sys.executable, "-m", "minidl.train", "--model", "lenet", "-n", "100000",
+               "-m", "10", "-b", "8", "--device", "cpu", "--checkpoint", str(tmp_path / "l.npz"), *extra]
+        proc = subprocess.Popen(cmd, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = []
+        while not (line := proc.stdout.readline()).startswith("step:"):    # training on every rank
+            if not line:
+                proc.kill()
+                pytest.fail("the run ended before its first monitoring line: " + proc.stderr.read()[-500:])
+            lines.append(line)
+        proc.send_signal(signal.SIGINT)                  # mpiexec hands Ctrl-C to every rank
+        out, err = proc.communicate(timeout=60)
+        said = [l for l in err.splitlines() if l.startswith("SIGINT: stopped at step")]
+        assert proc.returncode == 130 and len(said) == 1, err      # rank 0 tells, once
+        return "".join(lines), int(re.search(r"step (\d+)", said[0]).group(1))
+    _, first = interrupted()
+    assert dl.checkpoint.read(str(tmp_path / "l.npz"))[0]["meta"]["step"] == first
+    out, second = interrupted("--resume")
+    assert f"at step {first}" in out and second > first

@@ -111,3 +111,20 @@ def test_counter_generator_draws_continue_where_they_stopped():
     assert third.key == rng.key
     with pytest.raises(ValueError, match="generator state must be"):
         third.set_state({"key": [1, 2], "offset": -1})
+
+
+def test_subsequences_draw_apart_and_resume_from_the_seed_state():
+    """Data-parallel rank r draws subsequence r of the seed (its own key); subsequence 0 is the
+    seed's own stream; a saved state (seed key, offset) continues each subsequence where it was."""
+    ranks = [CounterRNG(np, 5, subsequence=r) for r in range(4)]
+    assert ranks[0].key == CounterRNG(np, 5).key and len({r.key for r in ranks}) == 4
+    masks = [dropout.dropout_fprop(np.ones(4096, np.float32), 0.5, r)[1] for r in ranks]
+    for a in range(4):
+        for b in range(a):
+            assert 0.4 < np.mean(masks[a] != masks[b]) < 0.6          # as apart as independent masks
+    state = ranks[2].state()
+    assert state == ranks[0].state()                                  # every rank saves the same state
+    again = CounterRNG(np, 99, subsequence=2)
+    again.set_state(state)
+    np.testing.assert_array_equal(dropout.dropout_fprop(np.ones(64, np.float32), 0.5, again)[1],
+                                  dropout.dropout_fprop(np.ones(64, np.float32), 0.5, ranks[2])[1])

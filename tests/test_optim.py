@@ -281,3 +281,30 @@ def test_a_tabulated_schedule_follows_lr_changes_in_place():
     for _ in range(5):                              # past the horizon: the last value
         opt.step()
     assert opt.current_lr == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("scale", [0.5, 1 / 3])
+def test_grad_scale_is_the_update_of_the_scaled_gradient(case, scale):
+    """Data-parallel ranks fold 1/N into the update: grad_scale s on g is g*s, and g is left as it was."""
+    a, b = fake_model(), fake_model()
+    for m in (a, b):
+        m.flat, m.grads = m.flat.astype(np.float32), m.grads.astype(np.float32)
+    scaled, plain = CASES[case][0]().setup(a), CASES[case][0]().setup(b)
+    scaled.grad_scale = scale
+    for g in (np.random.default_rng(t).standard_normal(a.flat.size).astype(np.float32) for t in range(STEPS)):
+        a.grads[...], b.grads[...] = g, g * np.float32(scale)
+        scaled.step()
+        plain.step()
+        np.testing.assert_array_equal(a.flat, b.flat)
+        np.testing.assert_array_equal(a.grads, g)
+    assert all(np.array_equal(scaled.state[k], plain.state[k]) for k in scaled.state)
+
+
+def test_a_grad_scale_of_one_multiplies_nothing():
+    """One process: scale 1 takes the unscaled path, so the update rounds as it always did."""
+    from minidl.kernels.cpu.optim import _decayed
+    p, g = np.random.default_rng(0).standard_normal((2, 50)).astype(np.float32)
+    assert _decayed(p, g, 0.0, 1.0) is g                              # g itself: no pass over it
+    np.testing.assert_array_equal(_decayed(p, g, 0.01, 1.0), np.multiply(p, np.float32(0.01)) + g)
+    np.testing.assert_array_equal(_decayed(p, g, 0.0, 0.25), g * np.float32(0.25))

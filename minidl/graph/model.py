@@ -122,6 +122,7 @@ class Model:
         for p, o in zip(trainable, t_off):
             p.data = self.flat[o:o + p.size].reshape(p.shape)
             p.grad = self.grads[o:o + p.size].reshape(p.shape)
+            p.offset = o
         for p, o in zip(frozen, f_off):
             p.data, p.grad = self.state_flat[o:o + p.size].reshape(p.shape), None
 
@@ -178,14 +179,17 @@ class Model:
             return x.astype(self.device.dtype)
         return x
 
-    def backward(self, *gys, input_grads=True, accumulate=True):
+    def backward(self, *gys, input_grads=True, accumulate=True, ready=None):
         """Propagate output gradients back; returns the input gradient(s).
 
         Parameter gradients are added into `grads` (call `zero_grad` between steps). With
         input_grads=False, layers fed only by model inputs skip their input gradient (training
         never needs it) and None is returned. accumulate=False overwrites the parameter gradients
         instead of adding (no zero_grad needed); only for models where `overwrites_grads` holds.
+        ready(layer), if given, is called in backward order as soon as each layer's parameter
+        gradients are final (data-parallel ranks start reducing them while backward goes on).
         """
+        ready = ready or (lambda layer: None)
         if not accumulate and not self.overwrites_grads:
             raise ValueError(f"{self.name}: a layer adds into its gradients; use accumulate=True")
         if len(gys) != len(self.outputs):
@@ -200,9 +204,11 @@ class Model:
                     for p in node.layer.params.values():
                         if p.grad is not None:
                             p.grad.fill(0)
+                ready(node.layer)
                 continue
             need = Need(tuple(input_grads or r for r in reads), accumulate)
             gxs = node.layer.backward(gy, need)
+            ready(node.layer)
             for parent, gx in zip(node.parents, gxs):
                 if gx is None:
                     continue

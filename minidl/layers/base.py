@@ -21,6 +21,7 @@ class Parameter:
         self.fan = fan or _fans(self.shape)
         self.data = None
         self.grad = None
+        self.offset = None            # a trainable one's start in the flat arenas (set by Model)
 
     @property
     def size(self):

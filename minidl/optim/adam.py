@@ -16,4 +16,4 @@ class Adam(Optimizer):
 
     def update(self, lr, t, ok):
         self.kernels.adam_update(self.flat, self.grads, self.state["m"], self.state["v"], lr,
-                                 self.b1, self.b2, self.eps, self.weight_decay, t, ok)
+                                 self.b1, self.b2, self.eps, self.weight_decay, t, ok, scale=self.grad_scale)

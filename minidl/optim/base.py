@@ -16,10 +16,15 @@ class Optimizer:
     (whose replays then advance t and the schedule themselves), with nothing read back to the host.
     Subclasses set `name`, `slots` (state arrays, each zeros_like(flat)), `hyper` (the
     constructor's other hyper-parameters, kept as attributes) and `update(lr, t)`.
+
+    grad_scale: the gradients enter the update multiplied by it, inside the update kernel. Data-parallel
+    ranks set 1/N (minidl.distributed: the ranks sum their gradients, the update takes the mean); at 1,
+    one process, the kernels skip the multiply.
     """
     name = "optimizer"
     slots = ()
     hyper = ()
+    grad_scale = 1.0
 
     def __init__(self, lr, weight_decay=0.0, schedule=None):
         for what, v in (("lr", lr), ("weight_decay", weight_decay)):

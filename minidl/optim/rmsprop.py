@@ -16,4 +16,4 @@ class RMSprop(Optimizer):
 
     def update(self, lr, t, ok):
         self.kernels.rmsprop_update(self.flat, self.grads, self.state["s"], lr, self.rho, self.eps,
-                                    self.weight_decay, ok)
+                                    self.weight_decay, ok, scale=self.grad_scale)

@@ -10,7 +10,7 @@ class SGD(Optimizer):
         super().__init__(lr, weight_decay, schedule)
 
     def update(self, lr, t, ok):
-        self.kernels.sgd_update(self.flat, self.grads, lr, self.weight_decay, ok)
+        self.kernels.sgd_update(self.flat, self.grads, lr, self.weight_decay, ok, scale=self.grad_scale)
 
 
 class Momentum(Optimizer):
@@ -27,4 +27,4 @@ class Momentum(Optimizer):
 
     def update(self, lr, t, ok):
         self.kernels.momentum_update(self.flat, self.grads, self.state["v"], lr, self.momentum,
-                                     self.weight_decay, self.nesterov, ok)
+                                     self.weight_decay, self.nesterov, ok, scale=self.grad_scale)

@@ -267,3 +267,30 @@ def test_optimizers_match_cpu_over_steps(rand, name):
         close(dp, p, "optim")
         for ds, s in zip(dstates, states):
             close(ds, s, "optim")
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adam", "rmsprop"])
+def test_optimizer_grad_scale_matches_cpu_and_the_prescaled_gradient(rand, name):
+    """scale: data-parallel ranks fold 1/N into the update. The scaled kernel matches the CPU's; with
+    no weight decay g*0.5 is exact, so it equals the unscaled kernel run on 0.5 g bit for bit."""
+    c, g = families("optim")
+    P = 1000
+    p0, s0 = rand(P), np.abs(rand(P))
+
+    def run(mod, xp, grads, scale, wd):
+        p, s1, s2 = xp.asarray(p0.copy()), xp.asarray(s0.copy()), xp.asarray(s0.copy())
+        for t, gr in enumerate(grads, 1):
+            gr = xp.asarray(gr)
+            if name == "sgd":
+                mod.sgd_update(p, gr, 0.1, wd, scale=scale)
+            elif name == "momentum":
+                mod.momentum_update(p, gr, s1, 0.1, 0.9, wd, False, scale=scale)
+            elif name == "adam":
+                mod.adam_update(p, gr, s1, s2, 1e-2, 0.9, 0.999, 1e-8, wd, t, scale=scale)
+            else:
+                mod.rmsprop_update(p, gr, s1, 1e-2, 0.9, 1e-8, wd, scale=scale)
+        return p
+    grads = [rand(P) for _ in range(5)]
+    close(run(g, cp, grads, 1 / 3, 0.01), run(c, np, grads, 1 / 3, 0.01), "optim")
+    halved = [gr * np.float32(0.5) for gr in grads]
+    assert cp.array_equal(run(g, cp, grads, 0.5, 0.0), run(g, cp, halved, 1.0, 0.0))

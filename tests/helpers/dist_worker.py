@@ -2,16 +2,26 @@
 alone (one process) or under `mpiexec -n N` (N ranks). Rank 0 writes OUT (.npz); with --all-ranks
 every rank writes OUT.<rank>.npz.
 
-    lenet OUT B STEPS      LeNet-5, Adam, B images per rank, on a seeded random set
+    lenet OUT B STEPS      LeNet-5, Adam (--momentum: momentum SGD), B images per rank, on a seeded set
     bn OUT B STEPS         a small conv net with BatchNorm; evaluate and save to OUT.ckpt.npz
+    dropout OUT B STEPS    a small MLP with dropout, Adam; OUT.<rank>.npz also holds its last mask
     fail OUT               rank 1 raises after a few steps while the others train on
+
+--checkpoint C: stop requests and --resume use C; --stop-at R:S: rank R alone asks to stop during
+step S; --count: count the host's MPI calls (the npz gets `blocking`, `nonblocking`, `buckets`);
+--device cuda: one GPU per rank (TF32 off); --bucket-mib M: the reducer's bucket size.
 """
+import argparse
+import collections
+import os
+import signal
 import sys
 
 import numpy as np
 
 import minidl as dl
 from minidl import distributed, layers as L, models, optim
+from minidl.trainer import TrainingStopped
 
 
 def data(n=1024, seed=1):
@@ -22,36 +32,110 @@ def data(n=1024, seed=1):
     return x, y
 
 
-def bn_net():
+def bn_net(device=None):
     x = L.Input((1, 28, 28))
     h = L.MaxPool2D(2)(L.ReLU()(L.BatchNorm2D()(L.Conv2D(4, 3, padding=1, bias=False)(x))))
     y = L.Softmax()(L.Dense(10)(L.Flatten()(h)))
-    return dl.Model(x, y, device=dl.get_device("cpu"), seed=0)
+    return dl.Model(x, y, device=device or dl.get_device("cpu"), seed=0)
 
 
-def main(mode, out, *rest):
+def dropout_net(device):
+    x = L.Input((1, 28, 28))
+    h = L.Dropout(0.5, name="drop")(L.ReLU()(L.Dense(64)(L.Flatten()(x))))
+    return dl.Model(x, L.Softmax()(L.Dense(10)(h)), device=device, seed=0)
+
+
+class CountingComm:
+    """The MPI communicator, its calls counted by name (methods of mpi4py's Comm cannot be patched)."""
+
+    def __init__(self, comm):
+        self._comm, self.calls = comm, collections.Counter()
+
+    def __getattr__(self, name):
+        attr = getattr(self._comm, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args, **kw):
+            self.calls[name] += 1
+            return attr(*args, **kw)
+        return counted
+
+
+def parse(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=("lenet", "bn", "dropout", "fail"))
+    p.add_argument("out")
+    p.add_argument("b", type=int, nargs="?", default=8)
+    p.add_argument("steps", type=int, nargs="?", default=10)
+    p.add_argument("--momentum", action="store_true")
+    p.add_argument("--all-ranks", action="store_true")
+    p.add_argument("--checkpoint")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--stop-at")
+    p.add_argument("--count", action="store_true")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--bucket-mib", type=float)
+    return p.parse_args(argv)
+
+
+def main(*argv):
+    args = parse(argv)
     world = distributed.init()
+    if args.count:
+        world.comm = CountingComm(world.comm)
+    device = dl.get_device(args.device, gpu=world.local_rank if world.size > 1 else None)
+    device.set_tf32(False)
+    if args.bucket_mib is not None:
+        os.environ["MINIDL_BUCKET_MIB"] = str(args.bucket_mib)
     train = data()
-    if mode == "fail":
-        trainer = dl.Trainer(models.get("lenet", device=dl.get_device("cpu"), seed=0), optim.Adam(lr=1e-3))
+    if args.mode == "fail":
+        trainer = dl.Trainer(models.get("lenet", device=device, seed=0), optim.Adam(lr=1e-3), world=world)
         trainer.fit(train, steps=3, batch_size=8)
         if world.rank == 1:
             raise ValueError("injected failure")
         trainer.fit(train, steps=100_000, batch_size=8)      # waits on rank 1 in the all-reduce
         return
-    b, steps = int(rest[0]), int(rest[1])
-    model = models.get("lenet", device=dl.get_device("cpu"), seed=0) if mode == "lenet" else bn_net()
-    opt = optim.Adam(lr=1e-3) if "--momentum" not in rest else optim.get("momentum", lr=0.01, momentum=0.9)
-    trainer = dl.Trainer(model, opt, seed=0)
-    result = trainer.fit(train, steps=steps, batch_size=b, monitor=25)
+    model = {"lenet": lambda: models.get("lenet", device=device, seed=0), "bn": lambda: bn_net(device),
+             "dropout": lambda: dropout_net(device)}[args.mode]()
+    opt = optim.get("momentum", lr=0.01, momentum=0.9) if args.momentum else optim.Adam(lr=1e-3)
+    trainer = dl.Trainer(model, opt, seed=0, world=world)
+    if args.resume:
+        trainer.resume(args.checkpoint)
+    if args.stop_at:
+        _stop_at(trainer, world, *map(int, args.stop_at.split(":")))
+    arrays = {}
+    try:
+        result = trainer.fit(train, steps=args.steps - trainer.step, batch_size=args.b, monitor=25,
+                             checkpoint=args.checkpoint)
+    except TrainingStopped as e:
+        result, arrays["stopped_at"], arrays["saved"] = (np.nan, np.nan), trainer.step, e.path is not None
+    if args.count:
+        calls = world.comm.calls
+        arrays.update(blocking=calls["Allreduce"] + calls["allreduce"], nonblocking=calls["Iallreduce"],
+                      buckets=len(trainer.reducer.buckets) if trainer.reducer else 0)
+    if args.mode == "dropout":                     # the last training step's mask
+        arrays["mask"] = device.to_host(trainer._step.net.layer("drop").saved)
     score = trainer.evaluate(data(300, seed=2), batch_size=64)
-    if mode == "bn":
-        trainer.save(out + ".ckpt.npz")
-    arrays = dict(flat=model.flat, state=model.state_flat, fit=result, score=score, size=world.size)
-    if "--all-ranks" in rest:
-        np.savez(f"{out}.{world.rank}.npz", **arrays)
+    if args.mode == "bn":
+        trainer.save(args.out + ".ckpt.npz")
+    arrays.update(flat=device.to_host(model.flat), state=device.to_host(model.state_flat), fit=result, score=score,
+                  size=world.size, step=trainer.step)
+    if args.all_ranks or args.mode == "dropout":
+        np.savez(f"{args.out}.{world.rank}.npz", **arrays)
     elif world.main:
-        np.savez(out, **arrays)
+        np.savez(args.out, **arrays)
+
+
+def _stop_at(trainer, world, rank, step):
+    """Rank `rank` alone asks for a stop while step `step` runs (as SIGTERM to one process would)."""
+    run = trainer._run_step
+
+    def run_step(loader, epoch, k):
+        run(loader, epoch, k)
+        if world.rank == rank and trainer.step + 1 == step:
+            trainer.request_stop(signal.SIGTERM)
+    trainer._run_step = run_step
 
 
 if __name__ == "__main__":

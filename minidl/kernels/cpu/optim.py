@@ -4,14 +4,21 @@ Every state array is updated through ufuncs with `out=` and never rebound: CUDA-
 the GPU twin needs fixed addresses, and the CPU reference keeps the same contract. The gradient
 `g` is never written to (a trainer may still read it, e.g. for a gradient norm). Weight decay is
 coupled, as in torch.optim: g' = g + wd p. `ok` False (the trainer's NaN guard) changes nothing.
+`scale` multiplies the gradient first (data-parallel ranks: 1/N turns their summed gradients into
+the mean, with no pass of its own); at 1 no multiply happens, so one process rounds as before.
 """
 import math
 
 import numpy as np
 
 
-def _decayed(p, g, wd):
-    """g' = g + wd p   (a fresh array; `g` itself when wd == 0)."""
+def _decayed(p, g, wd, scale=1.0):
+    """g' = scale g + wd p   (a fresh array; `g` itself when wd == 0 and scale == 1)."""
+    if scale != 1.0:
+        d = np.multiply(g, scale)
+        if wd:
+            d += np.multiply(p, wd)
+        return d
     if not wd:
         return g
     d = np.multiply(p, wd)
@@ -19,22 +26,22 @@ def _decayed(p, g, wd):
     return d
 
 
-def sgd_update(p, g, lr, wd, ok=True):
-    """p -= lr (g + wd p).   p, g (P,)."""
+def sgd_update(p, g, lr, wd, ok=True, scale=1.0):
+    """p -= lr (scale g + wd p).   p, g (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
     if not ok:                           # the NaN guard: nothing changes
         return
-    d = _decayed(p, g, wd)
+    d = _decayed(p, g, wd, scale)
     step = np.multiply(d, lr, out=None if d is g else d)     # reuse our own g' buffer, never g
     np.subtract(p, step, out=p)
 
 
-def momentum_update(p, g, v, lr, mu, wd, nesterov, ok=True):
+def momentum_update(p, g, v, lr, mu, wd, nesterov, ok=True, scale=1.0):
     """v = mu v + g';  p -= lr v, or with Nesterov p -= lr (g' + mu v).   p, g, v (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
     if not ok:                           # the NaN guard: nothing changes
         return
-    d = _decayed(p, g, wd)
+    d = _decayed(p, g, wd, scale)
     np.multiply(v, mu, out=v)
     np.add(v, d, out=v)
     step = np.multiply(v, mu) if nesterov else np.multiply(v, lr)
@@ -44,12 +51,12 @@ def momentum_update(p, g, v, lr, mu, wd, nesterov, ok=True):
     np.subtract(p, step, out=p)
 
 
-def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t, ok=True):
+def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t, ok=True, scale=1.0):
     """m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;  p -= lr m̂ / (√v̂ + eps), at step t >= 1.   (P,)"""
     lr, t = float(lr), float(t)          # 0-d arrays from the optimizer: host numbers here
     if not ok:                           # the NaN guard: nothing changes
         return
-    d = _decayed(p, g, wd)
+    d = _decayed(p, g, wd, scale)
     tmp = np.multiply(d, 1.0 - b1)              # one scratch buffer serves every stage below
     np.multiply(m, b1, out=m)
     np.add(m, tmp, out=m)
@@ -66,12 +73,12 @@ def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t, ok=True):
     np.subtract(p, tmp, out=p)
 
 
-def rmsprop_update(p, g, s, lr, rho, eps, wd, ok=True):
+def rmsprop_update(p, g, s, lr, rho, eps, wd, ok=True, scale=1.0):
     """s = rho s + (1-rho) g'²;  p -= lr g' / (√s + eps).   p, g, s (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
     if not ok:                           # the NaN guard: nothing changes
         return
-    d = _decayed(p, g, wd)
+    d = _decayed(p, g, wd, scale)
     tmp = np.square(d)
     tmp *= 1.0 - rho
     np.multiply(s, rho, out=s)

@@ -5,17 +5,39 @@ let a captured CUDA graph replay with a schedule) and are rounded to the paramet
 the kernel. Weight decay is coupled (d = g + wd p), as in PyTorch. `ok` (a 0-d device bool, or
 True) gates the whole update: where it is False nothing changes, neither the weights nor the
 state (the trainer's NaN guard, decided on the device inside a captured step).
+
+`scale` multiplies the gradient first (data-parallel ranks: 1/N turns their summed gradients into
+the mean inside the update, with no pass of its own). Each update is compiled twice from one
+source: as written, used when scale is 1, so one process runs the very code it always ran (no
+multiply by 1 that could change how the compiler contracts the arithmetic into FMAs), and with
+every read of g replaced by (g * scale).
 """
+import re
+
 import cupy as cp
 
 DTYPES = ("float32", "float64")     # ElementwiseKernels on T; lr and t arrive as float64
 
 
-_sgd = cp.ElementwiseKernel("T g, float64 lr, T wd, bool ok", "T p", "if (ok) p -= (T)lr * (g + wd * p)", "minidl_sgd")
-_momentum = cp.ElementwiseKernel(
+def _kernels(params, outs, body, name):
+    """(the kernel as written, its twin reading g x scale)."""
+    scaled = re.sub(r"\bg\b", "(g * scale)", body)
+    return (cp.ElementwiseKernel(params, outs, body, name),
+            cp.ElementwiseKernel(params + ", T scale", outs, scaled, name + "_scaled"))
+
+
+def _launch(kernels, scale, ins, outs):
+    if scale == 1:
+        kernels[0](*ins, *outs)
+    else:
+        kernels[1](*ins, scale, *outs)
+
+
+_sgd = _kernels("T g, float64 lr, T wd, bool ok", "T p", "if (ok) p -= (T)lr * (g + wd * p)", "minidl_sgd")
+_momentum = _kernels(
     "T g, float64 lr, T mu, T wd, bool nesterov, bool ok", "T p, T v",
     "if (ok) { T d = g + wd * p; v = mu * v + d; p -= (T)lr * (nesterov ? d + mu * v : v); }", "minidl_momentum")
-_adam = cp.ElementwiseKernel(
+_adam = _kernels(
     "T g, float64 lr_, T b1, T b2, T eps, T wd, float64 t_, bool ok", "T p, T m, T v",
     """
     if (!ok) return;
@@ -26,27 +48,28 @@ _adam = cp.ElementwiseKernel(
     T bc1 = (T)1 - pow(b1, t), bc2 = (T)1 - pow(b2, t);
     p -= lr * (m / bc1) / (sqrt(v / bc2) + eps);
     """, "minidl_adam")
-_rmsprop = cp.ElementwiseKernel(
+_rmsprop = _kernels(
     "T g, float64 lr, T rho, T eps, T wd, bool ok", "T p, T s",
     "if (ok) { T d = g + wd * p; s = rho * s + ((T)1 - rho) * d * d; p -= (T)lr * d / (sqrt(s) + eps); }",
     "minidl_rmsprop")
 
 
-def sgd_update(p, g, lr, wd=0.0, ok=True):
-    """p -= lr (g + wd p), where the 0-d `ok` holds (else nothing changes)."""
-    _sgd(g, lr, wd, ok, p)
+def sgd_update(p, g, lr, wd=0.0, ok=True, scale=1.0):
+    """p -= lr (scale g + wd p), where the 0-d `ok` holds (else nothing changes)."""
+    _launch(_sgd, scale, (g, lr, wd, ok), (p,))
 
 
-def momentum_update(p, g, v, lr, mu, wd=0.0, nesterov=False, ok=True):
-    """v = mu v + d;  p -= lr (d + mu v if nesterov else v),  d = g + wd p; where `ok` holds."""
-    _momentum(g, lr, mu, wd, bool(nesterov), ok, p, v)
+def momentum_update(p, g, v, lr, mu, wd=0.0, nesterov=False, ok=True, scale=1.0):
+    """v = mu v + d;  p -= lr (d + mu v if nesterov else v),  d = scale g + wd p; where `ok` holds."""
+    _launch(_momentum, scale, (g, lr, mu, wd, bool(nesterov), ok), (p, v))
 
 
-def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t, ok=True):
-    """m = b1 m + (1-b1) d;  v = b2 v + (1-b2) d²;  p -= lr m̂ / (√v̂ + eps),  t counted from 1; where `ok` holds."""
-    _adam(g, lr, b1, b2, eps, wd, t, ok, p, m, v)
+def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t, ok=True, scale=1.0):
+    """m = b1 m + (1-b1) d;  v = b2 v + (1-b2) d²;  p -= lr m̂ / (√v̂ + eps),  d = scale g + wd p, t counted
+    from 1; where `ok` holds."""
+    _launch(_adam, scale, (g, lr, b1, b2, eps, wd, t, ok), (p, m, v))
 
 
-def rmsprop_update(p, g, s, lr, rho, eps, wd=0.0, ok=True):
-    """s = rho s + (1-rho) d²;  p -= lr d / (√s + eps),  d = g + wd p; where `ok` holds."""
-    _rmsprop(g, lr, rho, eps, wd, ok, p, s)
+def rmsprop_update(p, g, s, lr, rho, eps, wd=0.0, ok=True, scale=1.0):
+    """s = rho s + (1-rho) d²;  p -= lr d / (√s + eps),  d = scale g + wd p; where `ok` holds."""
+    _launch(_rmsprop, scale, (g, lr, rho, eps, wd, ok), (p, s))

@@ -1,0 +1,39 @@
+"""In-place collectives among data-parallel ranks over NumPy arrays (0-d ones too): MPI through mpi4py,
+the CPU twin of kernels/gpu/collectives.py (NCCL). Imported only when several ranks ask for it.
+
+`start` is MPI's non-blocking all-reduce and `wait` completes every one started, so a gradient
+bucket is handed to MPI as soon as backward has finished it, as on the GPU. What that buys on
+the CPU is small: MPICH moves a non-blocking collective along only inside MPI calls (no progress
+thread by default), so most of the work happens in the next `start` or in `wait`.
+"""
+from mpi4py import MPI
+
+_OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "and": MPI.LAND}
+
+
+class Communicator:
+    """In-place collectives among the ranks of the MPI communicator `mpi_comm`; op: sum, min, max, and."""
+
+    def __init__(self, mpi_comm):
+        self.comm = mpi_comm
+        self._requests = []
+
+    def allreduce(self, a, op):
+        """a <- op over the ranks of a, now."""
+        self.comm.Allreduce(MPI.IN_PLACE, a, op=_OPS[op])
+
+    def start(self, a, op):
+        """a <- op over the ranks of a, begun now; `a` is not to be touched until wait()."""
+        self._requests.append(self.comm.Iallreduce(MPI.IN_PLACE, a, op=_OPS[op]))
+
+    def wait(self):
+        """Complete every reduction started."""
+        MPI.Request.Waitall(self._requests)
+        self._requests.clear()
+
+    def broadcast(self, a, root=0):
+        """a <- rank `root`'s a."""
+        self.comm.Bcast(a, root=root)
+
+    def close(self):
+        self.wait()

@@ -1,0 +1,99 @@
+"""In-place collectives among data-parallel ranks over CuPy arrays: NCCL (cupy.cuda.nccl), one GPU per
+rank, set up over MPI. The CPU twin, kernels/cpu/collectives.py, goes through MPI.
+
+`allreduce` runs on the current (compute) stream, in order with everything else. `start` runs on
+a second stream, the reduction stream, after the work queued so far on the compute stream (an
+event recorded there, which the reduction stream waits for), so backward goes on while the
+buckets of the last layers' gradients are summed; `wait` makes the compute stream wait for all
+that was started (an event recorded on the reduction stream), so the update that follows reads
+the sums. Inside a CUDA stream capture the first event forks the capture into the reduction
+stream and the second joins it back: the captured step holds the work of both streams in one
+graph. Every rank issues the same collectives in the same order, all on one stream per phase.
+
+UNVERIFIED on two GPUs: written without a GPU to run it on. What DESIGN.md records from 2 H200s
+(NCCL 2.28.9, CuPy 14): an all-reduce issued with cupy.cuda.nccl on a capturing CuPy stream is
+recorded into the CUDA graph and replays correctly; a process that exits without destroying its
+communicator hangs. tests/gpu/test_distributed.py checks the fork/join of the two streams on one
+GPU, eager and captured.
+"""
+import atexit
+
+import cupy as cp
+from cupy.cuda import nccl
+
+_OPS = {"sum": nccl.NCCL_SUM, "min": nccl.NCCL_MIN, "max": nccl.NCCL_MAX}
+_TYPES = {"float16": nccl.NCCL_FLOAT16, "float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64,
+          "int32": nccl.NCCL_INT32, "int64": nccl.NCCL_INT64, "uint8": nccl.NCCL_UINT8}
+
+
+class ReductionStream:
+    """`start(a, op)` / `wait()`: in-place reductions on a second stream, forked from the current
+    stream and joined back to it. Subclasses give `_reduce(a, op, stream)`, the collective itself."""
+
+    def __init__(self):
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self._forks = []                 # one event per reduction in flight, reused step after step
+        self._join = cp.cuda.Event(disable_timing=True)
+        self._in_flight = 0
+
+    def start(self, a, op):
+        """a <- op over the ranks of a, on the reduction stream once the current stream's queued work is done."""
+        if self._in_flight == len(self._forks):          # made in the warm-up run, before any capture
+            self._forks.append(cp.cuda.Event(disable_timing=True))
+        fork = self._forks[self._in_flight]
+        self._in_flight += 1
+        fork.record(cp.cuda.get_current_stream())
+        self.stream.wait_event(fork)
+        self._reduce(a, op, self.stream)
+
+    def wait(self):
+        """The current stream's next work starts after every reduction started (none in flight: no-op)."""
+        if self._in_flight:
+            self._join.record(self.stream)
+            cp.cuda.get_current_stream().wait_event(self._join)
+            self._in_flight = 0
+
+    def _reduce(self, a, op, stream):
+        raise NotImplementedError
+
+
+class Communicator(ReductionStream):
+    """In-place collectives over CuPy arrays among the ranks of the MPI communicator `mpi_comm`.
+
+    Every rank must have made its GPU current (backend.get_device(gpu=local rank)) before this:
+    NCCL binds the communicator to the current device. Creation is collective (all ranks call it).
+    op: "sum", "min", "max", or "and" for a bool array (MIN over its bytes, 0 or 1).
+    """
+
+    def __init__(self, mpi_comm):
+        uid = nccl.get_unique_id() if mpi_comm.rank == 0 else None
+        uid = mpi_comm.bcast(uid, root=0)           # rank 0's id reaches every rank over MPI
+        self.comm = nccl.NcclCommunicator(mpi_comm.size, uid, mpi_comm.rank)
+        super().__init__()
+        atexit.register(self.close)                 # a communicator left alive hangs the exit
+
+    def allreduce(self, a, op):
+        """a <- op over the ranks of a, on the current stream (recorded when it is capturing)."""
+        self._reduce(a, op, cp.cuda.get_current_stream())
+
+    def _reduce(self, a, op, stream):
+        if a.size == 0:                             # a model without BatchNorm: no running statistics
+            return
+        if op == "and":
+            a, op = a.view(cp.uint8), "min"
+        if not a.flags.c_contiguous:
+            raise ValueError(f"NCCL all-reduce needs a contiguous array, got strides {a.strides}")
+        self.comm.allReduce(a.data.ptr, a.data.ptr, a.size, _TYPES[a.dtype.name], _OPS[op], stream.ptr)
+
+    def broadcast(self, a, root=0):
+        """a <- rank `root`'s a, on the current stream."""
+        stream = cp.cuda.get_current_stream()
+        self.comm.bcast(a.data.ptr, a.size, _TYPES[a.dtype.name], root, stream.ptr)
+
+    def close(self):
+        """Destroy the communicator (once), its work done: the ranks then exit without hanging."""
+        if self.comm is not None:
+            self.stream.synchronize()
+            cp.cuda.get_current_stream().synchronize()
+            self.comm.destroy()
+            self.comm = None

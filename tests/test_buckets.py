@@ -1,0 +1,98 @@
+"""Gradient buckets (minidl.buckets) and the reducer's step around them, in one process: the plan
+tiles the arena in backward order, each bucket starts once a step when its gradients are final,
+and a reducer whose sum is a second, identical rank trains exactly like one process (the mean is
+folded into the optimizer's update)."""
+import numpy as np
+import pytest
+
+import minidl as dl
+from minidl import buckets, distributed, models, optim
+from minidl.graph import passes
+from minidl.losses import softmax_cross_entropy
+from minidl.metrics import Mean
+from minidl.step import TrainStep
+
+
+def _net(name, depth=None):
+    model = models.get(name, depth=depth, device=dl.get_device("cpu"), seed=0)
+    return model, model.lower(passes.training)
+
+
+def _trainable_backward(net):
+    return [l.name for l in reversed(net.layers) if any(p.trainable for p in l.params.values())]
+
+
+@pytest.mark.parametrize("name,depth,cap_mib", [("lenet", None, 0.02), ("lenet", None, buckets.CAP_MIB),
+                                                ("resnet", 18, 0.5)])
+def test_buckets_tile_the_arena_in_backward_order(name, depth, cap_mib):
+    _, net = _net(name, depth)
+    cap = int(cap_mib * 2 ** 20)
+    plan = buckets.plan(net, cap)
+    spans = sorted((b.lo, b.hi) for b in plan)
+    assert spans[0][0] == 0 and spans[-1][1] == net.grads.size
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))             # no gap, no overlap
+    assert [b.lo for b in plan] == sorted((b.lo for b in plan), reverse=True)   # the arena end first
+    assert [n for b in plan for n in b.layers] == _trainable_backward(net)     # backward order
+    size = {l.name: sum(p.size for p in l.params.values() if p.trainable) * 4 for l in net.layers}
+    for b in plan[:-1]:                       # as small as the cap allows: full, less its last layer not
+        assert (b.hi - b.lo) * 4 >= cap and sum(size[n] for n in b.layers[:-1]) < cap
+    if cap_mib < 1:
+        assert len(plan) > 2
+
+
+@pytest.mark.parametrize("name,depth", [("lenet", None), ("resnet", 18)])
+def test_each_bucket_starts_once_a_step_when_its_gradients_are_final(name, depth):
+    model, net = _net(name, depth)
+    snapshots = []
+    bk = buckets.GradientBuckets(net, lambda view: snapshots.append(view.copy()), cap_mib=0.05)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((2, 1, 28, 28)).astype(np.float32), np.array([3, 7])
+    for step in range(2):
+        snapshots.clear()
+        gz = softmax_cross_entropy(net.forward(x, training=True), y)[2]
+        net.zero_grad()
+        net.backward(gz, input_grads=False, ready=bk.begin())
+        assert bk.started == list(range(len(bk)))          # each once, in the order backward finished them
+        bk.flush()
+        assert bk.started == list(range(len(bk))) and len(snapshots) == len(bk)
+        for b, seen in zip(bk.buckets, snapshots):        # what was handed over is what backward left
+            np.testing.assert_array_equal(seen, net.grads[b.lo:b.hi])
+    bk.begin()
+    bk.flush()                                             # no backward: flush starts every bucket
+    assert bk.started == list(range(len(bk)))
+
+
+class _SecondRankAlike:
+    """A communicator whose other rank holds the same arrays: a sum doubles, an AND keeps."""
+
+    def __init__(self):
+        self.calls = []
+
+    def start(self, a, op):
+        self.calls.append(op)
+        if op == "sum":
+            a *= 2
+
+    def wait(self):
+        self.calls.append("wait")
+
+
+@pytest.mark.parametrize("opt", ["momentum", "adam", "rmsprop", "sgd"])
+def test_two_alike_ranks_train_exactly_like_one_process_with_the_mean_in_the_update(opt):
+    kw = {"momentum": 0.9} if opt == "momentum" else {}
+    plain, twin = (models.get("lenet", device=dl.get_device("cpu"), seed=0) for _ in range(2))
+    coll = _SecondRankAlike()
+    reducer = distributed.Reducer(distributed.World(0, 2), twin.device, bucket_mib=0.05, communicator=coll)
+    steps = [TrainStep(m, optim.get(opt, lr=0.01, weight_decay=1e-3, **kw).setup(m), Mean(m.device), r)
+             for m, r in ((plain, None), (twin, reducer))]
+    assert steps[1].optimizer.grad_scale == 0.5 and steps[0].optimizer.grad_scale == 1.0
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        coll.calls.clear()
+        x, y = rng.standard_normal((8, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, 8)
+        for s in steps:
+            s(x, y)
+        # per step: every bucket summed once, then the NaN flag AND-ed, then one wait before the update
+        assert coll.calls == ["sum"] * len(reducer.buckets) + ["and", "wait"] and len(reducer.buckets) > 1
+        np.testing.assert_array_equal(twin.grads, 2 * plain.grads)   # the sum stays: no averaging pass
+        np.testing.assert_array_equal(twin.flat, plain.flat)         # (2g) x 1/2 = g, exactly
