@@ -1,4 +1,6 @@
 """Cast: a value converted to another floating-point dtype (the edges of a precision policy)."""
+import numpy as np
+
 from .. import precision
 from .base import ALL, Layer, record_config
 
@@ -32,9 +34,12 @@ class Cast(Layer):
         self.in_dtype = device.dtype           # the device a layer is built on computes in its input's dtype
         return tuple(shape)
 
+    # Overflow to inf is the cast's defined result (fp16 loss scaling watches for it), not a warning.
     def forward(self, xs, training):
         x, = xs
-        return x.astype(self.dtype)
+        with np.errstate(over="ignore"):
+            return x.astype(self.dtype)
 
     def backward(self, gy, need=ALL):
-        return (gy.astype(self.in_dtype),)
+        with np.errstate(over="ignore"):
+            return (gy.astype(self.in_dtype),)

@@ -7,7 +7,8 @@ kernel computes (float32 accumulation, as tensor cores and cuBLAS's 32F compute 
 every float32 array it returns, and every half-precision argument it writes (`out`, and the
 gradients `gw`, `gb` it adds into), is rounded back to that dtype, to nearest even. Arguments of
 other dtypes (float32 BN statistics, integer labels, the generator) pass through untouched.
-The GPU kernels take half types natively instead.
+The GPU kernels take half types natively instead. Overflow and invalid-value warnings are off
+inside these kernels (see `run`).
 """
 import functools
 import inspect
@@ -55,13 +56,15 @@ def _kernel(fn, dtype):
                    for a in (*args, *kwargs.values())):
             return fn(*args, **kwargs)
         bound = sig.bind(*args, **kwargs)
-        result = fn(*up(args), **{k: up(v) for k, v in kwargs.items()})
-        for name in written:               # write back what the kernel wrote, rounded
-            a = bound.arguments.get(name)
-            if _half(a):
-                a[...] = wide[id(a)][1]
-        back = {id(copy): a for a, copy in wide.values()}
-        return _down(result, back, dtype)
+        # Beyond float16's range rounds to inf, as on the GPU, and an overflowed fp16 step carries
+        # inf and NaN through backward until the loss scale skips it: routine, not worth a warning.
+        with np.errstate(over="ignore", invalid="ignore"):
+            result = fn(*up(args), **{k: up(v) for k, v in kwargs.items()})
+            for name in written:           # write back what the kernel wrote, rounded
+                a = bound.arguments.get(name)
+                if _half(a):
+                    a[...] = wide[id(a)][1]
+            return _down(result, {id(copy): a for a, copy in wide.values()}, dtype)
     return run
 
 
