@@ -220,8 +220,8 @@ def run(args, out=print):
     mode = f", {threads} thread{'s' * (threads > 1)}" if device.name == "cpu" else \
         f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}"
     out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
-        f"{name} lr {lr:g} {args.schedule}, batch {args.batch_size}, {args.precision}"
-        f"{f' x {world.size} ranks' if world.size > 1 else ''}{mode} ..")
+        f"{name} lr {lr:g} {args.schedule}, batch {args.batch_size}"
+        f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")
 
     log = MetricsLog(args.metrics) if args.metrics and world.main else None      # rank 0 writes
     if trainer.step < total:

@@ -128,3 +128,11 @@ def test_the_command_lines_take_a_precision(tmp_path):
     assert "bf16 agrees with fp32 on " in p.stdout and "of the 10000 test predictions" in p.stdout
     p = _cli("minidl.infer", "--artifact", str(art), "--device", "cpu", "--precision", "fp16", cwd=tmp_path)
     assert p.returncode == 1 and "was compiled in bf16" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_plan_saved_before_precision_existed_resumes_as_fp32():
+    from minidl.runplan import RunPlan
+    plan = RunPlan("lenet5", "mnist", 32, 100, None, "adam", 1e-3, 0.0, "cosine", 0)
+    old = {k: v for k, v in plan.to_json().items() if k != "precision"}
+    assert plan.precision == "fp32" and plan.differences(old) == []
+    assert RunPlan(**dict(old, precision="bf16")).differences(old) == ["--precision bf16 (the checkpoint's run: fp32)"]
