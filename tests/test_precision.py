@@ -95,6 +95,13 @@ def test_the_half_storage_kernels_compute_in_float32_and_round_what_they_write()
     assert act.relu_fprop(h, out=h) is h and h.tolist() == [0.0, 2.0, 0.0]    # in place stays in place
 
 
+def test_the_half_storage_kernels_write_back_every_argument_they_update():
+    opt = get_device("cpu").compute_in("float16").kernels.optim
+    p, g, v = np.ones(4, FP16), np.full(4, 0.5, FP16), np.zeros(4, FP16)
+    opt.momentum_update(p, g, v, 0.1, 0.9, 0.0, False)              # a model stored wholly in float16 trains
+    assert p.tolist() == [np.float16(1 - 0.05)] * 4 and v.tolist() == [0.5] * 4
+
+
 def _one_layer(make, shape, n_inputs=1):
     xs = [L.Input(shape) for _ in range(n_inputs)]
     return dl.Model(xs[0] if n_inputs == 1 else xs, make()(*xs), seed=3)
