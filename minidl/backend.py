@@ -14,6 +14,7 @@ import types
 
 import numpy as np
 
+from . import precision
 from .kernels.gpu.capture import CaptureError, CapturedCall  # imports no CuPy
 from .rng import CounterRNG
 
@@ -49,6 +50,14 @@ def _load_kernels(backend):
 
 
 _KERNELS = {}
+_HALF_KERNELS = {}
+
+
+def _cpu_half_kernels(ns, dtype):
+    """The CPU families storing in float16/bfloat16, computing in float32 (kernels/cpu/storage.py)."""
+    if dtype not in _HALF_KERNELS:
+        _HALF_KERNELS[dtype] = importlib.import_module("minidl.kernels.cpu.storage").families(ns, dtype)
+    return _HALF_KERNELS[dtype]
 
 
 def kernels_for(a):
@@ -63,7 +72,7 @@ class Device:
     """An array module, its kernels, a generator and a dtype: everything a layer needs to run."""
 
     def __init__(self, name, dtype="float32", seed=0, gpu=None):
-        self.name, self.dtype = name, np.dtype(dtype)
+        self.name, self.dtype = name, precision.dtype_of(dtype)
         if name == "cpu":
             self.xp = np
             self.rng = CounterRNG(np, seed)
@@ -78,13 +87,18 @@ class Device:
             self.can_capture = True
         else:
             raise ValueError(f"unknown device {name!r}: expected 'cpu', 'cuda' or 'auto'")
-        self.kernels = _load_kernels("cpu" if name == "cpu" else "gpu")
+        self.kernels = self._kernels_for(self.dtype, _load_kernels("cpu" if name == "cpu" else "gpu"))
+
+    def _kernels_for(self, dtype, ns):
+        return _cpu_half_kernels(ns, dtype) if self.name == "cpu" and dtype in precision.HALF else ns
 
     def with_dtype(self, dtype):
         """The same backend, computing in `dtype` (float64 for gradient checks)."""
         d = object.__new__(Device)
         d.__dict__.update(self.__dict__)
-        d.dtype = np.dtype(dtype)
+        d.dtype = precision.dtype_of(dtype)
+        if self.name == "cpu":
+            d.kernels = self._kernels_for(d.dtype, _load_kernels("cpu"))
         return d
 
     def dtype_problem(self, families):
@@ -111,6 +125,21 @@ class Device:
                 other = ", or --device cpu" if self.name == "cuda" else ""
                 return f"{self.dtype.name} is not supported on the {where} ({why}); use float32{other}"
         return None
+
+    def compute_in(self, dtype):
+        """This device for the layers a precision policy runs in `dtype` (bfloat16, float16).
+
+        On the CPU the kernels compute in float32 from half-precision storage (kernels/cpu/storage.py).
+        The GPU's half-precision kernels (cuDNN bf16/fp16 graphs, cuBLAS GemmEx, CuPy kernels in half
+        types) are still to come: there this raises a one-line DeviceError.
+        """
+        dtype = precision.dtype_of(dtype)
+        if dtype == self.dtype:
+            return self
+        if self.name == "cuda" and dtype in precision.HALF:
+            raise DeviceError(f"{dtype.name} compute is not available on the GPU yet (its half-precision kernels are "
+                              "still to come): use --precision fp32 on the GPU, or --device cpu")
+        return self.with_dtype(dtype)
 
     def set_tf32(self, on):
         """Allow TF32 tensor-core math in FP32 cuDNN convolutions (the default) or forbid it."""

@@ -41,6 +41,25 @@ def write_npz(path, arrays, info):
     return path
 
 
+def unwritable(path):
+    """Why a file cannot be written at `path` (its folder is created if missing), or None."""
+    if os.path.isdir(path):
+        return "is a directory"
+    folder = os.path.dirname(path) or "."
+    parent = folder
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        return f"cannot be written ({parent} is a file, not a folder)"
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".minidl-write-test-"):
+            pass
+    except OSError as e:
+        return f"cannot be written ({e.strerror or e})"
+    return None
+
+
 def _remove_stale(folder, prefix):
     """Temporary files of this target left by a save that was killed (kill -9) before its rename."""
     for name in os.listdir(folder):

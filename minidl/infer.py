@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from .train import check_args, positive, run_cli
+from .train import add_precision, check_args, positive, run_cli
 
 THROUGHPUT_IMAGES = 10_000
 
@@ -41,6 +41,9 @@ def parser():
     p.add_argument("--no-tf32", action="store_true",
                    help="full FP32 convolutions on the GPU (TF32 is on by default)")
     p.add_argument("--threads", type=positive, help="CPU: BLAS/OpenMP threads (1, or $OMP_NUM_THREADS)")
+    add_precision(p, "compile the checkpoint with convolutions, dense layers and activations in bf16/fp16 (BN "
+                     "folded in fp32 first), report how often its predictions agree with fp32's, save artifacts "
+                     "in it; an artifact keeps the precision it was compiled in", default=None)
     return p
 
 
@@ -52,6 +55,16 @@ def accuracy(model, loader):
         z = model.predict(x)
         hits += (xp.argmax(z, axis=1) == y).sum()   # queued before the next predict reuses z
     return 100.0 * int(hits) / loader.N
+
+
+def agreement(model, reference, loader):
+    """Percentage of images where the two models predict the same class (argmax), counted on the device."""
+    xp = model.device.xp
+    same = xp.zeros((), dtype=np.int64)
+    for x, _ in loader:
+        a = xp.argmax(model.predict(x), axis=1)
+        same += (a == xp.argmax(reference.predict(x), axis=1)).sum()
+    return 100.0 * int(same) / loader.N
 
 
 def latency(model, x1, runs):
@@ -113,14 +126,18 @@ def run(args, out=print):
     if args.no_tf32:
         device.set_tf32(False)
     if args.checkpoint:
-        model = inference.compile(args.checkpoint, device=device)
+        model = inference.compile(args.checkpoint, device=device, precision=args.precision)
         s = model.stats
         out(f"compiled {args.checkpoint}: {s.get('layers', '?')} layers -> {len(model.nodes)} nodes "
             f"({s.get('batchnorm_folded', 0)} BN folded, {s.get('relu_fused', 0)} ReLU fused, "
             f"{s.get('pad_folded', 0)} pads folded, {s.get('dropout_removed', 0)} dropout removed)")
     else:
         model = inference.load(args.artifact, device=device)
-        out(f"loaded {args.artifact}: {model.name}, {len(model.nodes)} nodes, {model.n_params:,} parameters")
+        out(f"loaded {args.artifact}: {model.name}, {len(model.nodes)} nodes, {model.n_params:,} parameters, "
+            f"{model.precision}")
+        if args.precision not in (None, model.precision):
+            raise ValueError(f"--precision {args.precision}: {args.artifact} was compiled in {model.precision}; "
+                             "compile the checkpoint in another precision instead")
     if args.no_graphs:
         model.cuda_graphs = False
     if args.no_direct:
@@ -139,6 +156,9 @@ def run(args, out=print):
     acc = accuracy(model, loader)
     out(f"accuracy: {acc:.3f}% ({loader.N} test images, batch {args.batch_size}, "
         f"{time.perf_counter() - t0:.2f} s with compilation)")
+    if args.checkpoint and model.precision != "fp32":
+        same = agreement(model, inference.compile(args.checkpoint, device=device), loader)
+        out(f"{model.precision} agrees with fp32 on {same:.2f}% of the {loader.N} test predictions")
 
     if args.profile:
         rows = model.profile(loader.x[:args.batch_size])

@@ -4,12 +4,12 @@ A resumed run must be the run that was planned: `-n` / `--epochs` give the run's
 steps to add), the schedule spans that total, and a command that would change the plan of the
 run it resumes is refused, naming the flag that differs.
 """
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 
 # Plan field -> the flag that sets it, for messages.
 FLAGS = {"model": "-r/--model", "dataset": "--dataset", "batch_size": "-b", "steps": "-n", "epochs": "--epochs",
          "optimizer": "--optimizer", "lr": "--lr", "weight_decay": "--weight-decay", "schedule": "--schedule",
-         "seed": "--seed"}
+         "seed": "--seed", "precision": "--precision"}
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class RunPlan:
     weight_decay: float
     schedule: str
     seed: int
+    precision: str = "fp32"     # fp32, bf16, fp16 (minidl.precision)
 
     def total_steps(self, per_epoch):
         """The run's length in steps, for a training set of `per_epoch` batches."""
@@ -35,8 +36,9 @@ class RunPlan:
     def differences(self, saved):
         """'-b 32 (the checkpoint's run: 64)' for every field where `saved` (a plan's JSON) differs."""
         out = []
+        unset = {f.name: None if f.default is MISSING else f.default for f in fields(self)}   # older plans
         for k, flag in FLAGS.items():
-            mine, theirs = getattr(self, k), saved.get(k)
+            mine, theirs = getattr(self, k), saved.get(k, unset[k])
             if mine != theirs:
                 out.append(f"{flag} {_show(mine)} (the checkpoint's run: {_show(theirs)})")
         return out

@@ -12,8 +12,15 @@ flat gradient as soon as the bucket is final, to be summed over the ranks while 
 before the update the flag is AND-ed over the ranks and the update waits for the sums, which it
 scales by 1/N (the optimizer's grad_scale). All of it is inside the step, so a captured step
 records the reductions too (on the GPU on their own stream, forked from the step's and joined back).
+
+A precision policy (minidl.precision) lowers the model with the `cast` pass as well: its layers
+compute on compute-dtype copies of the float32 weights and their gradients end in the float32
+arena. Under fp16 the loss gradient is scaled and the gradients unscaled on the device
+(minidl.loss_scale); a step whose gradients overflow is skipped without lowering `finite`.
 """
+from . import precision
 from .graph import passes
+from .loss_scale import DynamicLossScale
 from .losses import softmax_cross_entropy
 
 
@@ -21,10 +28,15 @@ class TrainStep:
     """forward/loss/backward/update of `model` (lowered for training) with `optimizer`; `metrics` add up.
 
     reducer: a distributed.Reducer among data-parallel ranks, None for one process.
+    policy: a precision.Policy (or its name); fp32 by default.
     """
 
-    def __init__(self, model, optimizer, metrics, reducer=None):
-        self.net = model.lower(passes.training)            # logits out; ReLUs fused into BN and Add
+    def __init__(self, model, optimizer, metrics, reducer=None, policy=None):
+        self.policy = policy = precision.policy(policy)
+        _check_master(model, policy)
+        # logits out; ReLUs fused into BN and Add; casts where the policy's compute dtype begins and ends
+        self.net = model.lower(lambda g: passes.cast(passes.training(g), policy.compute, policy.param))
+        self.scaler = DynamicLossScale(model.device, policy.loss_scale) if policy.loss_scale else None
         self.optimizer, self.metrics, self.device = optimizer, metrics, model.device
         self.reducer = reducer
         if reducer is not None:             # the ranks sum the gradients bucket by bucket, and the
@@ -46,6 +58,8 @@ class TrainStep:
         if self._gz is None or self._gz.shape != logits.shape:
             self._gz = self.device.xp.empty_like(logits)
         loss_sum, correct, gz = softmax_cross_entropy(logits, y, self._gz)
+        if self.scaler is not None:
+            self.scaler.scale_grad(gz)
         if not self.overwrite:
             self.net.zero_grad()
         ready = None if self.reducer is None else self.reducer.begin()     # buckets start as they are final
@@ -66,7 +80,9 @@ class TrainStep:
         self.good_steps += self.finite
         # Past the first non-finite loss the update is gated off inside the optimizer's kernel:
         # the weights and the optimizer state stay as they were, at no extra pass over memory.
-        self.optimizer.step(gate=self.finite)
+        # Under loss scaling an overflowing step is gated off too, alone (after the average: every rank agrees).
+        gate = self.finite if self.scaler is None else self.scaler.unscale(self.net.grads, self.finite)
+        self.optimizer.step(gate=gate)
 
     # -- captured -------------------------------------------------------------------------
     def replay(self, loader, epoch, k):
@@ -98,6 +114,7 @@ class TrainStep:
         # The warm-up run really trains: snapshot everything a step changes and put it back.
         state = [model.flat, model.state_flat, self.metrics.loss, self.metrics.correct, self.finite,
                  self.good_steps, self.device.rng.offset] + self.optimizer.device_arrays()
+        state += self.scaler.device_arrays() if self.scaler is not None else []
         saved = [a.copy() for a in state]
         call = self.device.capture(step, warmup=1)
         for a, b in zip(state, saved):
@@ -107,3 +124,14 @@ class TrainStep:
     def forget_captures(self):
         """Drop captured graphs (after a resume rewrites what they were recorded with)."""
         self._captured.clear()
+
+
+def _check_master(model, policy):
+    """Mixed precision trains float32 master weights, all of them in the model's one arena."""
+    if policy.mixed and model.device.dtype != policy.param:
+        raise ValueError(f"precision {policy.name} keeps {policy.param.name} master weights; "
+                         f"{model.name} is {model.device.dtype.name}")
+    if model.side_arenas:
+        raise ValueError(f"{model.name} has layers computing in {', '.join(d.name for d in model.side_arenas)} "
+                         "with weights of their own, which no optimizer updates: train the float32 model "
+                         "with a precision policy (precision='bf16') instead")

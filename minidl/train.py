@@ -9,7 +9,6 @@ import math
 import os
 import signal
 import sys
-import tempfile
 
 DEFAULT_LR = {"sgd": 0.01, "momentum": 0.05, "adam": 1e-3, "rmsprop": 1e-3}
 # Measured defaults (README, Results): LeNet-5 with Adam reached 98.1% after one epoch on the GPU;
@@ -35,7 +34,8 @@ def run_plan(args):
     return RunPlan(model=f"resnet{depth}" if depth else "lenet5", dataset=args.dataset, batch_size=args.batch_size,
                    steps=None if args.epochs else args.steps, epochs=args.epochs, optimizer=opt,
                    lr=float(args.lr if args.lr is not None else DEFAULT_LR[opt]),
-                   weight_decay=float(args.weight_decay), schedule=args.schedule, seed=args.seed)
+                   weight_decay=float(args.weight_decay), schedule=args.schedule, seed=args.seed,
+                   precision=args.precision)
 
 
 def _saved_plan(path):
@@ -56,25 +56,6 @@ def checkpoint_path(args):
     return os.path.join("checkpoints", f"resnet{depth}.npz" if depth else "lenet5.npz")
 
 
-def _unwritable(path):
-    """Why a file cannot be written at `path` (its folder is created if missing), or None."""
-    if os.path.isdir(path):
-        return "is a directory"
-    folder = os.path.dirname(path) or "."
-    parent = folder
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if parent and not os.path.isdir(parent):
-        return f"cannot be written ({parent} is a file, not a folder)"
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".minidl-write-test-"):
-            pass
-    except OSError as e:
-        return f"cannot be written ({e.strerror or e})"
-    return None
-
-
 def check_args(p, args, batch_split="train"):
     """Check every flag's value before any data is read or model built; the first bad one ends
     the run through p.error: the usage line and one message naming the flag, exit status 2.
@@ -82,6 +63,7 @@ def check_args(p, args, batch_split="train"):
     Shared by minidl.infer: each check runs only for the flags its parser has. `batch_split` is
     the split the batch size is drawn from (train for training, test for inference).
     """
+    from minidl.checkpoint import unwritable as _unwritable
     a = vars(args)
 
     def flag(dest):          # the option string the user typed for `dest`, e.g. -b or --batch-size
@@ -135,6 +117,11 @@ def check_args(p, args, batch_split="train"):
     return args
 
 
+def add_precision(p, what, default="fp32"):
+    """The --precision flag (minidl.precision's policies), shared with minidl.infer."""
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=default, help=f"precision (fp32): {what}")
+
+
 def parser():
     p = argparse.ArgumentParser(
         prog="python -m minidl.train",
@@ -161,6 +148,8 @@ def parser():
                         "step: x0.1 every third of the run; inverse-time: lr/(1+1e-4*step), the C++ trainer's)")
     p.add_argument("--weight-decay", type=float, default=0.0, help="L2 weight decay (0)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device (auto)")
+    add_precision(p, "convolutions, dense layers and activations in bf16/fp16 with fp32 accumulation; fp32 "
+                     "master weights, optimizer state, BN statistics and loss; fp16 with dynamic loss scaling")
     p.add_argument("--data-dir", help="dataset folder, searched alone (it must exist); without it: $MINIDL_DATA, "
                                       "./dataset, /usr/share/datasets, then a download")
     p.add_argument("--dataset", choices=("mnist", "fashion-mnist"), default="mnist", help="dataset (mnist)")
@@ -203,6 +192,7 @@ def run(args, out=print):
                            gpu=world.local_rank if world.size > 1 else None)
     device.set_tf32(args.tf32)
     device.set_deterministic(not args.nondeterministic)
+    device.compute_in(dl.precision.policy(args.precision).compute)     # refused here, before any data is read
 
     out(f"== {args.dataset.upper()} training with minidl ==")
     out("[TRAIN]")
@@ -219,7 +209,7 @@ def run(args, out=print):
     kw = {"momentum": 0.9} if name == "momentum" else {}
     opt = optim.get(name, lr=lr, weight_decay=args.weight_decay, schedule=plan.schedule_fn(optim.schedules, per_epoch),
                     **kw)
-    trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out)
+    trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out, precision=plan.precision)
     trainer.plan = plan.to_json()
     if args.resume:
         meta = trainer.resume(path)
@@ -231,7 +221,7 @@ def run(args, out=print):
         f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}"
     out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
         f"{name} lr {lr:g} {args.schedule}, batch {args.batch_size}"
-        f"{f' x {world.size} ranks' if world.size > 1 else ''}{mode} ..")
+        f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")
 
     log = MetricsLog(args.metrics) if args.metrics and world.main else None      # rank 0 writes
     if trainer.step < total:
@@ -243,6 +233,8 @@ def run(args, out=print):
         rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
         how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
         out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{how}{rest})")
+        if trainer.loss_scale:
+            out("fp16 loss scale {scale:g}, {skipped} steps skipped on overflow".format(**trainer.loss_scale))
         if args.save:
             out(f"saved {path}")
     else:

@@ -37,10 +37,13 @@ class Trainer:
     every `monitor` steps, when the seed's line `step:  100, loss: 0.082, accuracy: 45.188%` is printed.
     world: the data-parallel ranks (minidl.distributed; default: MPI's under mpiexec, else one process);
     with several, fit, evaluate and save are collective (every rank calls them) and rank 0 prints and writes.
+    precision: 'fp32' (default), 'bf16' or 'fp16' (or a minidl.precision.Policy): the dtype convolutions,
+    dense layers and activations compute in, float32 master weights, fp16 with dynamic loss scaling
+    (torch.autocast with a GradScaler); checkpoints stay float32 and load under any precision.
     """
 
     def __init__(self, model, optimizer, device=None, seed=0, log=print, progress=None, graph=True,
-                 world=None):
+                 world=None, precision=None):
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.xp is not model.device.xp:     # another backend: rebuild the model there
@@ -58,11 +61,17 @@ class Trainer:
             log, self.log, self.progress = _quiet, _quiet, False
         self.reducer = self.world.reducer(self.device)     # None for one process
         self.device.rng.subsequence = self.world.rank      # each rank its own dropout masks
-        self._step = TrainStep(model, optimizer, self.metrics, self.reducer)
+        self._step = TrainStep(model, optimizer, self.metrics, self.reducer, precision)
+        self.precision = self._step.policy
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
         # eager); dropout's counter-based generator advances on the device, so it is captured too.
         self.graph = graph and self.device.can_capture
         self._loaders = {}
+
+    @property
+    def loss_scale(self):
+        """fp16: the loss scale's {'scale', 'clean', 'skipped'} read from the device (one sync); else None."""
+        return None if self._step.scaler is None else self._step.scaler.state()
 
     def train_step(self, x, y):
         """Forward, loss, backward and update on one batch (eagerly); returns the interval's metrics."""
@@ -255,6 +264,8 @@ class Trainer:
         rng = self.device.rng_state()
         if rng is not None:
             meta["rng"] = rng
+        if self._step.scaler is not None:
+            meta["loss_scale"] = self._step.scaler.state()
         return ckpt.save(path, self.model, self.optimizer, meta)
 
     def resume(self, path):
@@ -264,6 +275,11 @@ class Trainer:
         self.step, self.seed = int(meta.get("step", 0)), int(meta.get("seed", self.seed))
         self.plan = meta.get("plan", self.plan)
         self.device.set_rng_state(meta.get("rng"))
+        if self._step.scaler is not None and "loss_scale" in meta:      # else it starts afresh
+            try:
+                self._step.scaler.set_state(meta["loss_scale"])
+            except ValueError as e:
+                raise ckpt.CheckpointError(f"checkpoint {path}: {e}") from None
         return meta
 
 

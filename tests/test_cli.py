@@ -154,6 +154,7 @@ def exits_2(main, args, flag, capsys):
     (["--resume", "--checkpoint", "elsewhere/x.npz"], "--resume"),
     (["-s", "--checkpoint", "a-file/x.npz"], "--checkpoint"),   # a file where the folder should be
     (["-s", "--checkpoint", "."], "--checkpoint"),               # a folder, not a file
+    (["--precision", "fp8"], "--precision"),
 ])
 def test_train_rejects_bad_values_before_reading_data(args, flag, no_data, capsys):
     from minidl import train as cli
@@ -181,6 +182,7 @@ def test_save_checks_a_writable_folder_and_leaves_no_file(no_data, capsys):
     (["--checkpoint", "a-file", "--runs", "1000000000"], "--runs"),
     (["--checkpoint", "a-file", "--threads", "0"], "--threads"),
     (["--checkpoint", "a-file", "--save-artifact", "a-file/x.npz"], "--save-artifact"),
+    (["--checkpoint", "a-file", "--precision", "half"], "--precision"),
 ])
 def test_infer_rejects_bad_values_before_reading_data(args, flag, no_data, capsys):
     from minidl import infer as cli

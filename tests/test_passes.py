@@ -96,7 +96,8 @@ def test_graph_code_names_no_layer_type():
     for mod in (passes, ir, gm):
         toks = tokenize.generate_tokens(io.StringIO(inspect.getsource(mod)).readline)
         names = {t.string for t in toks if t.type == tokenize.NAME}      # code, not docstrings
-        assert not names & set(L.__all__) - {"Input", "Node", "Layer", "Need", "Parameter"}, mod.__name__
+        # Cast is the one layer the graph inserts itself (the edges of a precision policy), as it makes Nodes
+        assert not names & set(L.__all__) - {"Input", "Node", "Layer", "Need", "Parameter", "Cast"}, mod.__name__
 
 
 def test_overwrite_mode_equals_zero_grad_then_accumulate():

@@ -73,6 +73,10 @@ class Graph:
             self.weights.update({f"{layer.name}/{k}": v for k, v in weights.items()})
         node.layer = layer
 
+    def reorder(self):
+        """Order the nodes again after a pass rewired parents or outputs itself (new nodes join)."""
+        self._order()
+
     def _drop_weights(self, layer):
         for k in [k for k in self.weights if k.startswith(layer.name + "/")]:
             del self.weights[k]

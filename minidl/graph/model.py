@@ -12,6 +12,8 @@ import numpy as np
 from ..backend import get_device
 from ..layers.base import Layer, Need, _fmt
 from ..layers.node import Input, Node
+from ..precision import is_float
+from . import arena
 from .config import graph_of_config
 from .ir import Graph
 
@@ -33,7 +35,7 @@ class Model:
         self.layers = [n.layer for n in self.nodes]
         self.name, self.seed = name, seed
         self._name_layers()
-        self.device = None
+        self.device, self.copies, self.side_arenas = None, [], {}
         if _shares is not None:            # a lowering: the same parameters, already in an arena
             self._build_shared(_shares)
             return
@@ -71,13 +73,24 @@ class Model:
             raise ValueError(f"layer names must be unique in a model: {', '.join(sorted(dup))}")
 
     def _infer_shapes(self, device):
-        """Build every layer on `device`: shapes, parameter declarations, kernel plans."""
-        self.device = device
+        """Build every layer: shapes, dtypes, parameter declarations, kernel plans.
+
+        Values start in the device's dtype; a layer computes in its inputs' dtype (on
+        `device.compute_in(dtype)`) and passes it on, a Cast (`out_dtype`) its own.
+        """
+        self.device, devices = device, {device.dtype: device}
+        for node in self.inputs:
+            node.dtype = device.dtype
         for node in self.nodes:
-            node.layer.device = device
-            out = node.layer.build([p.shape for p in node.parents], device)
-            node.shape = tuple(out)
+            layer, dtypes = node.layer, {p.dtype for p in node.parents}
+            if len(dtypes) > 1:
+                raise layer.error(f"reads values of several dtypes ({', '.join(sorted(d.name for d in dtypes))})")
+            dtype = dtypes.pop()
+            layer.device = devices[dtype] = devices.get(dtype) or device.compute_in(dtype)
+            node.shape = tuple(layer.build([p.shape for p in node.parents], layer.device))
+            node.dtype = layer.out_dtype or dtype
         self.params = {f"{layer.name}/{k}": p for layer in self.layers for k, p in layer.params.items()}
+        self._dtypes = {f"{layer.name}/{k}": layer.device.dtype for layer in self.layers for k in layer.params}
         # What each backward must give: an input's gradient only where a layer reads it.
         self._needs = [tuple(p.layer is not None for p in node.parents) for node in self.nodes]
 
@@ -94,43 +107,21 @@ class Model:
             self.set_weights(weights)
 
     def _build_shared(self, model):
+        """The model's arenas; layers computing in another dtype get copies of its weights (arena.Copies)."""
         self._infer_shapes(model.device)
         self.flat, self.grads, self.state_flat = model.flat, model.grads, model.state_flat
-        for k, p in self.params.items():
-            if p.data is None or p is not model.params.get(k):
-                raise ValueError(f"{self.name}: lowered layer parameter {k} is not one of the model's")
+        self.copies = arena.share(self.params, self._dtypes, model)
 
     def _allocate(self):
-        xp, dtype = self.device.xp, self.device.dtype
-        trainable = [p for p in self.params.values() if p.trainable]
-        frozen = [p for p in self.params.values() if not p.trainable]
-        # Each tensor starts on a 256-byte boundary: cuDNN's fast engines want aligned pointers.
-        # The gaps hold zeros with zero gradients, which every optimizer leaves at zero.
-        align = max(256 // dtype.itemsize, 1)
-
-        def layout(group):
-            offsets, end = [], 0
-            for p in group:
-                offsets.append(end)
-                end += -(-p.size // align) * align
-            return offsets, end
-
-        (t_off, t_end), (f_off, f_end) = layout(trainable), layout(frozen)
-        self.flat = xp.zeros(t_end, dtype=dtype)
-        self.grads = xp.zeros_like(self.flat)
-        self.state_flat = xp.zeros(f_end, dtype=dtype)
-        for p, o in zip(trainable, t_off):
-            p.data = self.flat[o:o + p.size].reshape(p.shape)
-            p.grad = self.grads[o:o + p.size].reshape(p.shape)
-            p.offset = o
-        for p, o in zip(frozen, f_off):
-            p.data, p.grad = self.state_flat[o:o + p.size].reshape(p.shape), None
+        """The arenas (graph/arena.py): one in the device's dtype, one more per other dtype layers compute in."""
+        (self.flat, self.grads, self.state_flat), self.side_arenas = arena.allocate_by_dtype(
+            self.device.xp, self.device.dtype, self.params, self._dtypes)
 
     def init_weights(self, seed=0):
         """Draw every parameter from its initializer with one seeded host generator."""
         rng = np.random.default_rng(seed)
         for p in self.params.values():
-            p.data[...] = self.device.asarray(p.initializer(rng, p.shape, *p.fan).astype(self.device.dtype))
+            p.data[...] = self.device.asarray(p.initializer(rng, p.shape, *p.fan).astype(p.data.dtype))
 
     def to(self, device, dtype=None):
         """Rebuild on another device (or dtype), keeping the weights and running statistics."""
@@ -153,6 +144,8 @@ class Model:
         """Run the graph; returns the output (or a list of outputs)."""
         if len(xs) != len(self.inputs):
             raise ValueError(f"{self.name} takes {len(self.inputs)} input(s), got {len(xs)}")
+        for c in self.copies:              # compute-dtype weights from the float32 master
+            c.refresh(self.flat)
         values = {}
         for node, x in zip(self.inputs, xs):
             values[id(node)] = self._input(node, x)
@@ -187,9 +180,11 @@ class Model:
         never needs it) and None is returned. accumulate=False overwrites the parameter gradients
         instead of adding (no zero_grad needed); only for models where `overwrites_grads` holds.
         ready(layer), if given, is called in backward order as soon as each layer's parameter
-        gradients are final (data-parallel ranks start reducing them while backward goes on).
+        gradients are final (data-parallel ranks start reducing them while backward goes on);
+        with compute-dtype copies, only once they are gathered into the float32 arena, at the end.
         """
-        ready = ready or (lambda layer: None)
+        final, deferred = ready or (lambda layer: None), []    # deferred: layers waiting for the gather
+        ready = deferred.append if self.copies else final
         if not accumulate and not self.overwrites_grads:
             raise ValueError(f"{self.name}: a layer adds into its gradients; use accumulate=True")
         if len(gys) != len(self.outputs):
@@ -214,11 +209,17 @@ class Model:
                     continue
                 prev = grads.get(id(parent))
                 grads[id(parent)] = gx if prev is None else prev + gx
+        for c in self.copies:              # every gradient ends in the float32 arena
+            c.gather(self.grads)
+        for layer in deferred:
+            final(layer)
         gxs = [grads.get(id(i)) for i in self.inputs]
         return gxs[0] if self.single_input else gxs
 
     def zero_grad(self):
         self.grads.fill(0)
+        for c in self.copies:
+            c.zero_grad()
 
     # -- parameters by name -------------------------------------------------------------
     def layer(self, name):
@@ -244,15 +245,15 @@ class Model:
         for k, a in weights.items():
             if tuple(np.shape(a)) != self.params[k].shape:
                 raise ValueError(f"{self.name}: {k} has shape {self.params[k].shape}, got {tuple(np.shape(a))}")
-            kind = getattr(getattr(a, "dtype", None), "kind", "f")
-            if kind not in "fiu":
+            dtype = getattr(a, "dtype", np.dtype("f"))
+            if not (dtype.kind in "iu" or is_float(dtype)):
                 raise ValueError(f"{self.name}: {k} has dtype {a.dtype}, expected real numbers")
 
     def set_weights(self, weights, strict=True):
         """Copy arrays into parameters by 'layer/param' name, checking names and shapes first."""
         self._check_weights(weights, strict)
         for k, a in weights.items():
-            self.params[k].data[...] = self.device.asarray(np.asarray(a), dtype=self.device.dtype)
+            self.params[k].data[...] = self.device.asarray(np.asarray(a), dtype=self.params[k].data.dtype)
 
     @property
     def n_params(self):

@@ -6,7 +6,12 @@ Training and inference are two lowerings of one model graph:
     inference(graph, probabilities) dropout removed, zero pads and BN folded into the convs, every
                                     fusable ReLU fused, the final Softmax dropped unless asked for
 and `last_reads` plans buffers: each value is dropped after the step that reads it last.
+A precision policy is one more pass after either pipeline: `cast(graph, compute)`.
 """
+import numpy as np
+
+from ..layers.cast import Cast          # the one layer the graph itself inserts
+from ..layers.node import Node
 
 
 def drop_inference_identities(g):
@@ -79,6 +84,41 @@ def inference(g, probabilities=False):
     if not probabilities:
         g = drop_final_softmax(g)
     return fuse_activations(fold_into_producers(fold_into_consumers(g)))
+
+
+def cast(g, compute, base="float32"):
+    """Precision pass: every layer computes in `compute` except those that keep float32 (declared
+    `keeps_fp32`: BN, softmax, LRN); a Cast converts a value where it crosses between the two, once
+    per value and dtype. Inputs and outputs stay in `base` (the loss reads float32 logits).
+
+    A layer moved to `compute` gets a clone with parameters of its own: in a training lowering
+    they become compute-dtype copies of the master's (graph/arena.py); in an inference graph the
+    weights, looked up by name, are rounded to `compute` when the model is built.
+    """
+    compute, base = np.dtype(compute), np.dtype(base)
+    if compute == base:
+        return g
+    dtype, casts = {id(n): base for n in g.inputs}, {}
+
+    def as_dtype(node, want):
+        if dtype[id(node)] == want:
+            return node
+        key = (id(node), want)
+        if key not in casts:
+            casts[key] = Node(Cast(want.name), (node,), node.shape)
+            dtype[id(casts[key])] = want
+            g.stats[f"cast_to_{want.name}"] += 1
+        return casts[key]
+
+    for node in list(g.nodes):
+        want = base if node.layer.keeps_fp32 else compute
+        node.parents = tuple(as_dtype(p, want) for p in node.parents)
+        if want != base:
+            g.replace(node, node.layer.clone())
+        dtype[id(node)] = want
+    g.outputs = [as_dtype(o, base) for o in g.outputs]
+    g.reorder()
+    return g
 
 
 def last_reads(steps, outputs):

@@ -7,12 +7,15 @@
 `compile` copies the model's graph and runs minidl.graph.passes.inference on it (dropout removed,
 zero pads and BN folded into the convs, ReLUs fused, the final Softmax dropped unless asked for),
 builds the result as a Model of its own on the chosen device, and schedules it into kernel
-calls (minidl.inference.schedule). Weights only, in float32 by default.
+calls (minidl.inference.schedule). Weights only, in float32 by default; `precision='bf16'` or
+'fp16' runs the convolutions, dense layers and activations in that dtype (BN folded in float64
+first, then rounded) and saves artifacts in it, at half the size.
 """
 import os
 
 import numpy as np
 
+from .. import precision as _precision
 from ..backend import get_device
 from ..graph import Graph, Model, passes
 from .artifact import ArtifactError, read as _read
@@ -28,15 +31,19 @@ def load(path, device=None):
     The file is checked first (format, dtype, the graph's config, every tensor's name and shape),
     so a bad file is one ArtifactError naming it, before anything is allocated.
     """
-    return InferenceModel(*_read(path, device))
+    model, probabilities, stats, precision = _read(path, device)
+    return InferenceModel(model, probabilities, stats, precision=precision)
 
 
-def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="float32", direct=True):
+def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="float32", direct=True,
+            precision=None):
     """An InferenceModel of a trained Model, or of the model a checkpoint file describes.
 
     device: 'cpu', 'cuda', 'auto' or a Device; None keeps the model's device ('auto' for a path).
     probabilities: keep a final Softmax (else the model outputs logits).
     direct: schedule the fused direct kernels (conv+ReLU+pool, dense chains, whole small models).
+    precision: 'fp32' (None), 'bf16' or 'fp16': the policy's compute dtype for every layer but
+    those that keep float32 (an unfolded BN, a kept Softmax); inputs and outputs stay float32.
     """
     source = model_or_checkpoint_path
     if isinstance(source, (str, os.PathLike)):
@@ -46,15 +53,21 @@ def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="f
     else:
         model = source
         device = model.device if device is None else device
-    lowered, stats = lower(model, device, probabilities, dtype)
-    return InferenceModel(lowered, probabilities, stats, direct)
+    policy = _precision.policy(precision)
+    lowered, stats = lower(model, device, probabilities, dtype, policy)
+    return InferenceModel(lowered, probabilities, stats, direct, policy.name)
 
 
-def lower(model, device="cpu", probabilities=False, dtype="float32"):
+def lower(model, device="cpu", probabilities=False, dtype="float32", policy=None):
     """(the inference lowering of `model` as a Model on `device`, what the passes did): the graph
-    after minidl.graph.passes.inference, BN folded in float64 and then cast to `dtype`."""
+    after minidl.graph.passes.inference, BN folded in float64 and then cast to `dtype`; under a
+    mixed precision `policy` the cast pass after it (weights rounded to its compute dtype)."""
+    policy = _precision.policy(policy)
+    if policy.mixed and np.dtype(dtype) != policy.param:
+        raise ValueError(f"precision {policy.name} runs a {policy.param.name} model, not dtype {np.dtype(dtype).name}")
     weights = {k: v.astype(np.float64) for k, v in model.get_weights().items()}
     graph = passes.inference(Graph.of(model, weights=weights), probabilities)
+    graph = passes.cast(graph, policy.compute, policy.param)
     dev = get_device(device, dtype=dtype)
     dev = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
     lowered = Model.of_graph(graph, dev, name=model.name, weights=graph.weights)

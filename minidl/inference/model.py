@@ -21,9 +21,10 @@ OpTime = namedtuple("OpTime", "name kind shape ms")
 class InferenceModel:
     """A built, inference-lowered Model on one device.   predict(x (N, *input_shape)) -> y."""
 
-    def __init__(self, model, probabilities=False, stats=None, direct=True):
+    def __init__(self, model, probabilities=False, stats=None, direct=True, precision="fp32"):
         self.model, self.device, self.name = model, model.device, model.name
         self.dtype, self.probabilities = model.device.dtype, bool(probabilities)
+        self.precision = precision                 # the policy's name: inputs and outputs in `dtype`
         self.stats = dict(stats or {})
         self.input_shapes = [tuple(n.shape[1:]) for n in model.inputs]
         vid = _schedule.value_ids(model)
@@ -52,7 +53,8 @@ class InferenceModel:
         self._plan()
 
     def _plan(self):
-        dk = _schedule.direct_family(self.device) if self._direct else None
+        compute = {n.dtype for n in self.model.nodes} - {self.dtype}   # a policy's compute dtype, if any
+        dk = _schedule.direct_family(self.device, compute.pop() if compute else self.dtype) if self._direct else None
         self.steps, self.chain = _schedule.plan(self.model, dk)
         self._schedules, self._entries, self._replays = {}, {}, {}
 
@@ -184,7 +186,8 @@ class InferenceModel:
     def summary(self, print_fn=print):
         """The lowered model's layers, then what the passes did."""
         self.model.summary(print_fn)
-        print_fn(f"{len(self.steps)} kernel calls at large batches, {self.dtype.name}, {self.device.name}; "
+        print_fn(f"{len(self.steps)} kernel calls at large batches, {self.dtype.name} ({self.precision}), "
+                 f"{self.device.name}; "
                  + ", ".join(f"{k} {v}" for k, v in sorted(self.stats.items())))
 
     def __repr__(self):
@@ -192,5 +195,5 @@ class InferenceModel:
 
     def save(self, path):
         """Write the weights-only artifact (the lowered graph in Model.config's format) atomically."""
-        return artifact.write(path, self.model, self.probabilities, self.stats)
+        return artifact.write(path, self.model, self.probabilities, self.stats, self.precision)
 

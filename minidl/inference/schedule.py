@@ -13,6 +13,8 @@ Everything else is the node's own layer in evaluation mode.
 """
 from collections import Counter
 
+import numpy as np
+
 CHAIN_MAX_BATCH = 256       # batch sizes up to this run a chain-shaped model (LeNet) as one kernel
 
 
@@ -135,6 +137,9 @@ def _chain_step(dk, model, steps, outputs):
                 lambda xs: dk.chain_fprop(xs[0], stages))
 
 
-def direct_family(device):
-    """The device's direct kernel family where it computes in the device's dtype (its DTYPES: float32), else None."""
-    return None if device.dtype_problem(("direct",)) else device.kernels.direct
+def direct_family(device, dtype=None):
+    """The device's direct kernel family where it computes in `dtype` (default: the device's; the
+    family's DTYPES: float32), else None."""
+    family = getattr(device.kernels, "direct", None)
+    dtype = np.dtype(dtype or device.dtype)
+    return family if family is not None and dtype.name in getattr(family, "DTYPES", (dtype.name,)) else None

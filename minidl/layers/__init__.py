@@ -1,6 +1,7 @@
 """Layers: one family per file. Each has build (shapes), forward and backward."""
 from .activation import LeakyReLU, ReLU, Sigmoid, Tanh
 from .base import Layer, Need, Parameter
+from .cast import Cast
 from .conv import Conv2D
 from .dense import Dense, Flatten
 from .dropout import Dropout
@@ -13,4 +14,4 @@ from .softmax import Softmax
 
 __all__ = ["Input", "Node", "Layer", "Need", "Parameter", "Conv2D", "BatchNorm2D", "LRN", "ReLU", "LeakyReLU", "Sigmoid",
            "Tanh", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "Add", "Pad2D", "Flatten", "Dense",
-           "Softmax", "Dropout"]
+           "Softmax", "Dropout", "Cast"]

@@ -21,7 +21,7 @@ class Parameter:
         self.fan = fan or _fans(self.shape)
         self.data = None
         self.grad = None
-        self.offset = None            # a trainable one's start in the flat arenas (set by Model)
+        self.offset = None                 # where `data` starts in its arena (set when allocated)
 
     @property
     def size(self):
@@ -83,6 +83,8 @@ class Layer:
     activations = ()           # activations this layer can apply to its output (its `activation` argument)
     inference_identity = False # the layer is the identity in evaluation (dropout): inference drops it
     needs_rng = False          # forward draws random numbers from device.rng in training (dropout)
+    keeps_fp32 = False         # computes in float32 under every precision policy (BN statistics, softmax)
+    out_dtype = None           # the dtype of its output where it differs from its input's (Cast)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

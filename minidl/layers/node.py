@@ -8,11 +8,12 @@ and runs them and knows no concrete layer type.
 class Node:
     """A tensor in the graph: the output of `layer` applied to `parents` (or a model input).
 
-    `shape` is filled in when a model builds the graph (the batch dimension first, None).
+    `shape` and `dtype` are filled in when a model builds the graph (the batch dimension first, None).
     """
 
     def __init__(self, layer, parents, shape=None, name=None):
         self.layer, self.parents, self.shape = layer, tuple(parents), shape
+        self.dtype = None
         self.name = name if layer is None else layer.name
 
     @classmethod

@@ -18,6 +18,7 @@ class BatchNorm2D(Layer):
 
     prefix, kind = "fbn", "batchnorm"       # the seed's "fused batch norm"
     overwrites_grads, activations = True, ("relu",)
+    keeps_fp32 = True                       # batch statistics in float32 under any precision policy
 
     @record_config
     def __init__(self, momentum=0.1, eps=1e-5, gamma_init="ones", activation=None, name=None):
@@ -98,6 +99,7 @@ class LRN(Layer):
     """
 
     prefix = "lrn"
+    keeps_fp32 = True                       # a sum of squares: overflows float16's range early
 
     @record_config
     def __init__(self, size=5, alpha=1e-4, beta=0.75, k=2.0, name=None):

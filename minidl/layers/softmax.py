@@ -10,6 +10,7 @@ class Softmax(Layer):
     """
 
     prefix = "softmax"
+    keeps_fp32 = True          # exp and its normalising sum in float32 under any precision policy
 
     @record_config
     def __init__(self, name=None):

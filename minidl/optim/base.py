@@ -70,11 +70,12 @@ class Optimizer:
     def step(self, gate=None):
         """Apply one update in place from model.grads; the first step is t = 1.
 
-        gate: a 0-d device bool; where False the update changes nothing (the trainer's NaN guard).
+        gate: a 0-d device bool; where False the update changes nothing, the step count t included
+        (the trainer's NaN guard, a step skipped by loss scaling).
         """
         if self.model is None:
             raise RuntimeError(f"{type(self).__name__}.step() before setup(model)")
-        self._t_dev += 1
+        self._t_dev += True if gate is None else gate
         self.update(self._lr_at()(self._lr_dev, self._t_dev), self._t_dev, True if gate is None else gate)
 
     def _lr_at(self):

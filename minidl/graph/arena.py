@@ -1,0 +1,97 @@
+"""The parameter arena: a model's parameters in one flat buffer, their gradients in a twin.
+
+`allocate` lays the trainable parameters out in `flat` / `grads` and the non-trainable state (BN
+running statistics) in `state_flat`, each tensor on a 256-byte boundary, and gives the layers
+views. Under a precision policy the layers computing in bfloat16/float16 work on `Copies` of
+their parameters: a second arena in the compute dtype with the master's layout, cast from the
+float32 master at every forward (one pass over memory, no matter how many layers), its
+gradients gathered back into the master's gradient arena after backward. The optimizer, the
+checkpoints and the gradient all-reduce see only the float32 arenas.
+"""
+import numpy as np
+
+ALIGN_BYTES = 256          # cuDNN's fast engines want aligned pointers
+
+
+def _layout(params, itemsize):
+    """(offsets, end): each tensor starts on an ALIGN_BYTES boundary; the gaps hold zeros."""
+    align, offsets, end = max(ALIGN_BYTES // itemsize, 1), [], 0
+    for p in params:
+        offsets.append(end)
+        end += -(-p.size // align) * align
+    return offsets, end
+
+
+def allocate(xp, dtype, params):
+    """(flat, grads, state_flat) in `dtype` for `params`; every Parameter gets its views and offset.
+
+    The gaps between tensors hold zeros with zero gradients, which every optimizer leaves at zero.
+    """
+    trainable = [p for p in params if p.trainable]
+    frozen = [p for p in params if not p.trainable]
+    (t_off, t_end), (f_off, f_end) = _layout(trainable, dtype.itemsize), _layout(frozen, dtype.itemsize)
+    flat = xp.zeros(t_end, dtype=dtype)
+    grads = xp.zeros_like(flat)
+    state_flat = xp.zeros(f_end, dtype=dtype)
+    for p, o in zip(trainable, t_off):
+        p.data, p.grad, p.offset = flat[o:o + p.size].reshape(p.shape), grads[o:o + p.size].reshape(p.shape), o
+    for p, o in zip(frozen, f_off):
+        p.data, p.grad, p.offset = state_flat[o:o + p.size].reshape(p.shape), None, o
+    return flat, grads, state_flat
+
+
+class Copies:
+    """Compute-dtype copies of some trainable master parameters, at the master arena's offsets.
+
+    pairs: [(the copy's Parameter, the master's Parameter)]; the copies get views into `flat` and
+    `grads` (each the master arena's size, in `dtype`).
+    """
+
+    def __init__(self, xp, master_flat, pairs, dtype):
+        self.xp, self.dtype = xp, dtype
+        self.flat = xp.zeros(master_flat.shape, dtype=dtype)
+        self.grads = xp.zeros(master_flat.shape, dtype=dtype)
+        mask = np.zeros(master_flat.shape, dtype=bool)         # where the copies' gradients go
+        for copy, master in pairs:
+            o, n = master.offset, master.size
+            copy.data, copy.grad, copy.offset = self.flat[o:o + n].reshape(copy.shape), \
+                self.grads[o:o + n].reshape(copy.shape), o
+            mask[o:o + n] = True
+        self.mask = xp.asarray(mask)
+
+    def refresh(self, master_flat):
+        """The copies from the master weights, rounded to nearest even (before every forward)."""
+        self.flat[...] = master_flat.astype(self.dtype)
+
+    def gather(self, master_grads):
+        """The copies' gradients into the master's gradient arena, as float32 (after every backward)."""
+        self.xp.copyto(master_grads, self.grads.astype(master_grads.dtype), where=self.mask)
+
+    def zero_grad(self):
+        self.grads.fill(0)
+
+
+def allocate_by_dtype(xp, main, params, dtypes):
+    """((flat, grads, state_flat) in `main`, {dtype: the same} for the parameters of layers computing
+    in other dtypes): the arenas of a model built afresh. params, dtypes: {key: Parameter}, {key: dtype}."""
+    groups = {}
+    for k, p in params.items():
+        groups.setdefault(dtypes[k], []).append(p)
+    return allocate(xp, main, groups.pop(main, [])), {dt: allocate(xp, dt, ps) for dt, ps in groups.items()}
+
+
+def share(params, dtypes, model):
+    """[Copies] for a lowering of `model` whose parameters are `params` ({key: Parameter}, computing in
+    `dtypes`): each must be the model's own Parameter, or a trainable copy of it in another dtype."""
+    pairs = {}
+    for k, p in params.items():
+        master = model.params.get(k)
+        if p is master and p.data is not None:
+            continue
+        if master is None or master.shape != p.shape or dtypes[k] == model.device.dtype:
+            raise ValueError(f"{model.name}: lowered layer parameter {k} is not one of the model's")
+        if not (p.trainable and master.trainable):
+            raise ValueError(f"{model.name}: {k} is state (running statistics) of a layer computing in "
+                             f"{dtypes[k].name}: such a layer must declare keeps_fp32")
+        pairs.setdefault(dtypes[k], []).append((p, master))
+    return [Copies(model.device.xp, model.flat, ps, dt) for dt, ps in pairs.items()]

@@ -1,0 +1,45 @@
+"""Cast: a value converted to another floating-point dtype (the edges of a precision policy)."""
+import numpy as np
+
+from .. import precision
+from .base import ALL, Layer, record_config
+
+
+class Cast(Layer):
+    """y = x rounded to `dtype` (to nearest even; beyond float16's range: inf);  gx = gy in x's dtype.
+
+    Any shape. The precision pass (minidl.graph.passes.cast) puts one wherever a value crosses
+    between layers computing in a policy's dtype and layers that keep float32. The layers after a
+    Cast compute in its dtype: a model infers dtypes along the graph as it infers shapes.
+    """
+
+    prefix = "cast"
+
+    @record_config
+    def __init__(self, dtype, name=None):
+        super().__init__(name)
+        self.dtype = precision.dtype_of(dtype)
+        if not precision.is_float(self.dtype):
+            raise self.error(f"casts to floating-point dtypes only, got {dtype!r}")
+
+    @property
+    def out_dtype(self):
+        return self.dtype
+
+    def config(self):
+        return {"dtype": self.dtype.name}
+
+    def build(self, in_shapes, device):
+        shape, = in_shapes
+        self.in_dtype = device.dtype           # the device a layer is built on computes in its input's dtype
+        return tuple(shape)
+
+    # Overflow to inf is the cast's defined result (fp16 loss scaling watches for it), not a warning.
+    def forward(self, xs, training):
+        x, = xs
+        with np.errstate(over="ignore"):
+            return x.astype(self.dtype)
+
+    def backward(self, gy, need=ALL):
+        with np.errstate(over="ignore"):
+            return (gy.astype(self.in_dtype),)

@@ -1,0 +1,196 @@
+"""The precision policy on the CPU: names, casts, the cast pass, the half-storage kernels, and every
+layer's forward and backward in bf16/fp16 against float32 within per-dtype tolerances."""
+import numpy as np
+import pytest
+
+import minidl as dl
+from minidl import layers as L
+from minidl import precision
+from minidl.backend import DeviceError, get_device
+from minidl.graph import Graph, passes
+
+BF16, FP16, FP32 = precision.BFLOAT16, precision.FLOAT16, precision.FLOAT32
+# Relative error (in norm) of a half-precision forward or backward against float32: a few roundings
+# of inputs, weights and results, each at most 2^-9 (bfloat16) or 2^-12 (float16) relative.
+REL_TOL = {"bfloat16": 1.2e-2, "float16": 1.5e-3}
+
+
+def rel(a, b):
+    return float(np.linalg.norm(np.asarray(a, np.float64) - b) / max(np.linalg.norm(np.asarray(b, np.float64)), 1e-30))
+
+
+def test_policies_by_name_and_alias():
+    assert precision.policy().name == precision.policy("float32").name == "fp32"
+    bf, fp = precision.policy("bfloat16"), precision.policy("fp16")
+    assert (bf.compute, bf.param, bf.loss_scale, bf.mixed) == (BF16, FP32, None, True)
+    assert fp.compute == FP16 and fp.loss_scale == precision.LossScale(2.0 ** 16, 2.0, 0.5, 2000)
+    assert precision.policy(bf) is bf
+    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+        precision.policy("fp8")
+    with pytest.raises(ValueError, match="no loss scaling"):
+        precision.policy("bf16", loss_scale=precision.LossScale())
+    with pytest.raises(ValueError, match="backoff"):
+        precision.LossScale(backoff=2.0)
+
+
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+def test_every_half_value_round_trips_through_float32(dtype):
+    bits = np.arange(2 ** 16, dtype=np.uint16).view(dtype)
+    bits = bits[~np.isnan(bits.astype(np.float32))]
+    back = bits.astype(np.float32).astype(dtype)
+    assert np.array_equal(back.view(np.uint16), bits.view(np.uint16))
+
+
+def test_casts_round_to_nearest_even_and_fp16_overflows_to_inf():
+    x = L.Input((4,))
+    model = dl.Model(x, L.Cast("bfloat16")(x))
+    # 1 + 2^-8 lies halfway between the bf16 neighbours 1 and 1 + 2^-7: the even one (1) wins, and
+    # 1 + 3*2^-8, halfway between 1 + 2^-7 and 1 + 2^-6, goes up to the even 1 + 2^-6; bf16 has fp32's range
+    v = np.array([[1 + 2 ** -8, 1 + 3 * 2 ** -8, 3.0e38, -2.5]], np.float32)
+    y = model.forward(v)
+    assert y.dtype == BF16 and y.astype(np.float32).tolist()[0][:2] == [1.0, 1 + 2 ** -6]
+    assert abs(float(y[0, 2]) / 3.0e38 - 1) < 2 ** -8 and float(y[0, 3]) == -2.5
+    gx = model.backward(np.ones((1, 4), BF16))
+    assert gx.dtype == FP32 and (gx == 1).all()
+    half = dl.Model(x, L.Cast("float16")(x))
+    with np.errstate(over="ignore"):                 # 7e4 overflows float16, as it must
+        y = half.forward(np.array([[7e4, -7e4, 6e-8, 65504]], np.float32))
+    assert y.astype(np.float32).tolist() == [[np.inf, -np.inf, 2 ** -24, 65504]]      # 6e-8: the subnormal 2^-24
+
+
+def test_the_cast_pass_puts_casts_at_the_edges_of_the_compute_region():
+    x = L.Input((3, 8, 8))
+    h = L.ReLU()(L.BatchNorm2D()(L.Conv2D(4, 3, padding=1)(x)))
+    y = L.Softmax()(L.Dense(5)(L.Flatten()(L.Conv2D(4, 3)(h))))
+    model = dl.Model(x, y)
+    g = passes.cast(Graph.of(model, share_params=True), BF16)
+    # BN and softmax keep float32; the ReLU after BN computes in bfloat16 again
+    assert [n.kind for n in g.nodes] == ["cast", "conv2d", "cast", "batchnorm", "cast", "relu", "conv2d",
+                                         "flatten", "dense", "cast", "softmax"]
+    assert g.stats == {"cast_to_bfloat16": 2, "cast_to_float32": 2}
+    lowered = dl.Model.of_graph(g, model.device, shares=model)
+    computes = [n.layer.device.dtype.name for n in lowered.nodes]          # the dtype each layer computes in
+    assert computes == ["float32", "bfloat16", "bfloat16", "float32", "float32", "bfloat16", "bfloat16",
+                        "bfloat16", "bfloat16", "bfloat16", "float32"]
+    assert [n.dtype.name for n in lowered.nodes][:3] == ["bfloat16", "bfloat16", "float32"]   # what each gives
+    assert lowered.forward(np.ones((2, 3, 8, 8), np.float32)).dtype == FP32
+    # a config round trip keeps the casts, so the dtypes come back with it
+    again = dl.Model.from_config(lowered.config())
+    assert [n.dtype for n in again.nodes] == [n.dtype for n in lowered.nodes]
+    assert passes.cast(Graph.of(model), FP32).stats == {}                  # fp32: nothing to do
+
+
+def test_the_half_storage_kernels_compute_in_float32_and_round_what_they_write():
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((5, 7)).astype(BF16), rng.standard_normal((3, 7)).astype(BF16)
+    k = get_device("cpu").compute_in("bfloat16").kernels.dense
+    y = k.dense_fprop(x, w)
+    assert y.dtype == BF16 and np.array_equal(y, (x.astype(FP32) @ w.astype(FP32).T).astype(BF16))
+    gw = np.ones((3, 7), BF16)
+    gy = rng.standard_normal((5, 3)).astype(BF16)
+    k.dense_wgrad(x, gy, gw)                         # adds into the bfloat16 gradient, rounded once
+    assert np.array_equal(gw, (1 + gy.astype(FP32).T @ x.astype(FP32)).astype(BF16))
+    act = get_device("cpu").compute_in("float16").kernels.activation
+    h = np.array([-1.0, 2.0, -3.0], FP16)
+    assert act.relu_fprop(h, out=h) is h and h.tolist() == [0.0, 2.0, 0.0]    # in place stays in place
+
+
+def test_the_half_storage_kernels_write_back_every_argument_they_update():
+    opt = get_device("cpu").compute_in("float16").kernels.optim
+    p, g, v = np.ones(4, FP16), np.full(4, 0.5, FP16), np.zeros(4, FP16)
+    opt.momentum_update(p, g, v, 0.1, 0.9, 0.0, False)              # a model stored wholly in float16 trains
+    assert p.tolist() == [np.float16(1 - 0.05)] * 4 and v.tolist() == [0.5] * 4
+
+
+def _one_layer(make, shape, n_inputs=1):
+    xs = [L.Input(shape) for _ in range(n_inputs)]
+    return dl.Model(xs[0] if n_inputs == 1 else xs, make()(*xs), seed=3)
+
+
+LAYERS = {
+    "conv": (lambda: L.Conv2D(6, 3, stride=2, padding=1), (3, 9, 9), 1),
+    "conv_relu": (lambda: L.Conv2D(4, 3, activation="relu"), (2, 7, 7), 1),
+    "dense": (lambda: L.Dense(20), (30,), 1),
+    "relu": (L.ReLU, (3, 6, 6), 1),
+    "leaky_relu": (lambda: L.LeakyReLU(0.1), (3, 6, 6), 1),
+    "sigmoid": (L.Sigmoid, (3, 6, 6), 1),
+    "tanh": (L.Tanh, (3, 6, 6), 1),
+    "maxpool": (lambda: L.MaxPool2D(2), (3, 8, 8), 1),
+    "avgpool": (lambda: L.AvgPool2D(3, stride=2, padding=1), (3, 8, 8), 1),
+    "global_avgpool": (L.GlobalAvgPool2D, (3, 5, 5), 1),
+    "pad": (lambda: L.Pad2D(1), (2, 4, 4), 1),
+    "add_relu": (lambda: L.Add(activation="relu"), (3, 4, 4), 2),
+    "dropout": (lambda: L.Dropout(0.25), (40,), 1),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_each_layer_in_half_precision_matches_float32(name, dtype):
+    make, shape, n = LAYERS[name]
+    model = _one_layer(make, shape, n)
+    ref = model.lower(lambda g: g)
+    half = model.lower(lambda g: passes.cast(g, dtype))
+    assert half.nodes[n].layer.device.dtype == np.dtype(dtype)          # the layer itself computes in dtype
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((8, *shape)).astype(np.float32) for _ in range(n)]
+    if name == "maxpool":     # quarters in [-16, 16), exact in both dtypes: rounding makes no new ties to route
+        xs = [rng.integers(-64, 64, (8, *shape)).astype(np.float32) / 4]
+    outs = []
+    for net in (ref, half):
+        model.device.rng.offset.fill(0)                                  # dropout: the same mask both times
+        y = net.forward(*xs, training=True)
+        gy = np.random.default_rng(2).standard_normal(y.shape).astype(np.float32)
+        net.zero_grad()
+        gx = net.backward(gy)
+        outs.append((y, gx if n > 1 else [gx], model.get_grads()))
+    (y0, gx0, g0), (y1, gx1, g1) = outs
+    tol = REL_TOL[dtype]
+    assert y1.dtype == FP32 and rel(y1, y0) <= tol
+    assert name == "maxpool" or not np.array_equal(y1, y0)           # rounded, but close
+    for a, b in zip(gx1, gx0):
+        assert a.dtype == FP32 and rel(a, b) <= tol
+    for k in g0:
+        assert rel(g1[k], g0[k]) <= tol, k
+
+
+def test_layers_that_keep_float32_compute_exactly_as_in_float32():
+    x = L.Input((3, 6, 6))
+    model = dl.Model(x, L.LRN(3)(L.BatchNorm2D()(x)), seed=0)
+    half = model.lower(lambda g: passes.cast(g, FP16))
+    assert [n.kind for n in half.nodes] == ["batchnorm", "lrn"]                 # no casts needed at all
+    v = np.random.default_rng(0).standard_normal((4, 3, 6, 6)).astype(np.float32)
+    assert np.array_equal(half.forward(v, training=False), model.forward(v, training=False))
+
+
+def test_compute_copies_follow_the_master_and_gradients_end_in_float32():
+    model = _one_layer(lambda: L.Dense(6), (5,))
+    net = model.lower(lambda g: passes.cast(g, BF16))
+    w = net.layers[1].w
+    assert w is not model.layers[0].w and w.data.dtype == BF16 and model.flat.dtype == FP32
+    x = np.ones((2, 5), np.float32)
+    net.forward(x)
+    assert np.array_equal(w.data, model.layers[0].w.data.astype(BF16))
+    model.layers[0].w.data[...] += 1e-3                                     # the optimizer changes the master
+    net.forward(x)
+    assert np.array_equal(w.data, model.layers[0].w.data.astype(BF16))     # the next forward sees it
+    net.zero_grad()
+    net.backward(np.ones((2, 6), np.float32))
+    assert (model.layers[0].w.grad == 2 * x[0]).all() and model.grads.dtype == FP32
+
+
+def test_a_model_with_half_precision_weights_of_its_own_is_not_trained_by_hand():
+    x = L.Input((5,))
+    model = dl.Model(x, L.Dense(3)(L.Cast("bfloat16")(x)))
+    assert model.layers[1].w.data.dtype == BF16 and model.side_arenas
+    with pytest.raises(ValueError, match="no optimizer updates"):
+        dl.Trainer(model, dl.optim.SGD(lr=0.1), device="cpu", progress=False)
+
+
+def test_the_gpu_refuses_half_compute_in_one_line():
+    cuda = get_device("cpu").with_dtype("float32")
+    cuda.name = "cuda"                     # the refusal itself, without a GPU
+    with pytest.raises(DeviceError, match="not available on the GPU yet") as e:
+        cuda.compute_in("bfloat16")
+    assert "\n" not in str(e.value) and "--precision fp32" in str(e.value)
+    assert cuda.compute_in("float32") is cuda
