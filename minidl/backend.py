@@ -82,7 +82,7 @@ class Device:
             if gpu is not None:              # a data-parallel rank: the GPU of its local rank
                 _use_gpu(cp, gpu)
             self.xp = cp
-            self.stream = _compute_stream(cp)
+            self.stream = importlib.import_module("minidl.kernels.gpu.stream").compute_stream()
             self.rng = CounterRNG(cp, seed)
             self.can_capture = True
         else:
@@ -245,26 +245,6 @@ class Device:
 
     def __repr__(self):
         return f"Device({self.name!r}, dtype={self.dtype.name})"
-
-
-_STREAMS = {}
-
-
-def _compute_stream(cp):
-    """One non-blocking stream per GPU, made current: CUDA graphs cannot be captured on the
-    legacy default stream, and cuDNN is bound to whatever stream is current.
-
-    The stream is entered as a context and never left: `.use()` alone would not put it on CuPy's
-    stream stack, and the first `with stream:` block would then exit to the legacy stream,
-    which does not wait for ours.
-    """
-    dev = cp.cuda.Device().id
-    if dev not in _STREAMS:
-        _STREAMS[dev] = cp.cuda.Stream(non_blocking=True)
-        _STREAMS[dev].__enter__()
-    elif cp.cuda.get_current_stream() != _STREAMS[dev]:
-        _STREAMS[dev].__enter__()
-    return _STREAMS[dev]
 
 
 def _use_gpu(cp, gpu):
