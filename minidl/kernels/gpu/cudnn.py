@@ -30,6 +30,9 @@ What the cuDNN Frontend 1.20 Python API does (read from the wheel's bindings and
 - float16/bfloat16 (a precision policy): a graph on half arrays is built with HALF/BFLOAT16 io and FLOAT
   intermediate and compute types (the fused bias and ReLU of conv_bias_relu_fprop run on float
   virtual tensors; only y is rounded). TF32 does not apply: those engines' tensor cores are the point.
+  Engines noted REDUCED_PRECISION_REDUCTION are deselected, so sums stay float. (On an H200, cuDNN 9.19,
+  with every engine allowed, the autotuned float16 dgrad of a one-channel 5x5 convolution was 1.7e-3 of
+  its largest value off the float32 result, the other graphs within half an ulp; cause not isolated.)
 - float64: a graph on double arrays is built with DOUBLE io, intermediate and compute types, and never
   on an engine that DOWN_CONVERT_INPUTS. PyTorch runs its double convolutions on cuDNN's graph API, but
   whether this cuDNN has the engines is asked at build (conv.dtype_problem), not assumed.
@@ -213,7 +216,9 @@ def _build(op, arrays, build, tf32, conv, deterministic, double, every_plan=Fals
         notes = [_fe.numerical_note.NONDETERMINISTIC] if deterministic else []
         if double:                 # a float64 graph computes in double: FP64 tensor cores yes, down-conversion no
             notes += [_fe.numerical_note.DOWN_CONVERT_INPUTS]
-        elif conv and not tf32 and io_dt == _fe.data_type.FLOAT:    # half graphs: tensor cores are the point
+        elif io_dt != _fe.data_type.FLOAT:  # half graphs: tensor cores yes, sums in half no
+            notes += [_fe.numerical_note.REDUCED_PRECISION_REDUCTION]
+        elif conv and not tf32:
             notes += [_fe.numerical_note.TENSOR_CORE, _fe.numerical_note.DOWN_CONVERT_INPUTS]
         if notes:
             g.deselect_numeric_notes(notes)
