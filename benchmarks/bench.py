@@ -1,12 +1,12 @@
 """python benchmarks/bench.py train|infer (or python -m benchmarks.bench): minidl and PyTorch side by side.
 
-In one process, on one GPU. train (bench_train.py): both frameworks train the same architecture on
-the same MNIST batches; prints ms/step, ratios, peak GPU memory and test accuracy. infer
-(bench_infer.py): minidl's compiled inference model against PyTorch eager and PyTorch in a CUDA
-graph on the same weights; prints batch-1 latency, ms per call for large batches, memory and the
-outputs' largest difference. --precision (fp32, bf16, fp16) runs minidl under that policy and PyTorch
-in its best configuration for it (autocast, channels-last). --json writes the figures. Without a usable GPU it says so in one
-line and exits with status 2. The PyTorch models are in torch_models.py.
+In one process, on one GPU. train (bench_train.py): both frameworks train the same architecture on the
+same MNIST batches; prints ms/step, ratios, peak GPU memory and test accuracy. infer (bench_infer.py):
+minidl's compiled inference model against PyTorch eager and PyTorch in a CUDA graph on the same weights;
+prints batch-1 latency, ms per call for large batches, memory and the outputs' largest difference.
+--precision (fp32, bf16, fp16) runs minidl under that policy and PyTorch in its best configuration for
+it (autocast, channels-last). --json writes the figures. Without a usable GPU it says so in one line and
+exits with status 2. The PyTorch models are in torch_models.py.
 """
 import argparse
 import json

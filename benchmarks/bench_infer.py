@@ -130,7 +130,8 @@ def bench_infer(names, out=print, runs=1000, seed=0, precision="fp32"):
                 end.synchronize()
                 return start.elapsed_time(end) / 1e3 / reps
 
-            with torch.no_grad(), torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None):
+            with torch.no_grad(), torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None,
+                                                 cache_enabled=False):      # captured below: no cast cache
                 def run_eager():
                     return tmodel(xt)
                 y_torch = run_eager().float().cpu().numpy()

@@ -84,7 +84,8 @@ def torch_train(case, train, test, graph, seed=0, precision="fp32"):
 
     def step_fn():
         opt.zero_grad(set_to_none=False)
-        with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None):
+        # no cast cache under capture (PyTorch's CUDA-graph notes): the graph must cast the weights of each step
+        with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None, cache_enabled=not graph):
             out = model(sx)
             loss = F.cross_entropy(out, sy)
         if scaler is not None:
@@ -155,7 +156,8 @@ def bench_train(names, out=print, precision="fp32"):
             r["torch_eager"] = torch_train(case, train, test, graph=False, precision=precision)
             r["torch_graph"] = torch_train(case, train, test, graph=True, precision=precision)
         results[name] = r
-        out(f"{name} [{precision}]: " + ", ".join(f"{k} {v['ms_per_step']:.3f} ms/step {v['test_accuracy']:.2f}%" for k, v in r.items()))
+        out(f"{name} [{precision}]: " + ", ".join(f"{k} {v['ms_per_step']:.3f} ms/step {v['test_accuracy']:.2f}%"
+                                                    for k, v in r.items()))
     print_table(results, out)
     return results
 
