@@ -1,11 +1,12 @@
 """python benchmarks/bench.py train|infer (or python -m benchmarks.bench): minidl and PyTorch side by side.
 
-In one process, on one GPU. train (bench_train.py): both frameworks train the same architecture on
-the same MNIST batches; prints ms/step, ratios, peak GPU memory and test accuracy. infer
-(bench_infer.py): minidl's compiled inference model against PyTorch eager and PyTorch in a CUDA
-graph on the same weights; prints batch-1 latency, ms per call for large batches, memory and the
-outputs' largest difference. --json writes the figures. Without a usable GPU it says so in one
-line and exits with status 2. The PyTorch models are in torch_models.py.
+In one process, on one GPU. train (bench_train.py): both frameworks train the same architecture on the
+same MNIST batches; prints ms/step, ratios, peak GPU memory and test accuracy. infer (bench_infer.py):
+minidl's compiled inference model against PyTorch eager and PyTorch in a CUDA graph on the same weights;
+prints batch-1 latency, ms per call for large batches, memory and the outputs' largest difference.
+--precision (fp32, bf16, fp16) runs minidl under that policy and PyTorch in its best configuration for
+it (autocast, channels-last). --json writes the figures. Without a usable GPU it says so in one line and
+exits with status 2. The PyTorch models are in torch_models.py.
 """
 import argparse
 import json
@@ -48,10 +49,12 @@ def parser():
     t = sub.add_parser("train", help="training speed against PyTorch eager and CUDA-graph")
     t.add_argument("--cases", default=",".join(TRAIN_CASES), help="comma-separated: " + ", ".join(TRAIN_CASES))
     t.add_argument("--json", help="write the figures to this file")
+    t.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help="precision policy (fp32)")
     i = sub.add_parser("infer", help="inference latency and throughput against PyTorch eager and CUDA-graph")
     i.add_argument("--cases", default=",".join(INFER_CASES), help="comma-separated: " + ", ".join(INFER_CASES))
     i.add_argument("--runs", type=int, default=1000, help="timed batch-1 calls per runner (1000)")
     i.add_argument("--json", help="write the figures to this file")
+    i.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help="precision policy (fp32)")
     return p
 
 
@@ -71,9 +74,10 @@ def main(argv=None):
         print(f"bench: the benchmarks need a GPU: {why}", file=sys.stderr)
         return 2
     if args.what == "train":
-        results = bench_train(names)
+        results = bench_train(names, precision=args.precision)
     else:
-        results = {"cases": bench_infer(names, runs=args.runs), "environment": _environment()}
+        results = {"cases": bench_infer(names, runs=args.runs, precision=args.precision), "environment": _environment(),
+                   "precision": args.precision}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -6,6 +6,10 @@ copied into the PyTorch model by layer. Batch 1: latency (median and p99 over `r
 already on the device, each call launched and waited for); larger batches: ms per call. GPU time
 comes from CUDA events around back-to-back calls; the outputs' largest difference is reported, and
 the device memory of each framework (minidl: CuPy's pools and the CUDA graphs' pools).
+
+`precision` (fp32, bf16, fp16): minidl compiles under that policy; PyTorch runs its best configuration
+for it: bf16 and fp16 under torch.autocast with the model and the input channels-last (its outputs in
+the half type, compared in float32).
 """
 import gc
 import importlib.util
@@ -68,16 +72,18 @@ def _measure(fn, sync, batch, runs, gpu=None):
     return r
 
 
-def bench_infer(names, out=print, runs=1000, seed=0):
-    """Time each case with minidl and (where installed) PyTorch eager and graphed; print and return the figures."""
+def bench_infer(names, out=print, runs=1000, seed=0, precision="fp32"):
+    """Time each case with minidl and (where installed) PyTorch eager and graphed under `precision`; print and
+    return the figures."""
     import minidl as dl
     from minidl import inference, models
     from tests.helpers import randomize_weights
-    torch = None
+    torch = half = None
     if importlib.util.find_spec("torch") is not None:
         import torch
         from benchmarks.torch_models import torch_from_minidl
         torch.backends.cudnn.benchmark = True          # PyTorch's fastest cuDNN algorithms (TF32 convs: its default)
+        half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     else:
         out("PyTorch is not installed: minidl figures only")
     gc.collect()
@@ -89,8 +95,10 @@ def bench_infer(names, out=print, runs=1000, seed=0):
         key = (case["model"], case["depth"])
         if key not in built:
             model = randomize_weights(models.get(case["model"], depth=case["depth"], seed=seed), seed)
-            built[key] = (model, inference.compile(model, device=dev),
+            built[key] = (model, inference.compile(model, device=dev, precision=precision),
                           torch_from_minidl(case, model) if torch else None)
+            if torch is not None and half is not None:
+                built[key][2].to(memory_format=torch.channels_last)
         model, m, tmodel = built[key]
         N = case["batch"]
         x = np.random.default_rng(seed + N).standard_normal((N, *model.inputs[0].shape[1:])).astype(np.float32)
@@ -109,7 +117,7 @@ def bench_infer(names, out=print, runs=1000, seed=0):
         r["minidl"].update(reserved_mb=mem.reserved / 2 ** 20, in_use_mb=mem.used / 2 ** 20)
         if torch is not None:
             torch.cuda.reset_peak_memory_stats()
-            xt = torch.from_numpy(x).cuda()
+            xt = torch.from_numpy(x).cuda().to(memory_format=torch.channels_last if half else torch.contiguous_format)
             tstream = torch.cuda.current_stream()
 
             def torch_seconds(fn, reps=100):                # CUDA events around back-to-back calls
@@ -122,7 +130,8 @@ def bench_infer(names, out=print, runs=1000, seed=0):
                 end.synchronize()
                 return start.elapsed_time(end) / 1e3 / reps
 
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None,
+                                                 cache_enabled=False):      # captured below: no cast cache
                 def run_eager():
                     return tmodel(xt)
                 y_torch = run_eager().float().cpu().numpy()
@@ -138,7 +147,7 @@ def bench_infer(names, out=print, runs=1000, seed=0):
                     y_static = tmodel(xt)
                 graph.replay()
                 tstream.synchronize()
-                y_graph = y_static.cpu().numpy()
+                y_graph = y_static.float().cpu().numpy()
                 r["torch_graph"] = _measure(graph.replay, tstream.synchronize, N, runs,
                                             gpu=lambda: torch_seconds(graph.replay))
                 del graph, y_static
@@ -151,7 +160,7 @@ def bench_infer(names, out=print, runs=1000, seed=0):
                 r[runner].update(max_abs_diff_vs_torch_eager=err, rel_diff=err / scale)
             r["minidl"]["argmax_agreement"] = float((y_minidl.argmax(1) == y_torch.argmax(1)).mean())
         results[name] = r
-        out(f"{name}: " + ", ".join(f"{k} {_fmt_time(v)}" for k, v in r.items()))
+        out(f"{name} [{precision}]: " + ", ".join(f"{k} {_fmt_time(v)}" for k, v in r.items()))
     print_infer_table(results, out)
     return results
 

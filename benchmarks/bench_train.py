@@ -3,6 +3,11 @@
 Both use the minidl loader's seeded order and the same optimizer; PyTorch runs eagerly and with its
 whole step captured in a CUDA graph. Peak memory: minidl's is what CuPy's pools reserve, CUDA-graph
 pools included (Device.memory_bytes); PyTorch's is torch.cuda.max_memory_reserved / _allocated.
+
+`precision` (fp32, bf16, fp16): minidl trains under that policy (float32 master weights); PyTorch
+runs its best configuration for it: fp32 as it is, bf16 and fp16 under torch.autocast with the model
+and the batches channels-last. fp16 scales the loss: eagerly with a GradScaler; captured with a static
+scale of 2^10 (the GradScaler decides on the host, which a CUDA graph cannot replay).
 """
 import gc
 import importlib.util
@@ -18,7 +23,7 @@ WARMUP = 10          # steps run before the clock starts (capture, cuDNN plans, 
 
 
 # -- minidl -----------------------------------------------------------------------------------
-def minidl_train(case, train, test, graph=True, seed=0):
+def minidl_train(case, train, test, graph=True, seed=0, precision="fp32"):
     import minidl as dl
     from minidl import models, optim
     gc.collect()                                  # the previous run's graphs and buffers go now
@@ -26,7 +31,7 @@ def minidl_train(case, train, test, graph=True, seed=0):
     dev.free_memory()                             # so the pools' reserve is this run's peak
     model = models.get(case["model"], depth=case["depth"], device=dev, seed=seed)
     opt = optim.get(case["optimizer"], lr=case["lr"], **({"momentum": 0.9} if case["optimizer"] == "momentum" else {}))
-    trainer = dl.Trainer(model, opt, seed=seed, graph=graph, progress=False, log=lambda s: None)
+    trainer = dl.Trainer(model, opt, seed=seed, graph=graph, progress=False, log=lambda s: None, precision=precision)
     loader = dl.data.Loader(*train, case["batch"], dev, seed=seed)
     steps = case.get("steps") or case["epochs"] * len(loader)
     trainer.fit(loader, steps=WARMUP, monitor=10 ** 9)
@@ -42,7 +47,7 @@ def minidl_train(case, train, test, graph=True, seed=0):
 
 
 # -- PyTorch ----------------------------------------------------------------------------------
-def torch_train(case, train, test, graph, seed=0):
+def torch_train(case, train, test, graph, seed=0, precision="fp32"):
     import torch
     import torch.nn.functional as F
     import minidl as dl
@@ -51,7 +56,11 @@ def torch_train(case, train, test, graph, seed=0):
     gc.collect()
     torch.cuda.empty_cache()
     dev = torch.device("cuda")
-    model = torch_model(case).to(dev).to(memory_format=torch.contiguous_format)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    layout = torch.channels_last if half else torch.contiguous_format
+    model = torch_model(case).to(dev).to(memory_format=layout)
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" and not graph else None
+    static_scale = 2.0 ** 10 if precision == "fp16" and graph else None
     if case["optimizer"] == "momentum":
         opt = torch.optim.SGD(model.parameters(), lr=case["lr"], momentum=0.9)
     else:
@@ -69,15 +78,27 @@ def torch_train(case, train, test, graph, seed=0):
             perms[e] = torch.tensor(order.order(e), device=dev)
         return perms[e][k * B:(k + 1) * B]
 
-    sx, sy = torch.empty((B, 1, 28, 28), device=dev), torch.empty(B, dtype=torch.long, device=dev)
+    sx = torch.empty((B, 1, 28, 28), device=dev).to(memory_format=layout)
+    sy = torch.empty(B, dtype=torch.long, device=dev)
     loss_sum, hits = torch.zeros((), device=dev), torch.zeros((), device=dev, dtype=torch.long)
 
     def step_fn():
         opt.zero_grad(set_to_none=False)
-        out = model(sx)
-        loss = F.cross_entropy(out, sy)
-        loss.backward()
-        opt.step()
+        # no cast cache under capture (PyTorch's CUDA-graph notes): the graph must cast the weights of each step
+        with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None, cache_enabled=not graph):
+            out = model(sx)
+            loss = F.cross_entropy(out, sy)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        elif static_scale is not None:
+            (loss * static_scale).backward()
+            torch._foreach_div_([p.grad for p in model.parameters()], static_scale)
+            opt.step()
+        else:
+            loss.backward()
+            opt.step()
         loss_sum.add_(loss.detach())
         hits.add_((out.argmax(1) == sy).sum())
 
@@ -118,8 +139,9 @@ def torch_train(case, train, test, graph, seed=0):
 
 
 # -- driver -----------------------------------------------------------------------------------
-def bench_train(names, out=print):
-    """Train each case with minidl (graphed, eager) and PyTorch (eager, graphed); print and return the figures."""
+def bench_train(names, out=print, precision="fp32"):
+    """Train each case with minidl (graphed, eager) and PyTorch (eager, graphed) under `precision`; print and
+    return the figures."""
     import minidl as dl
     train, test = dl.data.mnist("train"), dl.data.mnist("test")
     have_torch = importlib.util.find_spec("torch") is not None
@@ -128,13 +150,14 @@ def bench_train(names, out=print):
     results = {}
     for name in names:
         case = TRAIN_CASES[name]
-        r = {"minidl": minidl_train(case, train, test, graph=True),
-             "minidl_eager": minidl_train(case, train, test, graph=False)}
+        r = {"minidl": minidl_train(case, train, test, graph=True, precision=precision),
+             "minidl_eager": minidl_train(case, train, test, graph=False, precision=precision)}
         if have_torch:
-            r["torch_eager"] = torch_train(case, train, test, graph=False)
-            r["torch_graph"] = torch_train(case, train, test, graph=True)
+            r["torch_eager"] = torch_train(case, train, test, graph=False, precision=precision)
+            r["torch_graph"] = torch_train(case, train, test, graph=True, precision=precision)
         results[name] = r
-        out(f"{name}: " + ", ".join(f"{k} {v['ms_per_step']:.3f} ms/step {v['test_accuracy']:.2f}%" for k, v in r.items()))
+        out(f"{name} [{precision}]: " + ", ".join(f"{k} {v['ms_per_step']:.3f} ms/step {v['test_accuracy']:.2f}%"
+                                                    for k, v in r.items()))
     print_table(results, out)
     return results
 

@@ -123,23 +123,16 @@ class Device:
                 why = family.dtype_problem(self.dtype)
             if why:
                 other = ", or --device cpu" if self.name == "cuda" else ""
-                return f"{self.dtype.name} is not supported on the {where} ({why}); use float32{other}"
+                instead = "--precision fp32" if self.dtype in precision.HALF else "float32"
+                return f"{self.dtype.name} is not supported on the {where} ({why}); use {instead}{other}"
         return None
 
     def compute_in(self, dtype):
-        """This device for the layers a precision policy runs in `dtype` (bfloat16, float16).
-
-        On the CPU the kernels compute in float32 from half-precision storage (kernels/cpu/storage.py).
-        The GPU's half-precision kernels (cuDNN bf16/fp16 graphs, cuBLAS GemmEx, CuPy kernels in half
-        types) are still to come: there this raises a one-line DeviceError.
-        """
+        """This device for the layers a precision policy runs in `dtype` (bfloat16, float16): on the CPU
+        float32 kernels over half storage (kernels/cpu/storage.py), on the GPU the families' own half
+        kernels; a layer whose families cannot is refused at build (dtype_problem), by name."""
         dtype = precision.dtype_of(dtype)
-        if dtype == self.dtype:
-            return self
-        if self.name == "cuda" and dtype in precision.HALF:
-            raise DeviceError(f"{dtype.name} compute is not available on the GPU yet (its half-precision kernels are "
-                              "still to come): use --precision fp32 on the GPU, or --device cpu")
-        return self.with_dtype(dtype)
+        return self if dtype == self.dtype else self.with_dtype(dtype)
 
     def set_tf32(self, on):
         """Allow TF32 tensor-core math in FP32 cuDNN convolutions (the default) or forbid it."""

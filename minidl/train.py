@@ -192,7 +192,6 @@ def run(args, out=print):
                            gpu=world.local_rank if world.size > 1 else None)
     device.set_tf32(args.tf32)
     device.set_deterministic(not args.nondeterministic)
-    device.compute_in(dl.precision.policy(args.precision).compute)     # refused here, before any data is read
 
     out(f"== {args.dataset.upper()} training with minidl ==")
     out("[TRAIN]")

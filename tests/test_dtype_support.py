@@ -21,8 +21,9 @@ from minidl.train import run_cli
 
 KERNELS = pathlib.Path(__file__).resolve().parents[1] / "minidl" / "kernels"
 BOTH = ("float32", "float64")
-GPU_TABLE = {"conv": BOTH, "dense": BOTH, "activation": BOTH, "merge": BOTH, "pad": BOTH, "pool": BOTH,
-             "norm": BOTH, "lrn": BOTH, "dropout": BOTH, "softmax": BOTH, "optim": BOTH, "direct": ("float32",)}
+HALF = BOTH + ("float16", "bfloat16")      # the families a precision policy's compute region calls
+GPU_TABLE = {"conv": HALF, "dense": HALF, "activation": HALF, "merge": HALF, "pad": HALF, "pool": HALF,
+             "norm": BOTH, "lrn": BOTH, "dropout": HALF, "softmax": BOTH, "optim": BOTH, "direct": ("float32",)}
 
 
 def declared(backend, family):
@@ -134,3 +135,15 @@ def test_the_inference_schedule_plans_direct_kernels_only_where_the_family_compu
     z = m64.predict(x)                                          # logits: the final Softmax dropped
     p = np.exp(z - z.max(axis=1, keepdims=True))
     np.testing.assert_allclose(p / p.sum(axis=1, keepdims=True), model(x), rtol=0, atol=1e-12)
+
+
+def test_a_precision_policy_on_the_gpu_refuses_a_layer_whose_family_has_no_half_kernels():
+    """compute_in gives the half device on the GPU too; a compute-region layer (here the max-pool, its family
+    declared without bfloat16) is refused at the lowering's build, by name, pointing at --precision fp32."""
+    dev = restricted("float32", pool=BOTH)
+    assert dev.compute_in("bfloat16").dtype == np.dtype("bfloat16") and dev.compute_in("float32") is dev
+    model = net(dev)
+    with pytest.raises(DtypeError) as e:
+        dl.Trainer(model, optim.SGD(0.1), progress=False, precision="bf16")
+    assert str(e.value) == ("layer pool (MaxPool2D): bfloat16 is not supported on the GPU (the pool kernels compute "
+                            "in float32 and float64 only); use --precision fp32, or --device cpu")

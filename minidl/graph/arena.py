@@ -59,13 +59,14 @@ class Copies:
             mask[o:o + n] = True
         self.mask = xp.asarray(mask)
 
+    # One cast-copy each, no temporary: a single pass over the arenas (on the GPU one kernel).
     def refresh(self, master_flat):
         """The copies from the master weights, rounded to nearest even (before every forward)."""
-        self.flat[...] = master_flat.astype(self.dtype)
+        self.xp.copyto(self.flat, master_flat, casting="unsafe")
 
     def gather(self, master_grads):
         """The copies' gradients into the master's gradient arena, as float32 (after every backward)."""
-        self.xp.copyto(master_grads, self.grads.astype(master_grads.dtype), where=self.mask)
+        self.xp.copyto(master_grads, self.grads, casting="unsafe", where=self.mask)
 
     def zero_grad(self):
         self.grads.fill(0)

@@ -12,8 +12,12 @@ TOL = {
     "ulp": (1e-5, 1e-6),         # exp, tanh, pow: CUDA's and NumPy's libm differ by a few ulps
     "optim": (1e-5, 1e-6),
     "float64": (1e-11, 1e-12),   # float64 on both sides: sums in another order, libm's last ulp
+    # A half-precision GPU kernel against the float32 CPU kernel on the same (rounded) inputs: float
+    # sums, then the output rounded to 8 (bfloat16) or 11 (float16) significant bits, twice where a
+    # kernel writes an intermediate (the GEMM before its bias, wgrad's scratch before the add): two ulps.
+    "bfloat16": (2.0 ** -7, 2.0 ** -8),
+    "float16": (2.0 ** -10, 2.0 ** -11),
 }
-
 
 
 def close(got, want, op):
@@ -21,5 +25,7 @@ def close(got, want, op):
     rtol, atol = TOL[op]
     want = np.asarray(want)
     got = got.get() if hasattr(got, "get") else np.asarray(got)        # a CuPy array comes to the host
+    if got.dtype.itemsize == 2 and got.dtype.kind in "fV":           # float16, bfloat16: compared as float32
+        got = got.astype(np.float32)
     scale = max(1.0, float(np.abs(want).max(initial=0.0)))
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol * scale, err_msg=op)

@@ -4,11 +4,14 @@ CuPy's cuBLAS bindings refuse to run while a stream is being captured into a CUD
 ("calling cuBLAS API during stream capture is currently unsupported"). cuBLAS itself supports
 capture when its handle has a user workspace, so we keep one handle per device, bind it to
 CuPy's current stream, and give it a fixed workspace after every cublasSetStream (which resets
-the workspace). Math mode is cuBLAS's default: full FP32, no TF32.
+the workspace). Math mode is cuBLAS's default: full FP32, no TF32. float16 and bfloat16 arrays go
+through cublasGemmEx with CUBLAS_COMPUTE_32F (tensor cores, float accumulation, alpha and beta
+float), as torch.autocast's matmuls do.
 """
 import ctypes
 
 import cupy as cp
+import ml_dtypes
 import numpy as np
 
 from ._util import buffer
@@ -17,6 +20,9 @@ _WORKSPACE = 32 << 20           # bytes: what cuBLAS recommends for Hopper
 _state = {"lib": None}
 _handles = {}                   # device id -> [handle, stream pointer it is bound to]
 _P, _I = ctypes.c_void_p, ctypes.c_int
+# cudaDataType_t of the half types (library_types.h), and cublasComputeType_t CUBLAS_COMPUTE_32F
+_CUDA_R = {np.dtype(np.float16): 2, np.dtype(ml_dtypes.bfloat16): 14}
+_COMPUTE_32F, _GEMM_DEFAULT = 68, -1
 
 
 def _lib():
@@ -40,6 +46,8 @@ def _lib():
         for fn, t in ((lib.cublasSgemm_v2, ctypes.c_float), (lib.cublasDgemm_v2, ctypes.c_double)):
             ptr = ctypes.POINTER(t)
             fn.argtypes = [_P, _I, _I, _I, _I, _I, ptr, _P, _I, _P, _I, ptr, _P, _I]
+        f32 = ctypes.POINTER(ctypes.c_float)             # GemmEx's alpha and beta: the compute type's
+        lib.cublasGemmEx.argtypes = [_P, _I, _I, _I, _I, _I, f32, _P, _I, _I, _P, _I, _I, f32, _P, _I, _I, _I, _I]
         _state["lib"] = lib
     return lib
 
@@ -66,10 +74,10 @@ def _handle(lib):
 
 
 def gemm(a, b, c, trans_a=False, trans_b=False, beta=0.0):
-    """c = op(a) @ op(b) + beta c on C-contiguous 2-D float32 (sgemm) or float64 (dgemm) arrays; op transposes
-    when asked."""
-    if c.dtype not in (np.float32, np.float64):
-        raise ValueError(f"gemm: float32 or float64 arrays, got {c.dtype}")
+    """c = op(a) @ op(b) + beta c on C-contiguous 2-D float32 (sgemm), float64 (dgemm) or float16/bfloat16
+    arrays (GemmEx, float accumulation); op transposes when asked."""
+    if c.dtype not in (np.float32, np.float64) and c.dtype not in _CUDA_R:
+        raise ValueError(f"gemm: float32, float64, float16 or bfloat16 arrays, got {c.dtype}")
     for name, x in (("a", a), ("b", b), ("c", c)):
         if x.ndim != 2 or not x.flags.c_contiguous or x.dtype != c.dtype:
             raise ValueError(f"gemm: {name} must be a C-contiguous 2-D {c.dtype} array, got {x.shape} {x.dtype}")
@@ -78,8 +86,14 @@ def gemm(a, b, c, trans_a=False, trans_b=False, beta=0.0):
     if K != Kb or c.shape != (M, N):
         raise ValueError(f"gemm: shapes {a.shape}{'ᵀ' * trans_a} @ {b.shape}{'ᵀ' * trans_b} -> {c.shape} do not match")
     lib = _lib()
-    fn, t = (lib.cublasSgemm_v2, ctypes.c_float) if c.dtype == np.float32 else (lib.cublasDgemm_v2, ctypes.c_double)
     # Row-major c = op(a) op(b) is column-major cᵀ = op(b)ᵀ op(a)ᵀ: swap the operands, keep the ops.
+    if c.dtype in _CUDA_R:
+        one, f_beta, r = ctypes.c_float(1.0), ctypes.c_float(beta), _CUDA_R[c.dtype]
+        _check(lib.cublasGemmEx(_handle(lib), int(trans_b), int(trans_a), N, M, K, ctypes.byref(one), b.data.ptr, r,
+                                b.shape[1], a.data.ptr, r, a.shape[1], ctypes.byref(f_beta), c.data.ptr, r, N,
+                                _COMPUTE_32F, _GEMM_DEFAULT), "GemmEx")
+        return c
+    fn, t = (lib.cublasSgemm_v2, ctypes.c_float) if c.dtype == np.float32 else (lib.cublasDgemm_v2, ctypes.c_double)
     _check(fn(_handle(lib), int(trans_b), int(trans_a), N, M, K, ctypes.byref(t(1.0)), b.data.ptr, b.shape[1],
               a.data.ptr, a.shape[1], ctypes.byref(t(beta)), c.data.ptr, N), "gemm")
     return c

@@ -1,8 +1,11 @@
 """Helpers shared by the GPU kernel families: output buffers, pairs, templated CUDA modules."""
 import cupy as cp
+import ml_dtypes
 import numpy as np
 
 CTYPES = {np.dtype("float32"): "float", np.dtype("float64"): "double"}
+# The 2-byte types of a precision policy, for RawKernels that read them as float (HALF_CODE's Acc).
+HALF_CTYPES = {np.dtype("float16"): "__half", np.dtype(ml_dtypes.bfloat16): "__nv_bfloat16"}
 ITYPES = {np.dtype("int32"): "int", np.dtype("int64"): "long long", np.dtype("uint8"): "unsigned char"}
 
 # Warp and block sums used by the RawKernels; a block has at most 32 warps.
@@ -27,6 +30,25 @@ template<typename T> __device__ T block_sum(T v) {
 }
 """
 
+
+# RawKernels over half types: Acc<T>::type is what a value of T is summed in (float for the 2-byte
+# types: their 8- or 11-bit mantissas would lose a sum's low bits), and conversions are explicit,
+# because float op __half is ambiguous in CUDA's headers.
+HALF_CODE = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+template<typename T> struct Acc { typedef T type; };
+template<> struct Acc<__half> { typedef float type; };
+template<> struct Acc<__nv_bfloat16> { typedef float type; };
+"""
+# The same for ElementwiseKernels, whose T is CuPy's float16 / bfloat16 class (read as float):
+# `ACC a = 0; a += (ACC)x;` sums in float, `(T)a` rounds back.
+ACC = r"""
+template<typename T> struct minidl_acc { typedef T type; };
+template<> struct minidl_acc<float16> { typedef float type; };
+template<> struct minidl_acc<bfloat16> { typedef float type; };
+#define ACC minidl_acc<T>::type
+"""
 
 # The ReLU kernels, defined once for every family (activation, merge, norm, direct).
 RELU = cp.ElementwiseKernel("T x", "T y", "y = x > (T)0 ? x : (T)0", "minidl_relu")

@@ -1,17 +1,26 @@
-"""Activations on the GPU: one CuPy ElementwiseKernel per function and per gradient."""
+"""Activations on the GPU: one CuPy ElementwiseKernel per function and per gradient.
+
+In float16/bfloat16 (CuPy's classes, read as float) each kernel computes in float (ACC) and rounds
+once, to T, when it writes.
+"""
 import cupy as cp
 
-from ._util import RELU, RELU_BPROP
+from ._util import ACC, RELU, RELU_BPROP
 
-DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
+DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
 
-_leaky = cp.ElementwiseKernel("T x, T alpha", "T y", "y = x > (T)0 ? x : alpha * x", "minidl_leaky")
-_leaky_b = cp.ElementwiseKernel("T x, T gy, T alpha", "T gx", "gx = x > (T)0 ? gy : alpha * gy",
-                                "minidl_leaky_bprop")
-_sigmoid = cp.ElementwiseKernel("T x", "T y", "y = (T)1 / ((T)1 + exp(-x))", "minidl_sigmoid")
-_sigmoid_b = cp.ElementwiseKernel("T y, T gy", "T gx", "gx = gy * y * ((T)1 - y)", "minidl_sigmoid_bprop")
-_tanh = cp.ElementwiseKernel("T x", "T y", "y = tanh(x)", "minidl_tanh")
-_tanh_b = cp.ElementwiseKernel("T y, T gy", "T gx", "gx = gy * ((T)1 - y * y)", "minidl_tanh_bprop")
+
+def _kernel(params, out, body, name):
+    return cp.ElementwiseKernel(params, out, body, name, preamble=ACC)
+
+
+_leaky = _kernel("T x, float64 alpha", "T y", "y = x > (T)0 ? x : (T)((ACC)alpha * (ACC)x)", "minidl_leaky")
+_leaky_b = _kernel("T x, T gy, float64 alpha", "T gx", "gx = x > (T)0 ? gy : (T)((ACC)alpha * (ACC)gy)",
+                   "minidl_leaky_bprop")
+_sigmoid = _kernel("T x", "T y", "y = (T)((ACC)1 / ((ACC)1 + exp(-(ACC)x)))", "minidl_sigmoid")
+_sigmoid_b = _kernel("T y, T gy", "T gx", "ACC s = y; gx = (T)((ACC)gy * s * ((ACC)1 - s))", "minidl_sigmoid_bprop")
+_tanh = _kernel("T x", "T y", "y = (T)tanh((ACC)x)", "minidl_tanh")
+_tanh_b = _kernel("T y, T gy", "T gx", "ACC t = y; gx = (T)((ACC)gy * ((ACC)1 - t * t))", "minidl_tanh_bprop")
 
 
 def _call(kern, *args, out=None):

@@ -1,8 +1,9 @@
 """2-D convolution on the GPU: cuDNN Frontend graphs for fprop (+ fused bias), dgrad and wgrad.
 
-float32, and float64 where this cuDNN builds double convolutions (`dtype_problem` asks it once per
-GPU, so a model is refused at build rather than in its first step). In float64 cuDNN runs the
-convolution alone, in double, and one CuPy kernel adds the bias and applies the ReLU.
+float32; float16 and bfloat16 (a precision policy: half io, float accumulation, bias and ReLU fused
+on float intermediates); and float64 where this cuDNN builds double convolutions (`dtype_problem`
+asks it once per GPU, so a model is refused at build rather than in its first step). In float64
+cuDNN runs the convolution alone, in double, and one CuPy kernel adds the bias and applies the ReLU.
 """
 import cupy as cp
 import numpy as np
@@ -11,7 +12,8 @@ from ..cpu.conv import ConvPlan, conv2d_plan  # noqa: F401  plans are shape arit
 from . import cudnn as _cd
 from ._util import RELU, buffer, out_array
 
-DTYPES = ("float32", "float64")     # float64: cuDNN's double engines, if it has them (dtype_problem)
+# float64: cuDNN's double engines, if it has them (dtype_problem); float16/bfloat16: half io, FLOAT compute
+DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 # y (N, K, S) += b[k], then max(y, 0) if relu: the float64 epilogue (fused into the cuDNN graph in float32).
 _bias_act = cp.ElementwiseKernel("raw T b, int32 K, int32 S, int32 relu", "T y",

@@ -27,6 +27,12 @@ What the cuDNN Frontend 1.20 Python API does (read from the wheel's bindings and
   tests that compare with the CPU tightly turn it off. Measured on an H100 (cuDNN 9.19), a 64->64
   3x3 conv against a float64 reference: max relative error 3.3e-4 with TF32, 9.4e-7 without. Setting NVIDIA_TF32_OVERRIDE=0 in the
   environment disables TF32 process-wide (cuDNN and cuBLAS) whatever `set_tf32` says.
+- float16/bfloat16 (a precision policy): a graph on half arrays is built with HALF/BFLOAT16 io and FLOAT
+  intermediate and compute types (the fused bias and ReLU of conv_bias_relu_fprop run on float
+  virtual tensors; only y is rounded). TF32 does not apply: those engines' tensor cores are the point.
+  Engines noted REDUCED_PRECISION_REDUCTION are deselected, so sums stay float. (On an H200, cuDNN 9.19,
+  with every engine allowed, the autotuned float16 dgrad of a one-channel 5x5 convolution was 1.7e-3 of
+  its largest value off the float32 result, the other graphs within half an ulp; cause not isolated.)
 - float64: a graph on double arrays is built with DOUBLE io, intermediate and compute types, and never
   on an engine that DOWN_CONVERT_INPUTS. PyTorch runs its double convolutions on cuDNN's graph API, but
   whether this cuDNN has the engines is asked at build (conv.dtype_problem), not assumed.
@@ -41,6 +47,7 @@ import collections
 
 import cudnn as _fe
 import cupy as cp
+import ml_dtypes
 import numpy as np
 
 from . import engines
@@ -51,7 +58,7 @@ _handles = {}                   # device id -> [handle, stream pointer it is bou
 _graphs = {}                    # full key -> _Graph
 _workspaces = {}               # device id -> workspace buffers, the last one the largest
 _DT = {np.dtype("float32"): _fe.data_type.FLOAT, np.dtype("float64"): _fe.data_type.DOUBLE,
-       np.dtype("float16"): _fe.data_type.HALF}
+       np.dtype("float16"): _fe.data_type.HALF, np.dtype(ml_dtypes.bfloat16): _fe.data_type.BFLOAT16}
 _HEUR = [_fe.heur_mode.A, _fe.heur_mode.FALLBACK]
 
 
@@ -186,9 +193,19 @@ def _pin_workspace(dev):
     _workspaces[dev][-1][1] = True
 
 
+def _io_type(arrays):
+    """The graph's io type: DOUBLE if any array is float64, else HALF/BFLOAT16 if any is 2-byte, else FLOAT."""
+    dtypes = {a.dtype for a in arrays.values()}
+    if np.dtype(np.float64) in dtypes:
+        return _fe.data_type.DOUBLE
+    half = [d for d in dtypes if d.itemsize == 2 and d in _DT]
+    return _DT[half[0]] if half else _fe.data_type.FLOAT
+
+
 def _build(op, arrays, build, tf32, conv, deterministic, double, every_plan=False):
-    dt = _fe.data_type.DOUBLE if double else _fe.data_type.FLOAT
-    g = _fe.pygraph(handle=handle(), io_data_type=dt, intermediate_data_type=dt, compute_data_type=dt)
+    io_dt = _io_type(arrays)
+    dt = _fe.data_type.DOUBLE if double else _fe.data_type.FLOAT       # intermediates and compute
+    g = _fe.pygraph(handle=handle(), io_data_type=io_dt, intermediate_data_type=dt, compute_data_type=dt)
     io = _IO(g, arrays)
     build(g, io)
     try:
@@ -199,6 +216,8 @@ def _build(op, arrays, build, tf32, conv, deterministic, double, every_plan=Fals
         notes = [_fe.numerical_note.NONDETERMINISTIC] if deterministic else []
         if double:                 # a float64 graph computes in double: FP64 tensor cores yes, down-conversion no
             notes += [_fe.numerical_note.DOWN_CONVERT_INPUTS]
+        elif io_dt != _fe.data_type.FLOAT:  # half graphs: tensor cores yes, sums in half no
+            notes += [_fe.numerical_note.REDUCED_PRECISION_REDUCTION]
         elif conv and not tf32:
             notes += [_fe.numerical_note.TENSOR_CORE, _fe.numerical_note.DOWN_CONVERT_INPUTS]
         if notes:
@@ -225,7 +244,8 @@ def run(op, arrays, build, scalars=None, extra=(), conv=False):
             raise ValueError(f"{op}: {k} must be C-contiguous, got strides {a.strides}")
         ptrs[k] = a.data.ptr
     double = any(a.dtype == np.float64 for a in arrays.values())
-    tf32 = conv and _state["tf32"] and not double
+    half = any(a.dtype.itemsize == 2 for a in arrays.values())
+    tf32 = conv and _state["tf32"] and not double and not half      # TF32 is a float32 convolution's choice
     dev = cp.cuda.runtime.getDevice()
     det = _state["deterministic"]
     key = (op, dev, tf32, det, extra) + tuple((k, a.shape, a.dtype.char, _align(ptrs[k])) for k, a in arrays.items())

@@ -1,5 +1,8 @@
 """Fully connected layers on the GPU: cuBLAS GEMMs (FP32 math) and a per-channel bias reduction.
 
+float16/bfloat16 arrays (a precision policy's compute dtype) go through cublasGemmEx with FP32
+accumulation and the bias sums add in float: only the results are rounded to the half type.
+
 The weight gradient accumulates straight into gw (GEMM with beta = 1, or beta = 0 to overwrite): no
 temporary, fixed addresses.
 """
@@ -7,38 +10,44 @@ import cupy as cp
 import numpy as np
 
 from ._cublas import gemm
-from ._util import CTYPES, REDUCE, Module, buffer, out_array
+from ._util import CTYPES, HALF_CODE, HALF_CTYPES, REDUCE, Module, buffer, out_array
 
-DTYPES = ("float32", "float64")     # cuBLAS sgemm and dgemm; the bias sum templated
+# cuBLAS sgemm and dgemm; GemmEx on float16/bfloat16 with float32 accumulation; the bias sum templated
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+_TYPES = {**CTYPES, **HALF_CTYPES}
 
-_SUM = Module(REDUCE + r"""
+_SUM = Module(HALF_CODE + REDUCE + r"""
 template<typename T>
-__global__ void channel_sum_part(const T* gy, T* out, long long N, long long C, long long S, long long P,
-                                 int accumulate) {
-    // Block (c, p) sums part p of P of channel c's N*S values of gy (N, C, S). With P == 1 it
-    // adds the sum to out[c] (or writes it, if not accumulate); else it writes out[c * P + p].
+__global__ void channel_sum_part(const T* gy, typename Acc<T>::type* part, T* gb, long long N, long long C,
+                                 long long S, long long P, int accumulate) {
+    // Block (c, p) sums part p of P of channel c's N*S values of gy (N, C, S), in Acc<T> (float for the
+    // half types). With P == 1 it adds the sum to gb[c] (or writes it, if not accumulate); else it
+    // writes part[c * P + p].
+    typedef typename Acc<T>::type A;
     long long c = blockIdx.x, p = blockIdx.y, total = N * S, chunk = (total + P - 1) / P;
     long long end = min(total, (p + 1) * chunk);
-    T acc = 0;
+    A acc = 0;
     for (long long j = p * chunk + threadIdx.x; j < end; j += blockDim.x)
-        acc += gy[((j / S) * C + c) * S + j % S];
+        acc += (A)gy[((j / S) * C + c) * S + j % S];
     acc = block_sum(acc);
     if (threadIdx.x == 0) {
-        if (P > 1) out[c * P + p] = acc;
-        else out[c] = accumulate ? out[c] + acc : acc;
+        if (P > 1) part[c * P + p] = acc;
+        else gb[c] = (T)(accumulate ? (A)gb[c] + acc : acc);
     }
 }
 
 template<typename T>
-__global__ void channel_sum_finish(const T* part, T* gb, long long C, long long P, int accumulate) {
+__global__ void channel_sum_finish(const typename Acc<T>::type* part, T* gb, long long C, long long P,
+                                   int accumulate) {
     // gb[c] (+)= the P partial sums of channel c, added in a fixed order: deterministic
+    typedef typename Acc<T>::type A;
     long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (c >= C) return;
-    T acc = 0;
+    A acc = 0;
     for (long long p = 0; p < P; ++p) acc += part[c * P + p];
-    gb[c] = accumulate ? gb[c] + acc : acc;
+    gb[c] = (T)(accumulate ? (A)gb[c] + acc : acc);
 }
-""", [f"channel_sum_{k}<{t}>" for k in ("part", "finish") for t in CTYPES.values()])
+""", [f"channel_sum_{k}<{t}>" for k in ("part", "finish") for t in _TYPES.values()])
 PART = 4096                         # values per block; parts per channel at most MAX_PARTS
 MAX_PARTS = 128
 
@@ -69,12 +78,15 @@ def bias_grad(gy, gb, accumulate=True):
     S = gy.size // max(N * K, 1)
     if not gy.flags.c_contiguous:
         raise ValueError("bias_grad: gy must be C-contiguous")
-    t = CTYPES[gy.dtype]
+    if gb.dtype != gy.dtype or gb.shape != (K,):
+        raise ValueError(f"bias_grad: gb must be ({K},) {gy.dtype}, got {gb.shape} {gb.dtype}")
+    t = _TYPES[gy.dtype]
     P = int(min(MAX_PARTS, max(1, -(-N * S // PART))))   # few channels, many values: split each
-    out = gb if P == 1 else buffer("bias_grad_parts", (K * P,), gy.dtype)
-    _SUM.get(f"channel_sum_part<{t}>")((K, P), (256,), (gy, out, np.int64(N), np.int64(K), np.int64(S),
+    # the partial sums stay in the accumulation type (float for the half types)
+    part = buffer("bias_grad_parts", (K * P,), np.float32 if gy.dtype in HALF_CTYPES else gy.dtype) if P > 1 else gb
+    _SUM.get(f"channel_sum_part<{t}>")((K, P), (256,), (gy, part, gb, np.int64(N), np.int64(K), np.int64(S),
                                                         np.int64(P), np.int32(accumulate)))
     if P > 1:
-        _SUM.get(f"channel_sum_finish<{t}>")((-(-K // 128),), (128,), (out, gb, np.int64(K), np.int64(P),
+        _SUM.get(f"channel_sum_finish<{t}>")((-(-K // 128),), (128,), (part, gb, np.int64(K), np.int64(P),
                                                                         np.int32(accumulate)))
     return gb

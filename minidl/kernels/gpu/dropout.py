@@ -7,7 +7,7 @@ import cupy as cp
 
 from ._util import out_arrays
 
-DTYPES = ("float32", "float64")     # y = x mask in T; the draws are float32 on both devices
+DTYPES = ("float32", "float64", "float16", "bfloat16")   # y = x mask in T; the draws are float32 on both devices
 
 _PHILOX = r"""
 __device__ unsigned int minidl_philox_first(unsigned long long ctr, unsigned int k0, unsigned int k1) {
@@ -23,11 +23,11 @@ __device__ unsigned int minidl_philox_first(unsigned long long ctr, unsigned int
 }
 """
 _fwd = cp.ElementwiseKernel(
-    "T x, uint64 off, uint32 k0, uint32 k1, float32 rate, T scale", "T y, T mask",
+    "T x, uint64 off, uint32 k0, uint32 k1, float32 rate, float64 scale", "T y, T mask",
     """
     float u = (float)(minidl_philox_first(off + (unsigned long long)i, k0, k1) >> 8) * (1.0f / 16777216.0f);
-    mask = u >= rate ? scale : (T)0;
-    y = x * mask;
+    mask = u >= rate ? (T)scale : (T)0;
+    y = (T)(x * mask);                       // half types: the product in float, rounded once
     """, "minidl_dropout_philox", preamble=_PHILOX)
 _uniform = cp.ElementwiseKernel(
     "uint64 off, uint32 k0, uint32 k1", "float32 u",

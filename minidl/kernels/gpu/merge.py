@@ -3,7 +3,7 @@ import cupy as cp
 
 from ._util import ADD_RELU, RELU
 
-DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
+DTYPES = ("float32", "float64", "float16", "bfloat16")     # CuPy's add and ElementwiseKernels on T
 
 
 def add_fprop(xs, out=None, relu=False):

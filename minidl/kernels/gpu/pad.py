@@ -4,15 +4,15 @@ import numpy as np
 
 from ._util import out_array
 
-DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
+DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
 
 _pad = cp.ElementwiseKernel(
-    "raw T x, int32 H, int32 W, int32 oH, int32 oW, int32 top, int32 left, T value", "T y",
+    "raw T x, int32 H, int32 W, int32 oH, int32 oW, int32 top, int32 left, float64 value", "T y",
     """
     int w = i % oW, h = (i / oW) % oH;
     long long nc = i / ((long long)oW * oH);
     int hx = h - top, wx = w - left;
-    y = (hx >= 0 && hx < H && wx >= 0 && wx < W) ? x[(nc * H + hx) * W + wx] : value;
+    y = (hx >= 0 && hx < H && wx >= 0 && wx < W) ? x[(nc * H + hx) * W + wx] : (T)value;
     """, "minidl_pad2d")
 _crop = cp.ElementwiseKernel(
     "raw T gy, int32 H, int32 W, int32 oH, int32 oW, int32 top, int32 left", "T gx",
@@ -29,7 +29,7 @@ def pad2d_fprop(x, pads, value=0.0, out=None):
     N, C, H, W = x.shape
     y = out_array(out, (N, C, H + t + b, W + l + r), x.dtype)
     _pad(x, np.int32(H), np.int32(W), np.int32(H + t + b), np.int32(W + l + r), np.int32(t), np.int32(l),
-         value, y)
+         float(value), y)
     return y
 
 

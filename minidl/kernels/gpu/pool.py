@@ -3,14 +3,15 @@
 Backward kernels gather rather than scatter, so they need no zeroing and no atomics. Max pooling
 routes the gradient to the first maximum of each window in row-major order (as PyTorch); padded
 positions never win. Average pooling divides by kH*kW, padding included (PyTorch's default).
+Sums are taken in ACC (float for float16/bfloat16) and rounded to T once.
 """
 import cupy as cp
 import numpy as np
 
 from ..cpu.pool import PoolPlan, pool2d_plan  # noqa: F401  plans are shape arithmetic: one definition
-from ._util import out_array
+from ._util import ACC, out_array
 
-DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
+DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
 
 _P = "int32 H, int32 W, int32 oH, int32 oW, int32 kH, int32 kW, int32 sH, int32 sW, int32 pT, int32 pL"
 _OUT_INDEX = """
@@ -37,9 +38,10 @@ _max_f = cp.ElementwiseKernel("raw T x, " + _P, "T y", _OUT_INDEX + """
         }
     }
     y = m;
-    """, "minidl_maxpool")
+    """, "minidl_maxpool", preamble=ACC)
 _max_b = cp.ElementwiseKernel("raw T x, raw T y, raw T gy, " + _P, "T gx", _IN_INDEX + """
-    T v = x[i], acc = 0;
+    T v = x[i];
+    ACC acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh) for (int ow = ow0; ow <= ow1; ++ow) {
         long long o = yb + oh * oW + ow;
         T m = y[o];
@@ -52,32 +54,33 @@ _max_b = cp.ElementwiseKernel("raw T x, raw T y, raw T gy, " + _P, "T gx", _IN_I
                 if (x[xb + hh * W + ww] == m) { fh = hh; fw = ww; break; }
             }
         }
-        if (fh == h && fw == w) acc += gy[o];
+        if (fh == h && fw == w) acc += (ACC)gy[o];
     }
-    gx = acc;
-    """, "minidl_maxpool_bprop")
+    gx = (T)acc;
+    """, "minidl_maxpool_bprop", preamble=ACC)
 _avg_f = cp.ElementwiseKernel("raw T x, " + _P, "T y", _OUT_INDEX + """
-    T s = 0;
+    ACC s = 0;
     for (int kh = 0; kh < kH; ++kh) {
         int hh = h0 + kh; if (hh < 0 || hh >= H) continue;
         for (int kw = 0; kw < kW; ++kw) {
             int ww = w0 + kw; if (ww < 0 || ww >= W) continue;
-            s += x[xb + hh * W + ww];
+            s += (ACC)x[xb + hh * W + ww];
         }
     }
-    y = s / (T)(kH * kW);
-    """, "minidl_avgpool")
+    y = (T)(s / (ACC)(kH * kW));
+    """, "minidl_avgpool", preamble=ACC)
 _avg_b = cp.ElementwiseKernel("raw T gy, " + _P, "T gx", _IN_INDEX + """
-    T acc = 0;
-    for (int oh = oh0; oh <= oh1; ++oh) for (int ow = ow0; ow <= ow1; ++ow) acc += gy[yb + oh * oW + ow];
-    gx = acc / (T)(kH * kW);
-    """, "minidl_avgpool_bprop")
+    ACC acc = 0;
+    for (int oh = oh0; oh <= oh1; ++oh) for (int ow = ow0; ow <= ow1; ++ow) acc += (ACC)gy[yb + oh * oW + ow];
+    gx = (T)(acc / (ACC)(kH * kW));
+    """, "minidl_avgpool_bprop", preamble=ACC)
 _gavg_f = cp.ElementwiseKernel("raw T x, int32 HW", "T y", """
-    T s = 0;
-    for (int j = 0; j < HW; ++j) s += x[i * HW + j];
-    y = s / (T)HW;
-    """, "minidl_gavgpool")
-_gavg_b = cp.ElementwiseKernel("raw T gy, int32 HW", "T gx", "gx = gy[i / HW] / (T)HW", "minidl_gavgpool_bprop")
+    ACC s = 0;
+    for (int j = 0; j < HW; ++j) s += (ACC)x[i * HW + j];
+    y = (T)(s / (ACC)HW);
+    """, "minidl_gavgpool", preamble=ACC)
+_gavg_b = cp.ElementwiseKernel("raw T gy, int32 HW", "T gx", "gx = (T)((ACC)gy[i / HW] / (ACC)HW)",
+                               "minidl_gavgpool_bprop", preamble=ACC)
 
 
 def _args(plan, x_shape):
