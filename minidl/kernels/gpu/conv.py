@@ -38,8 +38,9 @@ def _try_float64():
     plan = conv2d_plan((2, 3, 6, 6), (4, 3, 3, 3), (1, 1), 1, (1, 1))
     rng = np.random.default_rng(0)
     x, w, gy = (rng.standard_normal(s) for s in ((2,) + plan.in_shape[1:], plan.w_shape, (2,) + plan.out_shape[1:]))
-    want = (cpu.conv2d_fprop(plan, x, w), cpu.conv2d_dgrad(plan, gy, w),
-            cpu.conv2d_wgrad(plan, x, gy, np.zeros_like(w), accumulate=False))
+    gw = np.zeros_like(w)
+    cpu.conv2d_wgrad(plan, x, gy, gw, accumulate=False)     # writes gw
+    want = (cpu.conv2d_fprop(plan, x, w), cpu.conv2d_dgrad(plan, gy, w), gw)
     try:
         got = (conv2d_fprop(plan, cp.asarray(x), cp.asarray(w)), conv2d_dgrad(plan, cp.asarray(gy), cp.asarray(w)),
                conv2d_wgrad(plan, cp.asarray(x), cp.asarray(gy), cp.zeros(w.shape), accumulate=False))
