@@ -282,12 +282,13 @@ def test_a_conv_verdict_refuses_the_layer_by_name(monkeypatch):
                             "convolution on this GPU: test); use float32, or --device cpu")
 
 
-def test_float16_is_refused_at_build_naming_the_layer():
-    x = L.Input((1, 8, 8))
+def test_a_half_dtype_a_family_lacks_is_refused_at_build_naming_the_layer():
+    """BN computes in float32 and float64 only (a precision policy keeps it in float32)."""
+    x = L.Input((3, 8, 8))
     with pytest.raises(DtypeError) as e:
-        dl.Model(x, L.Dense(3, name="fc")(L.Flatten()(x)), device=dl.get_device("cuda", dtype="float16"))
-    assert str(e.value) == ("layer fc (Dense): float16 is not supported on the GPU (the dense kernels compute in "
-                            "float32 and float64 only); use float32, or --device cpu")
+        dl.Model(x, L.BatchNorm2D(name="bn")(x), device=dl.get_device("cuda", dtype="float16"))
+    assert str(e.value) == ("layer bn (BatchNorm2D): float16 is not supported on the GPU (the norm kernels compute in "
+                            "float32 and float64 only); use --precision fp32, or --device cpu")
 
 
 # -- inference and training, end to end -------------------------------------------------------------------
