@@ -1,9 +1,13 @@
 """Elementwise activations and their backward passes."""
 import numpy as np
 
+from ._util import zeros
+
 
 def relu_fprop(x, out=None):
     """y = max(x, 0)."""
+    if x.flags.c_contiguous:         # the SIMD loop: against zeros, not a broadcast scalar (_util.zeros)
+        return np.maximum(x, zeros(x.shape, x.dtype), out=out)
     return np.maximum(x, 0, out=out)
 
 
