@@ -86,8 +86,8 @@ def test_training_lowering_moves_a_relu_after_the_max_pool_reading_it():
     low.zero_grad()
     np.testing.assert_array_equal(low.forward(x, training=True), head.forward(x, training=True))
     np.testing.assert_array_equal(low.backward(gz), head.backward(gz))     # the same cells, exactly
-    for k, g in head.get_grads().items():
-        np.testing.assert_array_equal(low.get_grads()[k], g, err_msg=k)
+    for k, g in head.get_grads().items():    # sums over the batch may run in another memory order
+        np.testing.assert_allclose(low.get_grads()[k], g, rtol=1e-14, atol=1e-14, err_msg=k)
 
 
 def test_inference_passes_fold_and_fuse_by_declaration():

@@ -3,6 +3,7 @@ alone (one process) or under `mpiexec -n N` (N ranks). Rank 0 writes OUT (.npz);
 every rank writes OUT.<rank>.npz.
 
     lenet OUT B STEPS      LeNet-5, Adam, B images per rank, on a seeded random set
+                           (--momentum: momentum SGD instead; --float64: in float64)
     bn OUT B STEPS         a small conv net with BatchNorm; evaluate and save to OUT.ckpt.npz
     fail OUT               rank 1 raises after a few steps while the others train on
 """
@@ -40,7 +41,8 @@ def main(mode, out, *rest):
         trainer.fit(train, steps=100_000, batch_size=8)      # waits on rank 1 in the all-reduce
         return
     b, steps = int(rest[0]), int(rest[1])
-    model = models.get("lenet", device=dl.get_device("cpu"), seed=0) if mode == "lenet" else bn_net()
+    device = dl.get_device("cpu", dtype="float64" if "--float64" in rest else "float32")
+    model = models.get("lenet", device=device, seed=0) if mode == "lenet" else bn_net()
     opt = optim.Adam(lr=1e-3) if "--momentum" not in rest else optim.get("momentum", lr=0.01, momentum=0.9)
     trainer = dl.Trainer(model, opt, seed=0)
     result = trainer.fit(train, steps=steps, batch_size=b, monitor=25)

@@ -1,19 +1,18 @@
 """Elementwise activations and their backward passes."""
 import numpy as np
 
-from ._util import zeros
+from ._util import zeros_like
 
 
 def relu_fprop(x, out=None):
     """y = max(x, 0)."""
-    if x.flags.c_contiguous:         # the SIMD loop: against zeros, not a broadcast scalar (_util.zeros)
-        return np.maximum(x, zeros(x.shape, x.dtype), out=out)
-    return np.maximum(x, 0, out=out)
+    z = zeros_like(x)                # the SIMD loop: against zeros, not a broadcast scalar
+    return np.maximum(x, 0 if z is None else z, out=out)
 
 
 def relu_bprop(y, gy, out=None):
-    """gx = gy where y > 0 (the output tells where the input was positive)."""
-    return np.multiply(gy, y > 0, out=out)
+    """gx = gy where y > 0 (the output tells where the input was positive); in y's memory order."""
+    return np.multiply(gy, y > 0, out=np.empty_like(y, dtype=gy.dtype) if out is None else out)
 
 
 def leaky_relu_fprop(x, alpha, out=None):

@@ -1,10 +1,11 @@
 """2-D convolution as im2col + matrix products (cross-correlation, as cuDNN computes it).
 
 The kernels compute in a CHWN layout: with the batch innermost, every window offset reads and
-writes runs of oW*N contiguous values (at stride 1) instead of runs of oW or kW. A plan keeps its
-buffers (`ConvPlan.ws`) for the batch size and dtype it last ran, so a training step allocates
-only the arrays it returns; fprop's im2col columns are kept for the wgrad of the same x, and
-wgrad's rearranged gy for the dgrad of the same gy (conv2d_wgrad then conv2d_dgrad, as a layer's
+writes runs of oW*N contiguous values (at stride 1) instead of runs of oW or kW. y and gx come
+back NCHW by shape but CHWN in memory (transposed views: no copy; see _util), and gy in that
+order is read without a copy. A plan keeps its buffers (`ConvPlan.ws`) for the batch size and
+dtype it last ran; fprop's im2col columns are kept for the wgrad of the same x, and wgrad's
+rearranged gy for the dgrad of the same gy (conv2d_wgrad then conv2d_dgrad, as a layer's
 backward calls them), since each is a full pass over memory.
 """
 import math
@@ -136,13 +137,15 @@ def _keeps_cols(plan, x):
 def _gy_rows(plan, gy):
     """gy (N, K, oH, oW) -> (K, oH*oW*N), the GEMM operand both gradients share (kept for dgrad)."""
     if plan.ws.get("g_of") is gy:
-        plan.ws["g_of"] = None
-        return plan.ws["g"]
+        g, plan.ws["g"], plan.ws["g_of"] = plan.ws["g"], None, None
+        return g
     N, K, oH, oW = gy.shape
-    g = _buffer(plan, "g", (K, oH * oW * N), gy.dtype)
-    nchw_to_chwn(gy, g.reshape(K, oH, oW, N))
-    plan.ws["g_of"] = gy
-    return g
+    g = gy.transpose(1, 2, 3, 0)                                   # (K, oH, oW, N)
+    if not g.flags.c_contiguous:                                  # not already CHWN in memory
+        g = _buffer(plan, "g_rows", g.shape, gy.dtype)
+        nchw_to_chwn(gy, g)
+    plan.ws["g"], plan.ws["g_of"] = g.reshape(K, -1), gy
+    return plan.ws["g"]
 
 
 def conv2d_fprop(plan, x, w, b=None, out=None):
@@ -150,15 +153,13 @@ def conv2d_fprop(plan, x, w, b=None, out=None):
     N, K = x.shape[0], w.shape[0]
     oH, oW = plan.out_shape[2:]
     w2 = w.reshape(K, -1)
-    y = _buffer(plan, "y", (K, oH * oW * N), np.result_type(x, w))
+    y = np.empty((K, oH * oW * N), dtype=np.result_type(x, w))
     for (a, e), cols in _columns(plan, x, _keeps_cols(plan, x)):
         np.matmul(w2, cols, out=y[:, a:e])
     if b is not None:
         y += b[:, None]
-    if out is None:
-        out = np.empty((N, K, oH, oW), dtype=y.dtype)
-    chwn_to_nchw(y.reshape(K, oH, oW, N), out)
-    return out
+    y = y.reshape(K, oH, oW, N)
+    return y.transpose(3, 0, 1, 2) if out is None else chwn_to_nchw(y, out)
 
 
 def conv2d_wgrad(plan, x, gy, gw, accumulate=True):
@@ -187,8 +188,7 @@ def conv2d_dgrad(plan, gy, w, out=None):
     t, b, l, r = plan.pads
     (sh, sw), (dh, dw) = plan.stride, plan.dilation
     g, w2t = _gy_rows(plan, gy), w.reshape(K, -1).T
-    gxp = _buffer(plan, "gxp", (C, H + t + b, W + l + r, N), gy.dtype)      # padded, CHWN
-    gxp.fill(0)
+    gxp = np.zeros((C, H + t + b, W + l + r, N), dtype=gy.dtype)            # padded, CHWN
     chunks = _row_chunks(plan, N)
     rows = chunks[0][1] - chunks[0][0]
     span = (rows - 1) * sh + (kH - 1) * dh + 1               # input rows one chunk of output rows reads
@@ -210,7 +210,5 @@ def conv2d_dgrad(plan, gy, w, out=None):
                 np.add(v, cols[:, i, j].reshape(C, n, oW * N), out=v)
             d = gxp[:, r0 * sh:r0 * sh + s, j * dw:j * dw + sw * (oW - 1) + 1:sw]   # (C, s, oW, N)
             np.add(d, uj.reshape(C, s, oW, N), out=d)
-    if out is None:
-        out = np.empty((N, C, H, W), dtype=gy.dtype)
-    chwn_to_nchw(gxp[:, t:t + H, l:l + W], out)
-    return out
+    gx = gxp[:, t:t + H, l:l + W]
+    return gx.transpose(3, 0, 1, 2) if out is None else chwn_to_nchw(gx, out)

@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._util import emit, like
 from .conv import out_size, resolve_pads
 
 
@@ -81,15 +82,15 @@ def maxpool2d_fprop(plan, x, out=None):
 
 def maxpool2d_bprop(plan, x, y, gy, out=None):
     """x (N, C, H, W), y and gy (N, C, oH, oW) -> gx: each gy to the first max of its window."""
-    xp = _pad(x, plan.pads, -np.inf)
+    xp, gy = _pad(x, plan.pads, -np.inf), like(gy, y)      # every operand in one memory order
     (kH, kW), (sH, sW) = plan.ksize, plan.stride
     # Disjoint windows write each input cell once: the gradient is stored, not added; windows that
     # also tile the whole (padded) input leave no cell unwritten, so nothing needs zeroing first.
     disjoint = sH >= kH and sW >= kW
     tiled = (sH, sW) == (kH, kW) and xp.shape[2:] == (kH * y.shape[2], kW * y.shape[3])
-    gxp = (np.empty if tiled else np.zeros)(xp.shape, dtype=gy.dtype)
-    hit, free = np.empty(y.shape, dtype=bool), np.empty(y.shape, dtype=bool)
-    g = None if disjoint else np.empty(gy.shape, dtype=gy.dtype)
+    gxp = (np.empty_like if tiled else np.zeros_like)(xp, dtype=gy.dtype)
+    hit, free = np.empty_like(y, dtype=bool), np.empty_like(y, dtype=bool)
+    g = None if disjoint else np.empty_like(y, dtype=gy.dtype)
     slabs = list(_slabs(plan))
     last = len(slabs) - 1
     # Offsets in row-major order and `free` (windows whose max has not been routed yet) send each
@@ -108,7 +109,7 @@ def maxpool2d_bprop(plan, x, y, gy, out=None):
             np.multiply(gy, hit, out=gxp[s])
         else:                                # overlapping windows accumulate
             gxp[s] += np.multiply(gy, hit, out=g)
-    return _emit(_crop(plan, gxp), out)
+    return emit(_crop(plan, gxp), out)     # gxp is ours: a crop of it needs no copy
 
 
 def avgpool2d_fprop(plan, x, out=None):
