@@ -60,9 +60,9 @@ def test_conv2d_rejects_wrong_input_shape_naming_layer_and_shapes():
 KERNEL_CONFIGS = [((1, 1), (1, 1, 1, 1), (1, 1)), ((2, 2), (1, 0, 1, 0), (1, 1)), ((2, 1), (0, 1, 1, 2), (1, 2))]
 
 
-def _kernel_case(seed, N, stride, pads, dilation):
+def _kernel_case(seed, N, stride, pads, dilation, K=4):
     rng = np.random.default_rng(seed)
-    x, w = rng.standard_normal((N, 2, 9, 8)), rng.standard_normal((4, 2, 3, 3))
+    x, w = rng.standard_normal((N, 2, 9, 8)), rng.standard_normal((K, 2, 3, 3))
     plan = conv.conv2d_plan((None, 2, 9, 8), w.shape, stride, pads, dilation)
     gy = rng.standard_normal((N,) + plan.out_shape[1:])
     return plan, x, w, gy
@@ -70,7 +70,7 @@ def _kernel_case(seed, N, stride, pads, dilation):
 
 def _run_step(plan, x, w, gy):
     """fprop, wgrad, dgrad in a layer's order (wgrad reads fprop's columns, dgrad wgrad's gy rows)."""
-    b = np.arange(4.0, dtype=x.dtype)
+    b = np.arange(w.shape[0], dtype=x.dtype)
     y = conv.conv2d_fprop(plan, x, w, b)
     gw = np.ones(w.shape, x.dtype)
     conv.conv2d_wgrad(plan, x, gy, gw, accumulate=True)
@@ -79,15 +79,16 @@ def _run_step(plan, x, w, gy):
 
 @pytest.mark.parametrize("stride,pads,dilation", KERNEL_CONFIGS)
 @pytest.mark.parametrize("chunk,keep", [(4096, True), (8, True), (8, False), (1, False)])
+@pytest.mark.parametrize("K", [4, 6])           # 6: wgrad pads gy with zero rows to 8 (_gemm_rows)
 def test_conv2d_kernels_match_the_loop_reference_in_every_block_layout(monkeypatch, stride, pads, dilation,
-                                                                        chunk, keep):
+                                                                        chunk, keep, K):
     # chunk 8: one output row per block, so several blocks; keep False: wgrad builds the columns again
     monkeypatch.setattr(conv, "CHUNK_COLUMNS", chunk)
     monkeypatch.setattr(conv, "KEEP_COLS_BYTES", conv.KEEP_COLS_BYTES if keep else 0)
-    plan, x, w, gy = _kernel_case(0, 3, stride, pads, dilation)
+    plan, x, w, gy = _kernel_case(0, 3, stride, pads, dilation, K)
     y, gw, gx = _run_step(plan, x, w, gy)
     want_gx, want_gw = reference.conv2d_backward(x, w, gy, stride, pads, dilation)
-    np.testing.assert_allclose(y, reference.conv2d(x, w, np.arange(4.0), stride, pads, dilation), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(y, reference.conv2d(x, w, np.arange(K), stride, pads, dilation), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gw, want_gw, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gx, want_gx, rtol=1e-12, atol=1e-12)
 
