@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ._layout import chwn_to_nchw, nchw_to_chwn
 
@@ -107,7 +106,8 @@ def _windows(plan, x):
     oH, oW = plan.out_shape[2:]
     (sh, sw), (dh, dw) = plan.stride, plan.dilation
     c, h, w, n = xp.strides
-    return as_strided(xp, (C, kH, kW, oH, oW, N), (c, h * dh, w * dw, h * sh, w * sw, n), writeable=False)
+    # np.ndarray over xp's memory: as_strided's Python wrapper costs ~15 us a call
+    return np.ndarray((C, kH, kW, oH, oW, N), xp.dtype, xp, 0, (c, h * dh, w * dw, h * sh, w * sw, n))
 
 
 def _columns(plan, x, keep):
