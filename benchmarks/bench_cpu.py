@@ -5,10 +5,15 @@
 minidl trains through the Trainer as `python -m minidl.train --device cpu` does (models.get('lenet'),
 Adam lr 1e-3, batch 32); PyTorch trains the same network (conv 6@5x5 pad 2, max-pool, conv 16@5x5,
 max-pool, dense 120, 84, 10) with torch.optim.Adam on the minidl loader's batches. Each side gets
-a warm-up, then the median of 5 repeats of `--steps` steps. --profile prints minidl's cProfile.
+a warm-up, then the median of 5 repeats of `--steps` steps. PyTorch runs with minidl's thread
+count and, where it differs, with its own default (one thread per core), so one run prints both
+comparisons; --torch-threads N runs it with N only. The load average is printed before and
+after: other processes on the cores slow both sides, PyTorch's threads the most.
+--profile prints minidl's cProfile.
 """
 import argparse
 import cProfile
+import os
 import pstats
 import statistics
 import time
@@ -64,12 +69,14 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=300, help="steps per timed repeat (300)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported (5)")
     p.add_argument("--threads", type=int, help="BLAS/OpenMP threads (minidl's default when omitted)")
-    p.add_argument("--torch-threads", type=int, help="PyTorch's intra-op threads (the same as minidl's)")
+    p.add_argument("--torch-threads", type=int,
+                   help="PyTorch's intra-op threads (default: minidl's, then PyTorch's own default)")
     p.add_argument("--profile", action="store_true", help="cProfile minidl's steps, top 25 by own time")
     p.add_argument("--no-torch", action="store_true", help="time minidl only")
     args = p.parse_args(argv)
 
     threads = set_threads(args.threads)
+    print("load average (1, 5, 15 min): %.2f %.2f %.2f" % os.getloadavg())
     train = data.load("mnist", "train")
     ms, trainer = minidl_step_ms(train, args.steps, args.repeats)
     print(f"threads {threads} ({current_threads()}), LeNet-5, batch 32, Adam, {args.steps} steps x "
@@ -81,11 +88,16 @@ def main(argv=None):
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     if not args.no_torch:
         import torch
-        torch.set_num_threads(args.torch_threads or threads)
+        own = torch.get_num_threads()            # PyTorch's default: one thread per core
+        counts = [args.torch_threads] if args.torch_threads else list(dict.fromkeys([threads, own]))
         loader = trainer._train_loader(train, 32)
-        tms = torch_step_ms(loader, args.steps, args.repeats)
-        print(f"PyTorch CPU: {tms:.3f} ms/step (torch {torch.__version__}, {torch.get_num_threads()} threads)")
-        print(f"minidl / PyTorch: {ms / tms:.2f}x the time ({'faster' if ms < tms else 'slower'})")
+        for n in counts:
+            torch.set_num_threads(n)
+            tms = torch_step_ms(loader, args.steps, args.repeats)
+            what = "minidl's" if n == threads else "its default" if n == own else "--torch-threads"
+            print(f"PyTorch CPU: {tms:.3f} ms/step (torch {torch.__version__}, {n} threads: {what})")
+            print(f"  minidl / PyTorch at {n} threads: {ms / tms:.2f}x the time ({'faster' if ms < tms else 'slower'})")
+    print("load average (1, 5, 15 min): %.2f %.2f %.2f" % os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
 """How many threads the CPU kernels' BLAS and OpenMP pools use (threadpoolctl).
 
 NumPy's OpenBLAS starts one thread per core and spins them on every matrix product. LeNet-sized
-products (at most a few hundred thousand multiply-adds) finish before a second thread pays for
-its wake-up, and on a machine whose cores are busy a spinning pool waits for a core on every call:
-a LeNet-5 step at batch 32 took 10-25x longer under load (README, The command line).
+products (a few million multiply-adds at most) gain little from a second thread (a LeNet-5 step
+at batch 32: 10% on idle cores), and on a machine whose cores are busy a spinning pool waits for
+a core on every call: the same step took 3-25x longer under load (README, Threads).
 """
 import os
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-DEFAULT_THREADS = 1     # measured on the 2-core machine: README, Results (CPU threads)
+DEFAULT_THREADS = 1     # measured on the 2-core machine: README, Threads
 _ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 

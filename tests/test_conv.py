@@ -55,3 +55,72 @@ def test_conv2d_rejects_wrong_input_shape_naming_layer_and_shapes():
     x = Input((1, 2, 2))
     with pytest.raises(ValueError, match=r"conv2d .*does not fit"):
         Model(x, Conv2D(4, 5)(x))
+
+
+KERNEL_CONFIGS = [((1, 1), (1, 1, 1, 1), (1, 1)), ((2, 2), (1, 0, 1, 0), (1, 1)), ((2, 1), (0, 1, 1, 2), (1, 2))]
+
+
+def _kernel_case(seed, N, stride, pads, dilation, K=4):
+    rng = np.random.default_rng(seed)
+    x, w = rng.standard_normal((N, 2, 9, 8)), rng.standard_normal((K, 2, 3, 3))
+    plan = conv.conv2d_plan((None, 2, 9, 8), w.shape, stride, pads, dilation)
+    gy = rng.standard_normal((N,) + plan.out_shape[1:])
+    return plan, x, w, gy
+
+
+def _run_step(plan, x, w, gy):
+    """fprop, wgrad, dgrad in a layer's order (wgrad reads fprop's columns, dgrad wgrad's gy rows)."""
+    b = np.arange(w.shape[0], dtype=x.dtype)
+    y = conv.conv2d_fprop(plan, x, w, b)
+    gw = np.ones(w.shape, x.dtype)
+    conv.conv2d_wgrad(plan, x, gy, gw, accumulate=True)
+    return y, gw - 1, conv.conv2d_dgrad(plan, gy, w)
+
+
+@pytest.mark.parametrize("stride,pads,dilation", KERNEL_CONFIGS)
+@pytest.mark.parametrize("chunk,keep", [(4096, True), (8, True), (8, False), (1, False)])
+@pytest.mark.parametrize("K", [4, 6])           # 6: wgrad pads gy with zero rows to 8 (_gemm_rows)
+def test_conv2d_kernels_match_the_loop_reference_in_every_block_layout(monkeypatch, stride, pads, dilation,
+                                                                        chunk, keep, K):
+    # chunk 8: one output row per block, so several blocks; keep False: wgrad builds the columns again
+    monkeypatch.setattr(conv, "CHUNK_COLUMNS", chunk)
+    monkeypatch.setattr(conv, "KEEP_COLS_BYTES", conv.KEEP_COLS_BYTES if keep else 0)
+    plan, x, w, gy = _kernel_case(0, 3, stride, pads, dilation, K)
+    y, gw, gx = _run_step(plan, x, w, gy)
+    want_gx, want_gw = reference.conv2d_backward(x, w, gy, stride, pads, dilation)
+    np.testing.assert_allclose(y, reference.conv2d(x, w, np.arange(K), stride, pads, dilation), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gw, want_gw, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gx, want_gx, rtol=1e-12, atol=1e-12)
+
+
+def test_conv2d_kept_buffers_serve_only_the_arrays_they_were_made_from():
+    stride, pads, dilation = KERNEL_CONFIGS[1]
+    plan, x, w, gy = _kernel_case(1, 3, stride, pads, dilation)
+    _, x2, _, gy2 = _kernel_case(2, 3, stride, pads, dilation)
+    conv.conv2d_fprop(plan, x, w)                     # keeps x's columns
+    gw = np.zeros(w.shape)
+    conv.conv2d_wgrad(plan, x2, gy, gw, accumulate=False)          # another x: its own columns
+    np.testing.assert_allclose(gw, reference.conv2d_backward(x2, w, gy, stride, pads, dilation)[1], rtol=1e-12)
+    gx = conv.conv2d_dgrad(plan, gy2, w)                           # another gy than wgrad's
+    np.testing.assert_allclose(gx, reference.conv2d_backward(x, w, gy2, stride, pads, dilation)[0], rtol=1e-12)
+    # the same x, changed in place after fprop: wgrad differentiates the fprop that ran
+    conv.conv2d_fprop(plan, x, w)
+    x_then = x.copy()
+    x += 1.0
+    conv.conv2d_wgrad(plan, x, gy, gw, accumulate=False)
+    np.testing.assert_allclose(gw, reference.conv2d_backward(x_then, w, gy, stride, pads, dilation)[1], rtol=1e-12)
+
+
+def test_conv2d_plan_buffers_follow_the_batch_size_and_dtype():
+    stride, pads, dilation = KERNEL_CONFIGS[0]
+    plan = None
+    for N, dtype in ((3, np.float64), (5, np.float64), (2, np.float32), (3, np.float64)):
+        p, x, w, gy = _kernel_case(N, N, stride, pads, dilation)
+        plan = plan or p
+        x, w, gy = x.astype(dtype), w.astype(dtype), gy.astype(dtype)
+        y, gw, gx = _run_step(plan, x, w, gy)
+        assert y.dtype == gw.dtype == gx.dtype == dtype and y.shape[0] == gx.shape[0] == N
+        want_gx, want_gw = reference.conv2d_backward(x, w, gy, stride, pads, dilation)
+        tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(gx, want_gx, **tol)
+        np.testing.assert_allclose(gw, want_gw, **tol)

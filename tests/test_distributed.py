@@ -71,7 +71,12 @@ def test_one_process_never_imports_mpi4py():
 @needs_mpi
 @pytest.mark.parametrize("optimizer,buckets", [("adam", None), ("momentum", None), ("momentum", 0.05)])
 def test_two_ranks_at_b16_end_with_the_weights_of_one_process_at_b32(tmp_path, optimizer, buckets):
-    flag = ["--momentum"] if optimizer == "momentum" else []
+    # float32: the two runs sum their gradients in another order, so they differ by ~1e-7 from the
+    # first step on; a max-pool window whose two largest values lie closer than that (1 ulp apart:
+    # a few such windows come up in 50 steps) then sends its gradient to another cell in each run,
+    # and from there they drift apart by chaos (1e-2 within 20 steps). In float64 the runs stay
+    # equal to rounding: the strict check runs there.
+    flag = ["--momentum", "--float64"] if optimizer == "momentum" else []
     flag += ["--bucket-mib", buckets] if buckets else []       # LeNet-5's 0.24 MiB in one bucket, or in 2
     one, two = launch(0, WORKER, "lenet", tmp_path / "one.npz", 32, 50, *flag), \
         launch(2, WORKER, "lenet", tmp_path / "two.npz", 16, 50, *flag)
@@ -81,9 +86,9 @@ def test_two_ranks_at_b16_end_with_the_weights_of_one_process_at_b32(tmp_path, o
     np.testing.assert_allclose(lines[1], lines[0], rtol=2e-2)    # the same run, after rounding drift
     a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
     assert int(b["size"]) == 2
-    if optimizer == "momentum":   # rounding only: the gradient sums run in another order
-        assert np.abs(a["flat"] - b["flat"]).max() / np.abs(a["flat"]).max() <= 1e-5
-        np.testing.assert_allclose(b["score"], a["score"], rtol=1e-5)   # evaluation shards summed
+    if optimizer == "momentum":   # float64, rounding only: the gradient sums run in another order
+        assert np.abs(a["flat"] - b["flat"]).max() / np.abs(a["flat"]).max() <= 1e-12
+        np.testing.assert_allclose(b["score"], a["score"], rtol=1e-12)   # evaluation shards summed
     else:
         # Adam divides each step by sqrt(v): where a gradient is ~0 its sign is rounding noise and
         # the step still has size lr, so the order of the gradient sums alone (the batch split

@@ -56,6 +56,39 @@ def test_lowered_model_equals_the_model_in_training_and_eval():
             np.testing.assert_allclose(low.get_grads()[k], g, rtol=1e-12, atol=1e-14, err_msg=k)
 
 
+def pool_net(seed=0):
+    """ReLUs before max-pools (2x2, and 3x3 stride 1 pad 1: overlapping), one before an average
+    pool and one read twice; integer weights and inputs, so windows hold many ties."""
+    x = L.Input((2, 8, 8))
+    h = L.MaxPool2D(2)(L.ReLU()(L.Conv2D(4, 3, padding=1)(x)))
+    h = L.MaxPool2D(3, 1, 1)(L.ReLU()(L.Conv2D(4, 3, padding=1)(h)))
+    h = L.AvgPool2D(2)(L.ReLU()(L.Conv2D(4, 1)(h)))
+    r = L.ReLU()(L.Conv2D(4, 1)(h))
+    h = L.Add()(L.MaxPool2D(1)(r), r)
+    model = dl.Model(x, L.Dense(3)(L.Flatten()(h)), dtype="float64", seed=seed)
+    rng = np.random.default_rng(seed)
+    for p in model.params.values():
+        p.data[...] = rng.integers(-2, 3, p.shape)
+    return model
+
+
+def test_training_lowering_moves_a_relu_after_the_max_pool_reading_it():
+    low = pool_net().lower(passes.training)
+    kinds = [l.kind for l in low.layers]
+    assert kinds[:6] == ["conv2d", "pool", "relu", "conv2d", "pool", "relu"]
+    assert kinds[6:9] == ["conv2d", "relu", "avgpool"]                # an average does not commute
+    assert kinds[9:13] == ["conv2d", "relu", "pool", "add"]           # read twice: stays
+    rng = np.random.default_rng(3)
+    x, gz = rng.integers(-2, 3, (5, 2, 8, 8)).astype(float), rng.standard_normal((5, 3))
+    head = pool_net()
+    head.zero_grad()
+    low.zero_grad()
+    np.testing.assert_array_equal(low.forward(x, training=True), head.forward(x, training=True))
+    np.testing.assert_array_equal(low.backward(gz), head.backward(gz))     # the same cells, exactly
+    for k, g in head.get_grads().items():    # sums over the batch may run in another memory order
+        np.testing.assert_allclose(low.get_grads()[k], g, rtol=1e-14, atol=1e-14, err_msg=k)
+
+
 def test_inference_passes_fold_and_fuse_by_declaration():
     x = L.Input((2, 6, 6))
     h = L.ReLU()(L.BatchNorm2D()(L.Conv2D(4, 3, padding=1)(L.Pad2D(1)(x))))

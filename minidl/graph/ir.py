@@ -66,6 +66,18 @@ class Graph:
             self.stats[stat] += 1
         self._order()
 
+    def swap(self, node, reader, stat=None):
+        """Exchange a shape-preserving one-input node and its sole reader (one-input too): the reader
+        reads the node's input, the node reads the reader, and the reader's readers read the node."""
+        for n in self.nodes:
+            if n is not reader and any(p is reader for p in n.parents):
+                n.parents = tuple(node if p is reader else p for p in n.parents)
+        self.outputs = [node if o is reader else o for o in self.outputs]
+        reader.parents, node.parents, node.shape = node.parents, (reader,), reader.shape
+        if stat:
+            self.stats[stat] += 1
+        self._order()
+
     def replace(self, node, layer, weights=None):
         """Give `node` a new layer (and, if given, new host weights for it)."""
         if weights is not None:

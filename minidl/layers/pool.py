@@ -45,6 +45,8 @@ class MaxPool2D(_Pool2D):
     """
 
     prefix = "pool"
+    # max(f(a), f(b)) = f(max(a, b)) for a non-decreasing f, and the first max is the same cell
+    commutes_with = ("relu",)
 
     @record_config
     def __init__(self, ksize, stride=None, padding=0, name=None):

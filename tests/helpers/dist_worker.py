@@ -2,7 +2,8 @@
 alone (one process) or under `mpiexec -n N` (N ranks). Rank 0 writes OUT (.npz); with --all-ranks
 every rank writes OUT.<rank>.npz.
 
-    lenet OUT B STEPS      LeNet-5, Adam (--momentum: momentum SGD), B images per rank, on a seeded set
+    lenet OUT B STEPS      LeNet-5, Adam, B images per rank, on a seeded random set
+                           (--momentum: momentum SGD instead; --float64: in float64)
     bn OUT B STEPS         a small conv net with BatchNorm; evaluate and save to OUT.ckpt.npz
     dropout OUT B STEPS    a small MLP with dropout, Adam; OUT.<rank>.npz also holds its last mask
     fail OUT               rank 1 raises after a few steps while the others train on
@@ -69,6 +70,7 @@ def parse(argv):
     p.add_argument("b", type=int, nargs="?", default=8)
     p.add_argument("steps", type=int, nargs="?", default=10)
     p.add_argument("--momentum", action="store_true")
+    p.add_argument("--float64", action="store_true")
     p.add_argument("--all-ranks", action="store_true")
     p.add_argument("--checkpoint")
     p.add_argument("--resume", action="store_true")
@@ -84,7 +86,8 @@ def main(*argv):
     world = distributed.init()
     if args.count:
         world.comm = CountingComm(world.comm)
-    device = dl.get_device(args.device, gpu=world.local_rank if world.size > 1 else None)
+    device = dl.get_device(args.device, dtype="float64" if args.float64 else "float32",
+                           gpu=world.local_rank if world.size > 1 else None)
     device.set_tf32(False)
     if args.bucket_mib is not None:
         os.environ["MINIDL_BUCKET_MIB"] = str(args.bucket_mib)

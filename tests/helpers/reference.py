@@ -26,6 +26,28 @@ def conv2d(x, w, b, stride, pads, dilation):
     return y
 
 
+def conv2d_backward(x, w, gy, stride, pads, dilation):
+    """(gx, gw) of conv2d: each output's gradient sent back along the products that made it."""
+    N, C, H, W = x.shape
+    K, _, kH, kW = w.shape
+    t, bo, l, r = pads
+    xp = np.zeros((N, C, H + t + bo, W + l + r))
+    xp[:, :, t:t + H, l:l + W] = x
+    gxp, gw = np.zeros_like(xp), np.zeros(w.shape)
+    (sh, sw), (dh, dw) = stride, dilation
+    for n in range(N):
+        for k in range(K):
+            for i in range(gy.shape[2]):
+                for j in range(gy.shape[3]):
+                    for c in range(C):
+                        for a in range(kH):
+                            for e in range(kW):
+                                h, v = i * sh + a * dh, j * sw + e * dw
+                                gxp[n, c, h, v] += gy[n, k, i, j] * w[k, c, a, e]
+                                gw[k, c, a, e] += gy[n, k, i, j] * xp[n, c, h, v]
+    return gxp[:, :, t:t + H, l:l + W], gw
+
+
 def _pool_out(x, ksize, stride, pads, value):
     """x padded with `value`, and the floor output size."""
     N, C, H, W = x.shape

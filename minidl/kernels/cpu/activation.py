@@ -1,15 +1,22 @@
 """Elementwise activations and their backward passes."""
 import numpy as np
 
+from ._util import like, zeros_like
+
+# Below this many values a broadcast 0 costs less than finding a zero array of x's layout.
+ZEROS_FROM = 8192
+
 
 def relu_fprop(x, out=None):
     """y = max(x, 0)."""
-    return np.maximum(x, 0, out=out)
+    z = zeros_like(x) if x.size >= ZEROS_FROM else None     # SIMD: against zeros, not a scalar 0
+    return np.maximum(x, 0 if z is None else z, out=out)
 
 
 def relu_bprop(y, gy, out=None):
-    """gx = gy where y > 0 (the output tells where the input was positive)."""
-    return np.multiply(gy, y > 0, out=out)
+    """gx = gy where y > 0 (the output tells where the input was positive); in y's memory order."""
+    gy = like(gy, y)                 # mixed memory orders run 2-8x slower than one
+    return np.multiply(gy, y > 0, out=np.empty_like(y, dtype=gy.dtype) if out is None else out)
 
 
 def leaky_relu_fprop(x, alpha, out=None):

@@ -25,8 +25,11 @@ def dense_wgrad(x, gy, gw, accumulate=True):
 
 def bias_grad(gy, gb, accumulate=True):
     """Adds gy summed over every axis but 1 into gb; accumulate=False overwrites gb."""
-    axes = tuple(i for i in range(gy.ndim) if i != 1)
+    if gy.ndim == 2:
+        s = gy.sum(axis=0)
+    else:   # einsum's sum-of-products loop is 2-3x faster here than sum over axes (0, 2, 3)
+        s = np.einsum("nkp->k", gy.reshape(gy.shape[0], gy.shape[1], -1))     # (N, K, H*W) -> (K,)
     if accumulate:
-        gb += gy.sum(axis=axes)
+        gb += s
     else:
-        np.sum(gy, axis=axes, out=gb)
+        gb[...] = s

@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._util import emit, like
 from .conv import out_size, resolve_pads
 
 
@@ -69,32 +70,46 @@ def _crop(plan, gxp):
 def maxpool2d_fprop(plan, x, out=None):
     """x (N, C, H, W) -> y (N, C, oH, oW): the max of each window, padding read as -inf."""
     xp = _pad(x, plan.pads, -np.inf)
-    y = None
+    slabs = list(_slabs(plan))
+    if len(slabs) == 1:
+        return _emit(xp[slabs[0]], out)
     # A loop over the kH*kW window offsets only: each folds a whole strided slab into y.
-    for s in _slabs(plan):
-        y = xp[s].copy() if y is None else np.maximum(y, xp[s], out=y)
-    return _emit(y, out)
+    y = np.maximum(xp[slabs[0]], xp[slabs[1]], out=out)
+    for s in slabs[2:]:
+        np.maximum(y, xp[s], out=y)
+    return y
 
 
 def maxpool2d_bprop(plan, x, y, gy, out=None):
     """x (N, C, H, W), y and gy (N, C, oH, oW) -> gx: each gy to the first max of its window."""
-    xp = _pad(x, plan.pads, -np.inf)
-    gxp = np.zeros(xp.shape, dtype=gy.dtype)
-    free = np.ones(y.shape, dtype=bool)      # windows whose max has not been routed yet
-    hit, g = np.empty(y.shape, dtype=bool), np.empty(gy.shape, dtype=gy.dtype)
-    # Disjoint windows write each input cell once: the gradient is stored, not added.
-    disjoint = plan.stride[0] >= plan.ksize[0] and plan.stride[1] >= plan.ksize[1]
-    # Offsets in row-major order and `free` send each gradient to the first max only (ties
-    # as PyTorch and deterministic cuDNN); overlapping windows accumulate through +=.
-    for s in _slabs(plan):
-        np.equal(xp[s], y, out=hit)
-        hit &= free
-        free ^= hit                          # hit is within free: this clears the routed windows
+    xp, gy = _pad(x, plan.pads, -np.inf), like(gy, y)      # every operand in one memory order
+    (kH, kW), (sH, sW) = plan.ksize, plan.stride
+    # Disjoint windows write each input cell once: the gradient is stored, not added; windows that
+    # also tile the whole (padded) input leave no cell unwritten, so nothing needs zeroing first.
+    disjoint = sH >= kH and sW >= kW
+    tiled = (sH, sW) == (kH, kW) and xp.shape[2:] == (kH * y.shape[2], kW * y.shape[3])
+    gxp = (np.empty_like if tiled else np.zeros_like)(xp, dtype=gy.dtype)
+    hit, free = np.empty_like(y, dtype=bool), np.empty_like(y, dtype=bool)
+    g = None if disjoint else np.empty_like(y, dtype=gy.dtype)
+    slabs = list(_slabs(plan))
+    last = len(slabs) - 1
+    # Offsets in row-major order and `free` (windows whose max has not been routed yet) send each
+    # gradient to the first max only (ties as PyTorch and deterministic cuDNN).
+    for k, s in enumerate(slabs):
+        if k == 0:
+            np.equal(xp[s], y, out=hit)
+            np.logical_not(hit, out=free)
+        elif k < last:
+            np.equal(xp[s], y, out=hit)
+            hit &= free
+            free ^= hit                      # hit is within free: this clears the routed windows
+        else:
+            hit = free                       # y is each window's max: those left have it here
         if disjoint:
             np.multiply(gy, hit, out=gxp[s])
-        else:
+        else:                                # overlapping windows accumulate
             gxp[s] += np.multiply(gy, hit, out=g)
-    return _emit(_crop(plan, gxp), out)
+    return emit(_crop(plan, gxp), out)     # gxp is ours: a crop of it needs no copy
 
 
 def avgpool2d_fprop(plan, x, out=None):
