@@ -19,9 +19,15 @@ class TrainStep:
     """forward/loss/backward/update of `model` (lowered for training) with `optimizer`; `metrics` add up.
 
     reducer: a distributed.Reducer among data-parallel ranks, None for one process.
+    smoothing: label smoothing of the loss; shift: each training image is first shifted by up to
+    `shift` pixels (random integers per image from the device's generator, as dropout's masks).
     """
 
-    def __init__(self, model, optimizer, metrics, reducer=None):
+    def __init__(self, model, optimizer, metrics, reducer=None, smoothing=0.0, shift=0):
+        if not 0.0 <= smoothing < 1.0 or isinstance(shift, bool) or not isinstance(shift, int) or shift < 0:
+            raise ValueError(f"TrainStep: smoothing must be in [0, 1) and shift an int >= 0, got {smoothing!r}, "
+                             f"{shift!r}")
+        self.smoothing, self.shift = float(smoothing), shift
         self.net = model.lower(passes.training)            # logits out; ReLUs fused into BN and Add
         self.optimizer, self.metrics, self.device = optimizer, metrics, model.device
         self.reducer = reducer
@@ -35,20 +41,23 @@ class TrainStep:
         self.finite.fill(True)
         self.good_steps.fill(0)
 
-    def forward_backward(self, x, y):
-        """Forward, loss from the logits, backward: on-device (loss_sum, correct); no update."""
+    def forward_backward(self, x, y, blank=0.0):
+        """Shift, forward, loss from the logits, backward: on-device (loss_sum, correct); no update.
+        `blank`: the value of a background pixel in x, which shifted images are filled with."""
+        if self.shift:
+            x = self.device.kernels.augment.random_shift(x, self.shift, blank, self.device.rng)
         logits = self.net.forward(x, training=True)
         if self._gz is None or self._gz.shape != logits.shape:
             self._gz = self.device.xp.empty_like(logits)
-        loss_sum, correct, gz = softmax_cross_entropy(logits, y, self._gz)
+        loss_sum, correct, gz = softmax_cross_entropy(logits, y, self._gz, self.smoothing)
         if not self.overwrite:
             self.net.zero_grad()
         self.net.backward(gz, input_grads=False, accumulate=not self.overwrite)
         return loss_sum, correct
 
-    def __call__(self, x, y):
+    def __call__(self, x, y, blank=0.0):
         """One eager step on the batch (x, y)."""
-        loss_sum, correct = self.forward_backward(x, y)
+        loss_sum, correct = self.forward_backward(x, y, blank)
         self._update(loss_sum)
         self.metrics.update(loss_sum, correct, len(y))
 
@@ -86,7 +95,7 @@ class TrainStep:
         def step():
             x = xp.take(loader.x, idx, axis=0)
             y = xp.take(loader.y, idx, axis=0)
-            loss_sum, correct = self.forward_backward(x, y)
+            loss_sum, correct = self.forward_backward(x, y, loader.blank)
             self._update(loss_sum)
             self.metrics.add(loss_sum, correct)
 

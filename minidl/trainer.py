@@ -34,10 +34,12 @@ class Trainer:
     every `monitor` steps, when the seed's line `step:  100, loss: 0.082, accuracy: 45.188%` is printed.
     world: the data-parallel ranks (minidl.distributed; default: MPI's under mpiexec, else one process);
     with several, fit, evaluate and save are collective (every rank calls them) and rank 0 prints and writes.
+    label_smoothing: of the training loss (evaluation reports the plain cross-entropy); shift: training
+    images are shifted by random integers of up to `shift` pixels, filled with the background.
     """
 
     def __init__(self, model, optimizer, device=None, seed=0, log=print, progress=None, graph=True,
-                 world=None):
+                 world=None, label_smoothing=0.0, shift=0):
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.xp is not model.device.xp:     # another backend: rebuild the model there
@@ -54,15 +56,16 @@ class Trainer:
         if not self.world.main:            # rank 0 prints
             log, self.log, self.progress = _quiet, _quiet, False
         self.reducer = self.world.reducer(self.device)     # None for one process
-        self._step = TrainStep(model, optimizer, self.metrics, self.reducer)
+        self._step = TrainStep(model, optimizer, self.metrics, self.reducer, label_smoothing, shift)
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
         # eager); dropout's counter-based generator advances on the device, so it is captured too.
         self.graph = graph and self.device.can_capture
         self._loaders = {}
 
-    def train_step(self, x, y):
-        """Forward, loss, backward and update on one batch (eagerly); returns the interval's metrics."""
-        self._step(self._batch(x), y)
+    def train_step(self, x, y, blank=0.0):
+        """Forward, loss, backward and update on one batch (eagerly); returns the interval's metrics.
+        blank: the value of a background pixel in x (a shifted image is filled with it)."""
+        self._step(self._batch(x), y, blank)
         return self.metrics
 
     def _batch(self, x):
@@ -72,7 +75,7 @@ class Trainer:
         if self.graph:
             self._step.replay(loader, epoch, k)
         else:
-            self.train_step(*loader.batch(epoch, k))
+            self.train_step(*loader.batch(epoch, k), blank=loader.blank)
 
     def _train_loader(self, data, batch_size):
         """The training loader; one per dataset and batch size, kept so captured graphs stay valid."""
