@@ -28,6 +28,7 @@ class TrainStep:
             raise ValueError(f"TrainStep: smoothing must be in [0, 1) and shift an int >= 0, got {smoothing!r}, "
                              f"{shift!r}")
         self.smoothing, self.shift = float(smoothing), shift
+        self.blank = 0.0             # a background pixel's value in eager batches (the trainer sets its loader's)
         self.net = model.lower(passes.training)            # logits out; ReLUs fused into BN and Add
         self.optimizer, self.metrics, self.device = optimizer, metrics, model.device
         self.reducer = reducer
@@ -55,9 +56,9 @@ class TrainStep:
         self.net.backward(gz, input_grads=False, accumulate=not self.overwrite)
         return loss_sum, correct
 
-    def __call__(self, x, y, blank=0.0):
+    def __call__(self, x, y):
         """One eager step on the batch (x, y)."""
-        loss_sum, correct = self.forward_backward(x, y, blank)
+        loss_sum, correct = self.forward_backward(x, y, self.blank)
         self._update(loss_sum)
         self.metrics.update(loss_sum, correct, len(y))
 

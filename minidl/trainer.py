@@ -62,10 +62,9 @@ class Trainer:
         self.graph = graph and self.device.can_capture
         self._loaders = {}
 
-    def train_step(self, x, y, blank=0.0):
-        """Forward, loss, backward and update on one batch (eagerly); returns the interval's metrics.
-        blank: the value of a background pixel in x (a shifted image is filled with it)."""
-        self._step(self._batch(x), y, blank)
+    def train_step(self, x, y):
+        """Forward, loss, backward and update on one batch (eagerly); returns the interval's metrics."""
+        self._step(self._batch(x), y)
         return self.metrics
 
     def _batch(self, x):
@@ -75,7 +74,7 @@ class Trainer:
         if self.graph:
             self._step.replay(loader, epoch, k)
         else:
-            self.train_step(*loader.batch(epoch, k), blank=loader.blank)
+            self.train_step(*loader.batch(epoch, k))
 
     def _train_loader(self, data, batch_size):
         """The training loader; one per dataset and batch size, kept so captured graphs stay valid."""
@@ -132,6 +131,7 @@ class Trainer:
         if save_every is not None and not checkpoint:
             raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
         loader = self._train_loader(data, batch_size)
+        self._step.blank = loader.blank      # shifted images are filled with the background
         per_epoch = len(loader)
         if steps is None:
             steps = (epochs or 1) * per_epoch
