@@ -9,7 +9,9 @@ from dataclasses import asdict, dataclass
 # Plan field -> the flag that sets it, for messages.
 FLAGS = {"model": "-r/--model", "dataset": "--dataset", "batch_size": "-b", "steps": "-n", "epochs": "--epochs",
          "optimizer": "--optimizer", "lr": "--lr", "weight_decay": "--weight-decay", "schedule": "--schedule",
-         "seed": "--seed"}
+         "seed": "--seed", "warmup": "--warmup", "label_smoothing": "--label-smoothing", "shift": "--shift"}
+# What a plan saved before a field existed meant by its absence: runs of those versions had none.
+ABSENT = {"warmup": 0, "label_smoothing": 0.0, "shift": 0}
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,9 @@ class RunPlan:
     weight_decay: float
     schedule: str
     seed: int
+    warmup: int = 0         # steps of linear lr warm-up, composed with the schedule
+    label_smoothing: float = 0.0
+    shift: int = 0          # training images shifted by random integers of up to this many pixels
 
     def total_steps(self, per_epoch):
         """The run's length in steps, for a training set of `per_epoch` batches."""
@@ -36,17 +41,26 @@ class RunPlan:
         """'-b 32 (the checkpoint's run: 64)' for every field where `saved` (a plan's JSON) differs."""
         out = []
         for k, flag in FLAGS.items():
-            mine, theirs = getattr(self, k), saved.get(k)
+            mine, theirs = getattr(self, k), saved.get(k, ABSENT.get(k))
             if mine != theirs:
                 out.append(f"{flag} {_show(mine)} (the checkpoint's run: {_show(theirs)})")
         return out
 
     def schedule_fn(self, schedules, per_epoch):
-        """The learning-rate schedule over the whole run."""
+        """The learning-rate schedule over the whole run, after `warmup` steps of linear warm-up."""
         total = self.total_steps(per_epoch)
-        return {"cosine": lambda: schedules.cosine(total), "constant": schedules.constant,
-                "step": lambda: schedules.step_decay(max(total // 3, 1), 0.1),
-                "inverse-time": lambda: schedules.inverse_time(1e-4)}[self.schedule]()
+        fn = {"cosine": lambda: schedules.cosine(total), "constant": schedules.constant,
+              "step": lambda: schedules.step_decay(max(total // 3, 1), 0.1),
+              "inverse-time": lambda: schedules.inverse_time(1e-4)}[self.schedule]()
+        return schedules.warmup(self.warmup, fn) if self.warmup else fn
+
+    def describe(self):
+        """The recipe in one line, printed at the start of a run."""
+        length = f"{self.epochs} epoch{'s' * (self.epochs > 1)}" if self.epochs else f"{self.steps} steps"
+        return (f"recipe: seed {self.seed}, {self.model} on {self.dataset}, {self.optimizer} lr {self.lr:g}, "
+                f"{self.schedule} schedule, warm-up {self.warmup} steps, weight decay {self.weight_decay:g}, "
+                f"label smoothing {self.label_smoothing:g}, shifts of up to {self.shift} px, "
+                f"batch {self.batch_size}, {length}")
 
 
 def _show(v):
