@@ -13,6 +13,9 @@ RECIPES = {
     "resnet": {"optimizer": "momentum", "lr": 0.05, "schedule": "cosine", "warmup": 0, "weight_decay": 0.0,
                "label_smoothing": 0.0, "shift": 0},
 }
+# Per dataset, what differs from the model's recipe: Fashion-MNIST's garments fill the frame, so a
+# shift cuts them off (LeNet-5, 10 epochs: 90.6% with shifts of 2 pixels, 91.3% without).
+DATASETS = {"mnist": {}, "fashion-mnist": {"shift": 0}}
 # The learning rate of an optimizer other than the recipe's (--optimizer without --lr).
 DEFAULT_LR = {"sgd": 0.01, "momentum": 0.05, "adam": 1e-3, "rmsprop": 1e-3}
 MAX_SHIFT = 8                # of a 28x28 image: beyond this a shift leaves little of a digit
@@ -25,9 +28,9 @@ def model_of(args):
 
 
 def plan(args):
-    """The RunPlan the flags decide: each flag left out takes the model's recipe."""
+    """The RunPlan the flags decide: each flag left out takes the model's recipe (for the dataset)."""
     family, depth = model_of(args)
-    recipe = RECIPES[family]
+    recipe = {**RECIPES[family], **DATASETS[args.dataset]}
 
     def pick(dest):
         v = getattr(args, dest)

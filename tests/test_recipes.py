@@ -21,6 +21,12 @@ def test_flags_left_out_take_the_models_recipe(argv, family, model):
         assert getattr(got, k) == v, k
 
 
+def test_fashion_mnist_takes_no_shifts_by_default():
+    assert plan("--dataset", "fashion-mnist").shift == 0 and plan("--dataset", "fashion-mnist", "--shift", "1").shift == 1
+    assert plan("--dataset", "fashion-mnist", "-r", "18").shift == 0
+    assert plan("--dataset", "fashion-mnist").lr == recipes.RECIPES["lenet"]["lr"]
+
+
 def test_given_flags_override_the_recipe_and_another_optimizer_takes_its_own_lr():
     got = plan("--lr", "0.02", "--warmup", "7", "--label-smoothing", "0.2", "--shift", "0", "--schedule", "step",
                "--weight-decay", "1e-4")
