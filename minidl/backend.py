@@ -22,7 +22,7 @@ __all__ = ["CaptureError", "CapturedCall", "CounterRNG", "Device", "DeviceError"
            "cuda_status", "get_device"]
 
 KERNEL_FAMILIES = ("conv", "dense", "activation", "merge", "pad", "pool", "norm", "lrn",
-                   "dropout", "softmax", "optim", "direct")
+                   "dropout", "softmax", "optim", "direct", "augment")
 
 MemoryUse = collections.namedtuple("MemoryUse", "used reserved")
 MemoryUse.__doc__ = """Device memory in bytes: `used` by live arrays now, `reserved` by the pools (their high-water

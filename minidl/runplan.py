@@ -9,7 +9,8 @@ from dataclasses import MISSING, asdict, dataclass, fields
 # Plan field -> the flag that sets it, for messages.
 FLAGS = {"model": "-r/--model", "dataset": "--dataset", "batch_size": "-b", "steps": "-n", "epochs": "--epochs",
          "optimizer": "--optimizer", "lr": "--lr", "weight_decay": "--weight-decay", "schedule": "--schedule",
-         "seed": "--seed", "precision": "--precision"}
+         "seed": "--seed", "precision": "--precision", "warmup": "--warmup", "label_smoothing": "--label-smoothing",
+         "shift": "--shift"}
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class RunPlan:
     schedule: str
     seed: int
     precision: str = "fp32"     # fp32, bf16, fp16 (minidl.precision)
+    warmup: int = 0         # steps of linear lr warm-up, composed with the schedule
+    label_smoothing: float = 0.0
+    shift: int = 0          # training images shifted by random integers of up to this many pixels
 
     def total_steps(self, per_epoch):
         """The run's length in steps, for a training set of `per_epoch` batches."""
@@ -44,11 +48,20 @@ class RunPlan:
         return out
 
     def schedule_fn(self, schedules, per_epoch):
-        """The learning-rate schedule over the whole run."""
+        """The learning-rate schedule over the whole run, after `warmup` steps of linear warm-up."""
         total = self.total_steps(per_epoch)
-        return {"cosine": lambda: schedules.cosine(total), "constant": schedules.constant,
-                "step": lambda: schedules.step_decay(max(total // 3, 1), 0.1),
-                "inverse-time": lambda: schedules.inverse_time(1e-4)}[self.schedule]()
+        fn = {"cosine": lambda: schedules.cosine(total), "constant": schedules.constant,
+              "step": lambda: schedules.step_decay(max(total // 3, 1), 0.1),
+              "inverse-time": lambda: schedules.inverse_time(1e-4)}[self.schedule]()
+        return schedules.warmup(self.warmup, fn) if self.warmup else fn
+
+    def describe(self):
+        """The recipe in one line, printed at the start of a run."""
+        length = f"{self.epochs} epoch{'s' * (self.epochs > 1)}" if self.epochs else f"{self.steps} steps"
+        return (f"recipe: seed {self.seed}, {self.model} on {self.dataset}, {self.optimizer} lr {self.lr:g}, "
+                f"{self.schedule} schedule, warm-up {self.warmup} steps, weight decay {self.weight_decay:g}, "
+                f"label smoothing {self.label_smoothing:g}, shifts of up to {self.shift} px, "
+                f"batch {self.batch_size}, {length}")
 
 
 def _show(v):

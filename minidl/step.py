@@ -29,9 +29,16 @@ class TrainStep:
 
     reducer: a distributed.Reducer among data-parallel ranks, None for one process.
     policy: a precision.Policy (or its name); fp32 by default.
+    smoothing: label smoothing of the loss; shift: each training image is first shifted by up to
+    `shift` pixels (random integers per image from the device's generator, as dropout's masks).
     """
 
-    def __init__(self, model, optimizer, metrics, reducer=None, policy=None):
+    def __init__(self, model, optimizer, metrics, reducer=None, policy=None, smoothing=0.0, shift=0):
+        if not 0.0 <= smoothing < 1.0 or isinstance(shift, bool) or not isinstance(shift, int) or shift < 0:
+            raise ValueError(f"TrainStep: smoothing must be in [0, 1) and shift an int >= 0, got {smoothing!r}, "
+                             f"{shift!r}")
+        self.smoothing, self.shift = float(smoothing), shift
+        self.blank = 0.0             # a background pixel's value in eager batches (the trainer sets its loader's)
         self.policy = policy = precision.policy(policy)
         _check_master(model, policy)
         # logits out; ReLUs fused into BN and Add; casts where the policy's compute dtype begins and ends
@@ -52,12 +59,15 @@ class TrainStep:
         self.finite.fill(True)
         self.good_steps.fill(0)
 
-    def forward_backward(self, x, y):
-        """Forward, loss from the logits, backward: on-device (loss_sum, correct); no update."""
+    def forward_backward(self, x, y, blank=0.0):
+        """Shift, forward, loss from the logits, backward: on-device (loss_sum, correct); no update.
+        `blank`: the value of a background pixel in x, which shifted images are filled with."""
+        if self.shift:
+            x = self.device.kernels.augment.random_shift(x, self.shift, blank, self.device.rng)
         logits = self.net.forward(x, training=True)
         if self._gz is None or self._gz.shape != logits.shape:
             self._gz = self.device.xp.empty_like(logits)
-        loss_sum, correct, gz = softmax_cross_entropy(logits, y, self._gz)
+        loss_sum, correct, gz = softmax_cross_entropy(logits, y, self._gz, self.smoothing)
         if self.scaler is not None:
             self.scaler.scale_grad(gz)
         if not self.overwrite:
@@ -68,7 +78,7 @@ class TrainStep:
 
     def __call__(self, x, y):
         """One eager step on the batch (x, y)."""
-        loss_sum, correct = self.forward_backward(x, y)
+        loss_sum, correct = self.forward_backward(x, y, self.blank)
         self._update(loss_sum)
         self.metrics.update(loss_sum, correct, len(y))
 
@@ -107,7 +117,7 @@ class TrainStep:
         def step():
             x = xp.take(loader.x, idx, axis=0)
             y = xp.take(loader.y, idx, axis=0)
-            loss_sum, correct = self.forward_backward(x, y)
+            loss_sum, correct = self.forward_backward(x, y, loader.blank)
             self._update(loss_sum)
             self.metrics.add(loss_sum, correct)
 

@@ -10,10 +10,8 @@ import os
 import signal
 import sys
 
-DEFAULT_LR = {"sgd": 0.01, "momentum": 0.05, "adam": 1e-3, "rmsprop": 1e-3}
-# Measured defaults (README, Results): LeNet-5 with Adam reached 98.1% after one epoch on the GPU;
-# ResNet-50 with momentum 0.9, lr 0.05 and cosine decay reached 97.1% after -b32 -n500.
-DEFAULT_OPTIMIZER = {"lenet": "adam", "resnet": "momentum"}
+from minidl import recipes
+
 # Split sizes, known without reading a file, so that flags are checked before any data is loaded.
 IMAGES = {"train": 60_000, "test": 10_000}          # MNIST and Fashion-MNIST alike
 MAX_RUNS = 1_000_000                                # infer --runs: beyond this a typo, not a benchmark
@@ -24,18 +22,6 @@ def positive(v):
     if n <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
     return n
-
-
-def run_plan(args):
-    """The RunPlan the flags decide (defaults resolved)."""
-    from minidl.runplan import RunPlan
-    depth = args.depth or (18 if args.model == "resnet" else None)
-    opt = args.optimizer or DEFAULT_OPTIMIZER["resnet" if depth else "lenet"]
-    return RunPlan(model=f"resnet{depth}" if depth else "lenet5", dataset=args.dataset, batch_size=args.batch_size,
-                   steps=None if args.epochs else args.steps, epochs=args.epochs, optimizer=opt,
-                   lr=float(args.lr if args.lr is not None else DEFAULT_LR[opt]),
-                   weight_decay=float(args.weight_decay), schedule=args.schedule, seed=args.seed,
-                   precision=args.precision)
 
 
 def _saved_plan(path):
@@ -83,6 +69,7 @@ def check_args(p, args, batch_split="train"):
     for dest, (n, what) in limits.items():
         if a.get(dest) is not None and a[dest] > n:
             error(dest, f"{a[dest]:,} is larger than the {n:,} {what}")
+    recipes.check(a, error, IMAGES["train"])
     if a.get("runs") is not None and a["runs"] > MAX_RUNS:
         error("runs", f"{a['runs']:,} is more than {MAX_RUNS:,}")
     if a.get("depth") and a.get("model") == "lenet":
@@ -100,7 +87,7 @@ def check_args(p, args, batch_split="train"):
             error("checkpoint" if args.checkpoint else "save" if args.save else "save_every",
                   f"{what} cannot save to {path}: it {why}")
         saved = _saved_plan(path) if args.resume else None
-        diff = run_plan(args).differences(saved) if saved else []
+        diff = recipes.plan(args).differences(saved) if saved else []
         if diff:          # the resumed run must be the run that was planned
             error("resume", f"{path} is a run planned with other flags: " + "; ".join(diff))
     for dest in ("checkpoint", "artifact"):
@@ -125,9 +112,8 @@ def add_precision(p, what, default="fp32"):
 def parser():
     p = argparse.ArgumentParser(
         prog="python -m minidl.train",
-        description="Train LeNet-5 or a ResNet on MNIST / Fashion-MNIST. With no flags: LeNet-5, "
-                    "2000 steps of batch 32 with Adam (lr 1e-3, cosine decay), then the whole test set. "
-                    "ResNets default to momentum 0.9 with lr 0.05 and cosine decay.")
+        description="Train LeNet-5 or a ResNet on MNIST / Fashion-MNIST, then score the whole test set. "
+                    "Flags left out take the model's default recipe (minidl/recipes.py; each run prints it).")
     p.add_argument("-b", dest="batch_size", type=positive, default=32, help="batch size (32)")
     p.add_argument("-n", dest="steps", type=positive, default=2000, help="training steps (2000)")
     p.add_argument("-m", dest="monitor", type=positive, default=100, help="monitoring interval in steps (100)")
@@ -140,13 +126,16 @@ def parser():
                    help="ResNet depth; implies --model resnet")
     p.add_argument("--model", choices=("lenet", "resnet"), help="network (lenet; resnet with -r, default 18)")
     p.add_argument("--epochs", type=positive, help="train whole epochs instead of -n steps")
-    p.add_argument("--optimizer", choices=tuple(DEFAULT_LR),
-                   help="optimizer (adam for lenet, momentum 0.9 for resnet)")
-    p.add_argument("--lr", type=float, help="learning rate (adam/rmsprop 1e-3, momentum 0.05, sgd 0.01)")
-    p.add_argument("--schedule", choices=("cosine", "constant", "step", "inverse-time"), default="cosine",
+    p.add_argument("--optimizer", choices=tuple(recipes.DEFAULT_LR), help="optimizer (the recipe's; momentum is 0.9)")
+    p.add_argument("--lr", type=float, help="learning rate (the recipe's; another optimizer's: adam/rmsprop 1e-3, "
+                                            "momentum 0.05, sgd 0.01)")
+    p.add_argument("--schedule", choices=("cosine", "constant", "step", "inverse-time"),
                    help="learning-rate schedule over the run's steps (cosine: to 0 at the last step; "
                         "step: x0.1 every third of the run; inverse-time: lr/(1+1e-4*step), the C++ trainer's)")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="L2 weight decay (0)")
+    p.add_argument("--warmup", type=int, metavar="STEPS", help="linear lr warm-up over the first STEPS steps")
+    p.add_argument("--weight-decay", type=float, help="L2 weight decay")
+    p.add_argument("--label-smoothing", type=float, metavar="EPS", help="label smoothing of the training loss")
+    p.add_argument("--shift", type=int, metavar="PIXELS", help="shift training images by up to PIXELS (0: none)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device (auto)")
     add_precision(p, "convolutions, dense layers and activations in bf16/fp16 with fp32 accumulation; fp32 "
                      "master weights, optimizer state, BN statistics and loss; fp16 with dynamic loss scaling")
@@ -181,8 +170,7 @@ def run(args, out=print):
     from minidl.metrics_log import MetricsLog
     from minidl.threads import set_threads
 
-    model_name = "resnet" if args.depth or args.model == "resnet" else "lenet"
-    depth = args.depth or (18 if model_name == "resnet" else None)
+    model_name, depth = recipes.model_of(args)
     tag = f"resnet{depth}" if depth else "lenet5"
     path = checkpoint_path(args)
     world = distributed.init()                   # one process, or rank r of N under mpiexec
@@ -194,6 +182,8 @@ def run(args, out=print):
     device.set_deterministic(not args.nondeterministic)
 
     out(f"== {args.dataset.upper()} training with minidl ==")
+    plan = recipes.plan(args)
+    out(plan.describe())
     out("[TRAIN]")
     paths = data.find_dataset(args.dataset, args.data_dir)
     out(f"loading {paths['train-images-idx3-ubyte']}")
@@ -201,14 +191,14 @@ def run(args, out=print):
     out(f"loaded {len(train[0])} items..")
 
     model = models.get(model_name, depth=depth, device=device, seed=args.seed)
-    plan = run_plan(args)
     name, lr = plan.optimizer, plan.lr
     per_epoch = len(train[0]) // (args.batch_size * world.size)   # -b is per rank
     total = plan.total_steps(per_epoch)            # the run's length: -n / --epochs are totals
     kw = {"momentum": 0.9} if name == "momentum" else {}
-    opt = optim.get(name, lr=lr, weight_decay=args.weight_decay, schedule=plan.schedule_fn(optim.schedules, per_epoch),
+    opt = optim.get(name, lr=lr, weight_decay=plan.weight_decay, schedule=plan.schedule_fn(optim.schedules, per_epoch),
                     **kw)
-    trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out, precision=plan.precision)
+    trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out, precision=plan.precision,
+                         label_smoothing=plan.label_smoothing, shift=plan.shift)
     trainer.plan = plan.to_json()
     if args.resume:
         meta = trainer.resume(path)
@@ -219,7 +209,7 @@ def run(args, out=print):
     mode = f", {threads} thread{'s' * (threads > 1)}" if device.name == "cpu" else \
         f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}"
     out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
-        f"{name} lr {lr:g} {args.schedule}, batch {args.batch_size}"
+        f"{name} lr {lr:g} {plan.schedule}, batch {args.batch_size}"
         f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")
 
     log = MetricsLog(args.metrics) if args.metrics and world.main else None      # rank 0 writes

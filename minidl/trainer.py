@@ -40,10 +40,12 @@ class Trainer:
     precision: 'fp32' (default), 'bf16' or 'fp16' (or a minidl.precision.Policy): the dtype convolutions,
     dense layers and activations compute in, float32 master weights, fp16 with dynamic loss scaling
     (torch.autocast with a GradScaler); checkpoints stay float32 and load under any precision.
+    label_smoothing: of the training loss (evaluation reports the plain cross-entropy); shift: training
+    images are shifted by random integers of up to `shift` pixels, filled with the background.
     """
 
     def __init__(self, model, optimizer, device=None, seed=0, log=print, progress=None, graph=True,
-                 world=None, precision=None):
+                 world=None, precision=None, label_smoothing=0.0, shift=0):
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.xp is not model.device.xp:     # another backend: rebuild the model there
@@ -61,7 +63,7 @@ class Trainer:
             log, self.log, self.progress = _quiet, _quiet, False
         self.reducer = self.world.reducer(self.device)     # None for one process
         self.device.rng.subsequence = self.world.rank      # each rank its own dropout masks
-        self._step = TrainStep(model, optimizer, self.metrics, self.reducer, precision)
+        self._step = TrainStep(model, optimizer, self.metrics, self.reducer, precision, label_smoothing, shift)
         self.precision = self._step.policy
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
         # eager); dropout's counter-based generator advances on the device, so it is captured too.
@@ -142,6 +144,7 @@ class Trainer:
         if save_every is not None and not checkpoint:
             raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
         loader = self._train_loader(data, batch_size)
+        self._step.blank = loader.blank      # shifted images are filled with the background
         per_epoch = len(loader)
         if steps is None:
             steps = (epochs or 1) * per_epoch

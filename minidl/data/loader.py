@@ -42,10 +42,12 @@ class Loader:
         # uint8 travels to the device (4x less than float32) and is converted there
         x = xp.asarray(images).reshape(shape).astype(device.dtype)  # (N, C, H, W)
         x /= 255
+        self.blank = 0.0  # what a 0 (background) pixel becomes: the fill of shifted images
         if normalize is not False:
             mean, std = (MNIST_MEAN, MNIST_STD) if normalize is True else normalize
             x -= mean
             x /= std
+            self.blank = float((device.dtype.type(0) - mean) / std)     # in x's dtype, as x was
         self.x, self.y = x, device.asarray(labels, dtype=np.int32)
         self._order = (None, None)  # (epoch, device index array): cached for batch() calls
 

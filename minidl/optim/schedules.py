@@ -48,7 +48,22 @@ def inverse_time(decay):
     return _schedule(lambda base_lr, step: base_lr / (1 + decay * step), "inverse_time", decay=decay)
 
 
-SCHEDULES = {"constant": constant, "step_decay": step_decay, "cosine": cosine, "inverse_time": inverse_time}
+def warmup(steps, schedule):
+    """lr = schedule(base_lr, step) · min(1, (step + 1) / steps): a linear ramp over the first
+    `steps` steps (Goyal et al., 2017), composed with any schedule (a name, config or callable)."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"warmup: steps must be an int >= 1, got {steps!r}")
+    inner = resolve(schedule)
+
+    def f(base_lr, step):
+        return inner(base_lr, step) * np.minimum(1.0, (step + 1.0) / steps)
+    if getattr(inner, "horizon", None) is not None:      # constant past both: still tabulated
+        f.horizon = max(inner.horizon, steps)
+    return _schedule(f, "warmup", steps=steps, schedule=getattr(inner, "config", None))
+
+
+SCHEDULES = {"constant": constant, "step_decay": step_decay, "cosine": cosine, "inverse_time": inverse_time,
+             "warmup": warmup}
 
 
 def get(name, **kw):

@@ -178,3 +178,15 @@ def lrn(x, size, alpha, beta, k):
                         s += x[n, cc, i, j] ** 2
                     y[n, c, i, j] = x[n, c, i, j] / (k + alpha / size * s) ** beta
     return y
+
+
+def shift_images(x, dy, dx, fill):
+    """y[n, c, h, w] = x[n, c, h - dy[n], w - dx[n]], `fill` outside the image."""
+    N, C, H, W = x.shape
+    y = np.full(x.shape, fill, dtype=x.dtype)
+    for n in range(N):
+        for h in range(H):
+            for w in range(W):
+                if 0 <= h - dy[n] < H and 0 <= w - dx[n] < W:
+                    y[n, :, h, w] = x[n, :, h - dy[n], w - dx[n]]
+    return y

@@ -16,21 +16,28 @@ def softmax_bprop(y, gy, out=None):
     return np.multiply(y, gy - dot, out=out)
 
 
-def softmax_xent(z, labels, gz=None):
+def softmax_xent(z, labels, gz=None, smoothing=0.0):
     """Cross-entropy of logits z (N, K) against int labels (N,), via log-softmax.
 
-    Returns (loss_sum, correct, gz): the summed per-sample loss and the number of argmax hits
-    as 0-d arrays, and gz = (softmax(z) - onehot) / N, the gradient of the mean loss.
+    With label smoothing eps the target is q = (1 - eps) onehot + eps / K (Szegedy et al., 2016).
+    Returns (loss_sum, correct, gz): the summed per-sample loss -sum_k q_k log p_k and the number
+    of argmax hits as 0-d arrays, and gz = (softmax(z) - q) / N, the gradient of the mean loss.
     """
-    N = z.shape[0]
+    N, K = z.shape
     rows = np.arange(N)
     shifted = z - z.max(axis=1, keepdims=True)
     e = np.exp(shifted)
     s = e.sum(axis=1, keepdims=True)
-    # log p[label] = shifted[label] - log s: no log of a rounded probability.
-    loss_sum = np.asarray(np.sum(np.log(s[:, 0]) - shifted[rows, labels]))
+    # -log p_k = log s - shifted_k: no log of a rounded probability. The smoothed loss is
+    # log s - (1 - eps) shifted[label] - eps mean_k shifted_k (q sums to 1).
+    loss = np.log(s[:, 0]) - shifted[rows, labels]
+    if smoothing:
+        loss += smoothing * (shifted[rows, labels] - shifted.mean(axis=1))
+    loss_sum = np.asarray(np.sum(loss))
     correct = np.asarray(np.count_nonzero(np.argmax(z, axis=1) == labels))
     gz = np.divide(e, s, out=gz)
-    gz[rows, labels] -= 1
+    if smoothing:
+        gz -= z.dtype.type(smoothing / K)
+    gz[rows, labels] -= z.dtype.type(1 - smoothing)
     gz /= N
     return loss_sum, correct, gz

@@ -9,7 +9,7 @@ from ._util import out_arrays
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")   # y = x mask in T; the draws are float32 on both devices
 
-_PHILOX = r"""
+PHILOX = r"""
 __device__ unsigned int minidl_philox_first(unsigned long long ctr, unsigned int k0, unsigned int k1) {
     unsigned int c0 = (unsigned int)ctr, c1 = (unsigned int)(ctr >> 32), c2 = 0u, c3 = 0u;
     for (int r = 0; r < 10; ++r) {
@@ -28,11 +28,11 @@ _fwd = cp.ElementwiseKernel(
     float u = (float)(minidl_philox_first(off + (unsigned long long)i, k0, k1) >> 8) * (1.0f / 16777216.0f);
     mask = u >= rate ? (T)scale : (T)0;
     y = (T)(x * mask);                       // half types: the product in float, rounded once
-    """, "minidl_dropout_philox", preamble=_PHILOX)
+    """, "minidl_dropout_philox", preamble=PHILOX)
 _uniform = cp.ElementwiseKernel(
     "uint64 off, uint32 k0, uint32 k1", "float32 u",
     "u = (float)(minidl_philox_first(off + (unsigned long long)i, k0, k1) >> 8) * (1.0f / 16777216.0f);",
-    "minidl_philox_uniform", preamble=_PHILOX)
+    "minidl_philox_uniform", preamble=PHILOX)
 
 
 def philox_uniform(n, key, offset):

@@ -34,9 +34,11 @@ __global__ void softmax_bwd(const T* y, const T* gy, T* gx, long long N, int K) 
     for (int k = lane; k < K; k += 32) gxr[k] = yr[k] * (gr[k] - dot);
 }
 
-// Per row: loss = logsumexp(z) - z[label]; hit = (first argmax == label); gz = (softmax - onehot) * invN.
+// Per row, with label smoothing eps (target q = (1-eps) onehot + eps/K): loss = logsumexp(z) -
+// (1-eps) z[label] - eps mean(z); hit = (first argmax == label); gz = (softmax - q) * invN.
 template<typename T, typename L>
-__global__ void xent(const T* z, const L* labels, T* gz, T* loss, long long* hit, long long N, int K, T invN) {
+__global__ void xent(const T* z, const L* labels, T* gz, T* loss, long long* hit, long long N, int K, T invN,
+                     T eps) {
     ROW_SETUP
     const T* zr = z + row * K; T* gr = gz + row * K;
     int label = (int)labels[row];
@@ -46,12 +48,17 @@ __global__ void xent(const T* z, const L* labels, T* gz, T* loss, long long* hit
         T om = __shfl_xor_sync(0xffffffff, m, o); int oa = __shfl_xor_sync(0xffffffff, arg, o);
         if (om > m || (om == m && oa < arg)) { m = om; arg = oa; }
     }
-    T s = 0;
-    for (int k = lane; k < K; k += 32) s += exp(zr[k] - m);
+    T s = 0, zs = 0;
+    for (int k = lane; k < K; k += 32) { s += exp(zr[k] - m); zs += zr[k] - m; }
     s = warp_sum(s);
-    T inv = (T)1 / s;
-    for (int k = lane; k < K; k += 32) gr[k] = (exp(zr[k] - m) * inv - (k == label ? (T)1 : (T)0)) * invN;
-    if (lane == 0) { loss[row] = m + log(s) - zr[label]; hit[row] = arg == label; }
+    zs = warp_sum(zs);
+    T inv = (T)1 / s, on = (T)1 - eps, off = eps / (T)K;
+    for (int k = lane; k < K; k += 32) gr[k] = (exp(zr[k] - m) * inv - off - (k == label ? on : (T)0)) * invN;
+    if (lane == 0) {
+        T zl = zr[label] - m;
+        loss[row] = log(s) - zl + eps * (zl - zs / (T)K);
+        hit[row] = arg == label;
+    }
 }
 
 // One block: the totals of xent's per-row results (no CUB temporaries, so CUDA-graph safe).
@@ -92,12 +99,12 @@ def softmax_bprop(y, gy, out=None):
     return gx
 
 
-def softmax_xent(z, labels, gz=None):
+def softmax_xent(z, labels, gz=None, smoothing=0.0):
     """Fused cross-entropy from logits.  z (N, K), labels (N,) ints -> (loss_sum, correct, gz).
 
     loss_sum (z's dtype) and correct (int64) are 0-d device arrays kept per (N, K, dtype): the next
     call of the same shape overwrites them, so add them into the running totals before then.
-    gz = (softmax(z) - onehot(labels)) / N.
+    gz = (softmax(z) - q) / N with the target q = (1 - smoothing) onehot(labels) + smoothing / K.
     """
     N, K = z.shape
     if not (z.flags.c_contiguous and labels.flags.c_contiguous):
@@ -108,6 +115,7 @@ def softmax_xent(z, labels, gz=None):
     loss_sum = buffer(f"xent_loss_sum_{N}_{K}", (), z.dtype)
     correct = buffer(f"xent_correct_{N}_{K}", (), np.int64)
     name = f"xent<{CTYPES[z.dtype]}, {ITYPES[labels.dtype]}>"
-    _launch(name, N, (z, labels, gz, loss_rows, hit_rows, np.int64(N), np.int32(K), z.dtype.type(1.0 / N)))
+    _launch(name, N, (z, labels, gz, loss_rows, hit_rows, np.int64(N), np.int32(K), z.dtype.type(1.0 / N),
+                          z.dtype.type(smoothing)))
     _MOD.get(f"xent_total<{CTYPES[z.dtype]}>")((1,), (256,), (loss_rows, hit_rows, loss_sum, correct, np.int64(N)))
     return loss_sum, correct, gz

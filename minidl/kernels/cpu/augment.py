@@ -1,0 +1,40 @@
+"""Data augmentation on the device: random integer shifts of a batch of images, NumPy reference.
+
+The shifts are drawn from the device's counter-based generator (Philox4x32-10, kernels.*.dropout):
+image n of a call takes draws offset + 2n (rows) and offset + 2n + 1 (columns), and the call
+advances the offset by 2N. The GPU twin computes the very same shifts, so a captured training
+step shifts anew at every replay and a resumed run continues the same draws.
+"""
+import numpy as np
+
+from .dropout import philox_uniform
+
+
+def shift_draws(N, max_shift, key, offset):
+    """(dy, dx), each (N,) int64 uniform in [-max_shift, max_shift]: the top 24 bits r of a draw
+    give (r (2 max_shift + 1)) >> 24 - max_shift, integer arithmetic with no rounding to skew it."""
+    r = (philox_uniform(2 * N, key, offset) * np.float32(2.0 ** 24)).astype(np.int64)   # exact: u = r 2^-24
+    s = ((r * (2 * max_shift + 1)) >> 24) - max_shift
+    return s[0::2], s[1::2]
+
+
+def random_shift(x, max_shift, fill, rng, out=None):
+    """y[n, c, h, w] = x[n, c, h - dy_n, w - dx_n], `fill` where that falls outside the image;
+    dy_n, dx_n uniform in [-max_shift, max_shift] from `rng` (key, offset), which advances by 2N.
+
+    x (N, C, H, W) -> y (N, C, H, W).
+    """
+    N, C, H, W = x.shape
+    dy, dx = shift_draws(N, max_shift, rng.key, int(rng.offset))
+    rng.offset += 2 * N
+    m = max_shift
+    padded = np.full((N, C, H + 2 * m, W + 2 * m), fill, dtype=x.dtype)     # (N, C, H + 2m, W + 2m)
+    padded[:, :, m:m + H, m:m + W] = x
+    rows = m - dy[:, None] + np.arange(H)                                    # (N, H): source rows
+    cols = m - dx[:, None] + np.arange(W)                                    # (N, W): source columns
+    n, c = np.arange(N)[:, None, None, None], np.arange(C)[None, :, None, None]
+    y = padded[n, c, rows[:, None, :, None], cols[:, None, None, :]]         # (N, C, H, W)
+    if out is None:
+        return y
+    out[...] = y
+    return out

@@ -1,0 +1,35 @@
+"""Random integer shifts of a batch of images on the GPU: the same draws as kernels.cpu.augment.
+
+One thread per output pixel recomputes its image's two Philox draws (offset + 2n, offset + 2n + 1);
+the offset lives on the device and advances there, so a captured CUDA graph shifts anew at every
+replay without the host.
+"""
+import cupy as cp
+
+from ._util import out_array
+from .dropout import PHILOX
+
+_shift = cp.ElementwiseKernel(
+    "raw T x, uint64 off, uint32 k0, uint32 k1, int32 H, int32 W, int32 CHW, int32 m, T fill", "T y",
+    """
+    long long n = i / CHW, h = (i / W) % H, w = i % W;
+    unsigned long long c0 = off + 2ull * (unsigned long long)n;
+    unsigned long long ry = minidl_philox_first(c0, k0, k1) >> 8, rx = minidl_philox_first(c0 + 1ull, k0, k1) >> 8;
+    long long dy = (long long)((ry * (unsigned long long)(2 * m + 1)) >> 24) - m;
+    long long dx = (long long)((rx * (unsigned long long)(2 * m + 1)) >> 24) - m;
+    bool inside = h - dy >= 0 && h - dy < H && w - dx >= 0 && w - dx < W;
+    y = inside ? x[i - dy * W - dx] : fill;
+    """, "minidl_random_shift", preamble=PHILOX)
+
+
+def random_shift(x, max_shift, fill, rng, out=None):
+    """y[n, c, h, w] = x[n, c, h - dy_n, w - dx_n] (`fill` outside), shifts uniform in
+    [-max_shift, max_shift] from `rng` (key, device offset), which advances by 2N on the device.
+    x (N, C, H, W) C-contiguous -> y (N, C, H, W)."""
+    N, C, H, W = x.shape
+    if not x.flags.c_contiguous:
+        raise ValueError("random_shift: x must be C-contiguous")
+    y = out_array(out, x.shape, x.dtype)
+    _shift(x, rng.offset, rng.key[0], rng.key[1], H, W, C * H * W, max_shift, x.dtype.type(fill), y)
+    rng.offset += 2 * N
+    return y
