@@ -13,6 +13,7 @@ one step late, with no blocking collective per step (World.agree_stop).
 """
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -104,8 +105,12 @@ class World:
         return f"World(rank={self.rank}, size={self.size}, local_rank={self.local_rank})"
 
 
+ABORT_GRACE_S = 0.5
+
+
 def _abort(world, line, code):
     print(line, file=sys.stderr, flush=True)
+    time.sleep(ABORT_GRACE_S)      # the launcher forwards output on its own: an abort at once can lose the line
     world.comm.Abort(code if isinstance(code, int) else 1)
 
 
