@@ -10,12 +10,13 @@ from .runplan import RunPlan
 # LeNet-5 (CPU, seed 0): Adam at 3e-3 reaches 96.8% after -n300 (1e-3: 94.0%); shifts of 2 pixels
 # with label smoothing 0.1 lift 10 epochs from 99.2% to 99.4%. ResNets: momentum 0.9 at 0.05 with
 # cosine decay (the former default), 50 steps of warm-up, label smoothing 0.1 and shifts of 2
-# pixels: ResNet-18 -n500 on the CPU 98.3% against 98.1% without the three.
+# pixels: ResNet-18 -n500 on the CPU 98.3% against 98.1% without the three. On the H200 shifts
+# hurt ResNet-50 -b32 -n500 (97.13% with, 97.59% without, seed 0): the ResNets train unshifted.
 RECIPES = {
     "lenet": {"optimizer": "adam", "lr": 3e-3, "schedule": "cosine", "warmup": 0, "weight_decay": 0.0,
               "label_smoothing": 0.1, "shift": 2},
     "resnet": {"optimizer": "momentum", "lr": 0.05, "schedule": "cosine", "warmup": 50, "weight_decay": 0.0,
-               "label_smoothing": 0.1, "shift": 2},
+               "label_smoothing": 0.1, "shift": 0},
 }
 # Per dataset, what differs from the model's recipe: Fashion-MNIST's garments fill the frame, so a
 # shift cuts them off (LeNet-5, 10 epochs: 90.6% with shifts of 2 pixels, 91.3% without).
