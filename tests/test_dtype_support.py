@@ -23,7 +23,8 @@ KERNELS = pathlib.Path(__file__).resolve().parents[1] / "minidl" / "kernels"
 BOTH = ("float32", "float64")
 HALF = BOTH + ("float16", "bfloat16")      # the families a precision policy's compute region calls
 GPU_TABLE = {"conv": HALF, "dense": HALF, "activation": HALF, "merge": HALF, "pad": HALF, "pool": HALF,
-             "norm": BOTH, "lrn": BOTH, "dropout": HALF, "softmax": BOTH, "optim": BOTH, "direct": ("float32",)}
+             "norm": BOTH, "lrn": BOTH, "dropout": HALF, "softmax": BOTH, "optim": BOTH, "direct": ("float32",),
+             "augment": HALF}
 
 
 def declared(backend, family):

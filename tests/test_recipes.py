@@ -37,7 +37,8 @@ def test_given_flags_override_the_recipe_and_another_optimizer_takes_its_own_lr(
 
 
 def test_describe_names_the_seed_and_every_part_of_the_recipe():
-    line = RunPlan("lenet5", "fashion-mnist", 32, None, 10, "adam", 3e-3, 0.0, "cosine", 4, 100, 0.1, 2).describe()
+    line = RunPlan("lenet5", "fashion-mnist", 32, None, 10, "adam", 3e-3, 0.0, "cosine", 4, warmup=100,
+                   label_smoothing=0.1, shift=2).describe()
     assert line == ("recipe: seed 4, lenet5 on fashion-mnist, adam lr 0.003, cosine schedule, warm-up 100 steps, "
                     "weight decay 0, label smoothing 0.1, shifts of up to 2 px, batch 32, 10 epochs")
     assert RunPlan("resnet50", "mnist", 32, 500, None, "momentum", 0.05, 0.0, "cosine", 0).describe().endswith(

@@ -9,6 +9,8 @@ import cupy as cp
 from ._util import out_array
 from .dropout import PHILOX
 
+DTYPES = ("float32", "float64", "float16", "bfloat16")   # a copy of pixels: T in, T out
+
 _shift = cp.ElementwiseKernel(
     "raw T x, uint64 off, uint32 k0, uint32 k1, int32 H, int32 W, int32 CHW, int32 m, T fill", "T y",
     """
