@@ -14,6 +14,7 @@ after: other processes on the cores slow both sides, PyTorch's threads the most.
 import argparse
 import cProfile
 import os
+import sys
 import pstats
 import statistics
 import time
@@ -77,7 +78,10 @@ def main(argv=None):
 
     threads = set_threads(args.threads)
     print("load average (1, 5, 15 min): %.2f %.2f %.2f" % os.getloadavg())
-    train = data.load("mnist", "train")
+    try:
+        train = data.load("mnist", "train")
+    except data.DataError as e:        # no MNIST here and no network: one line, as the command lines do
+        sys.exit(f"bench_cpu: error: {e}")
     ms, trainer = minidl_step_ms(train, args.steps, args.repeats)
     print(f"threads {threads} ({current_threads()}), LeNet-5, batch 32, Adam, {args.steps} steps x "
           f"{args.repeats}, median")
