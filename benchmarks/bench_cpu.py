@@ -5,8 +5,9 @@
 minidl trains through the Trainer as `python -m minidl.train --device cpu` does (models.get('lenet'),
 Adam lr 1e-3, batch 32); PyTorch trains the same network (conv 6@5x5 pad 2, max-pool, conv 16@5x5,
 max-pool, dense 120, 84, 10) with torch.optim.Adam on the minidl loader's batches. Each side gets
-a warm-up, then the median of 5 repeats of `--steps` steps. PyTorch runs with minidl's thread
-count and, where it differs, with its own default (one thread per core), so one run prints both
+a warm-up, then the median of 5 repeats of `--steps` steps; the repeats alternate between the
+two, so a change in the machine's load hits both alike. PyTorch runs with minidl's thread count
+and, where it differs, with its own default (one thread per core), so one run prints both
 comparisons; --torch-threads N runs it with N only. The load average is printed before and
 after: other processes on the cores slow both sides, PyTorch's threads the most.
 --profile prints minidl's cProfile.
@@ -26,18 +27,21 @@ from minidl import data, models, optim
 from minidl.threads import current_threads, set_threads
 
 
-def minidl_step_ms(train, steps, repeats):
+def minidl_runner(train):
+    """(trainer, run): run(n) trains n steps through the Trainer and returns ms per step."""
     model = models.get("lenet", device="cpu", seed=0)
     trainer = dl.Trainer(model, optim.get("adam", lr=1e-3), seed=0, log=lambda *_: None, progress=False)
-    trainer.fit(train, steps=20, batch_size=32, monitor=10 ** 9)              # warm-up
-    runs = []
-    for _ in range(repeats):
-        trainer.fit(train, steps=steps, batch_size=32, monitor=10 ** 9)
-        runs.append(trainer.timing["total_s"] / steps * 1e3)
-    return statistics.median(runs), trainer
+
+    def run(n):
+        trainer.fit(train, steps=n, batch_size=32, monitor=10 ** 9)
+        return trainer.timing["total_s"] / n * 1e3
+
+    run(20)                                                                   # warm-up
+    return trainer, run
 
 
-def torch_step_ms(loader, steps, repeats):
+def torch_runner(loader, steps):
+    """run(n, threads): n PyTorch steps on the minidl loader's batches; returns ms per step."""
     import torch
     from torch import nn
     torch.manual_seed(0)
@@ -51,7 +55,8 @@ def torch_step_ms(loader, steps, repeats):
     batches = [(torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(y.astype(np.int64)))
                for x, y in batches]
 
-    def run(n):
+    def run(n, threads):
+        torch.set_num_threads(threads)
         t0 = time.perf_counter()
         for k in range(n):
             x, y = batches[k % len(batches)]
@@ -59,10 +64,9 @@ def torch_step_ms(loader, steps, repeats):
             loss = nn.functional.cross_entropy(net(x), y)
             loss.backward()
             opt.step()
-        return time.perf_counter() - t0
+        return (time.perf_counter() - t0) / n * 1e3
 
-    run(20)
-    return statistics.median(run(steps) / steps * 1e3 for _ in range(repeats))
+    return run
 
 
 def main(argv=None):
@@ -77,32 +81,41 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     threads = set_threads(args.threads)
+    pools = current_threads()                    # minidl's pools, before PyTorch brings its own
     print("load average (1, 5, 15 min): %.2f %.2f %.2f" % os.getloadavg())
     try:
         train = data.load("mnist", "train")
     except data.DataError as e:        # no MNIST here and no network: one line, as the command lines do
         sys.exit(f"bench_cpu: error: {e}")
-    ms, trainer = minidl_step_ms(train, args.steps, args.repeats)
-    print(f"threads {threads} ({current_threads()}), LeNet-5, batch 32, Adam, {args.steps} steps x "
-          f"{args.repeats}, median")
-    print(f"minidl  CPU: {ms:.3f} ms/step")
-    if args.profile:
-        prof = cProfile.Profile()
-        prof.runcall(trainer.fit, train, steps=args.steps, batch_size=32, monitor=10 ** 9)
-        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    trainer, minidl_run = minidl_runner(train)
+    counts, torch_run = [], None
     if not args.no_torch:
         import torch
         own = torch.get_num_threads()            # PyTorch's default: one thread per core
         counts = [args.torch_threads] if args.torch_threads else list(dict.fromkeys([threads, own]))
-        loader = trainer._train_loader(train, 32)
+        torch_run = torch_runner(trainer._train_loader(train, 32), args.steps)
         for n in counts:
-            torch.set_num_threads(n)
-            tms = torch_step_ms(loader, args.steps, args.repeats)
-            what = "minidl's" if n == threads else "its default" if n == own else "--torch-threads"
-            print(f"PyTorch CPU: {tms:.3f} ms/step (torch {torch.__version__}, {n} threads: {what})")
-            print(f"  minidl / PyTorch at {n} threads: {ms / tms:.2f}x the time ({'faster' if ms < tms else 'slower'})")
+            torch_run(20, n)                                                  # warm-up
+    ms, tms = [], {n: [] for n in counts}
+    for _ in range(args.repeats):
+        ms.append(minidl_run(args.steps))
+        for n in counts:
+            tms[n].append(torch_run(args.steps, n))
+        time.sleep(0.2)                          # PyTorch's OpenMP threads stop spinning first
+    ms = statistics.median(ms)
+    print(f"threads {threads} ({pools}), LeNet-5, batch 32, Adam, {args.steps} steps x "
+          f"{args.repeats} (alternating), median")
+    print(f"minidl  CPU: {ms:.3f} ms/step")
+    for n in counts:
+        t = statistics.median(tms[n])
+        what = "minidl's" if n == threads else "its default" if n == own else "--torch-threads"
+        print(f"PyTorch CPU: {t:.3f} ms/step (torch {torch.__version__}, {n} threads: {what})")
+        print(f"  minidl / PyTorch at {n} threads: {ms / t:.2f}x the time ({'faster' if ms < t else 'slower'})")
     print("load average (1, 5, 15 min): %.2f %.2f %.2f" % os.getloadavg())
-
+    if args.profile:
+        prof = cProfile.Profile()
+        prof.runcall(trainer.fit, train, steps=args.steps, batch_size=32, monitor=10 ** 9)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 if __name__ == "__main__":
     main()
