@@ -129,7 +129,8 @@ def main(argv=None):
         return 2
     import cupy
     gpus = cupy.cuda.runtime.getDeviceCount()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE", "0"))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))     # the caller's too (cuDNN Frontend)
+    env = dict(os.environ, PYTHONPATH=path, NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE", "0"))
     if args.bucket_mib is not None:
         env["MINIDL_BUCKET_MIB"] = str(args.bucket_mib)
     print(f"{'case':<15}{'N':>3}  {'framework':<10}{'images/s':>12}{'ms/step':>10}{'all-reduce ms':>15}{'buckets':>9}")
@@ -140,7 +141,8 @@ def main(argv=None):
                                   "--steps", str(args.steps)]
                 r = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if r.returncode:
-                    print(f"{name:<15}{n:>3}  {framework:<10} failed: {r.stderr.strip().splitlines()[-3:]}")
+                    why = [ln for ln in r.stderr.splitlines() if "rror" in ln][-1:] or r.stderr.strip().splitlines()[-1:]
+                    print(f"{name:<15}{n:>3}  {framework:<10} failed (exit {r.returncode}): {' '.join(why)[:200]}")
                     continue
                 res = json.loads(r.stdout.strip().splitlines()[-1])
                 print(f"{name:<15}{n:>3}  {framework:<10}{res['images_s']:>12,.0f}{res['ms_step']:>10.3f}"

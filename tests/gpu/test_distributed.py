@@ -129,7 +129,8 @@ def _gpus():
 @pytest.mark.parametrize("bucket_mib", ["8", "0.05"])
 def test_two_gpus_at_b16_end_with_the_weights_of_one_gpu_at_b32(tmp_path, bucket_mib):
     worker = ROOT / "tests" / "helpers" / "dist_worker.py"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NCCL_NVLS_ENABLE="0")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               NCCL_NVLS_ENABLE="0")     # keep the caller's path: the cuDNN Frontend may live there
     common = ["--momentum", "--device", "cuda", "--bucket-mib", bucket_mib]
     one = subprocess.run([sys.executable, str(worker), "lenet", str(tmp_path / "one.npz"), "32", "50", *common],
                          env=env, capture_output=True, text=True, timeout=300)
