@@ -50,6 +50,8 @@ def parser():
     t.add_argument("--cases", default=",".join(TRAIN_CASES), help="comma-separated: " + ", ".join(TRAIN_CASES))
     t.add_argument("--json", help="write the figures to this file")
     t.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help="precision policy (fp32)")
+    t.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="minidl's convolutions channels-last (default: the device's choice, on in bf16/fp16)")
     i = sub.add_parser("infer", help="inference latency and throughput against PyTorch eager and CUDA-graph")
     i.add_argument("--cases", default=",".join(INFER_CASES), help="comma-separated: " + ", ".join(INFER_CASES))
     i.add_argument("--runs", type=int, default=1000, help="timed batch-1 calls per runner (1000)")
@@ -74,7 +76,7 @@ def main(argv=None):
         print(f"bench: the benchmarks need a GPU: {why}", file=sys.stderr)
         return 2
     if args.what == "train":
-        results = bench_train(names, precision=args.precision)
+        results = bench_train(names, precision=args.precision, channels_last=args.channels_last)
     else:
         results = {"cases": bench_infer(names, runs=args.runs, precision=args.precision), "environment": _environment(),
                    "precision": args.precision}

@@ -23,7 +23,7 @@ WARMUP = 10          # steps run before the clock starts (capture, cuDNN plans, 
 
 
 # -- minidl -----------------------------------------------------------------------------------
-def minidl_train(case, train, test, graph=True, seed=0, precision="fp32"):
+def minidl_train(case, train, test, graph=True, seed=0, precision="fp32", channels_last=None):
     import minidl as dl
     from minidl import models, optim
     gc.collect()                                  # the previous run's graphs and buffers go now
@@ -31,7 +31,8 @@ def minidl_train(case, train, test, graph=True, seed=0, precision="fp32"):
     dev.free_memory()                             # so the pools' reserve is this run's peak
     model = models.get(case["model"], depth=case["depth"], device=dev, seed=seed)
     opt = optim.get(case["optimizer"], lr=case["lr"], **({"momentum": 0.9} if case["optimizer"] == "momentum" else {}))
-    trainer = dl.Trainer(model, opt, seed=seed, graph=graph, progress=False, log=lambda s: None, precision=precision)
+    trainer = dl.Trainer(model, opt, seed=seed, graph=graph, progress=False, log=lambda s: None, precision=precision,
+                         channels_last=channels_last)
     loader = dl.data.Loader(*train, case["batch"], dev, seed=seed)
     steps = case.get("steps") or case["epochs"] * len(loader)
     trainer.fit(loader, steps=WARMUP, monitor=10 ** 9)
@@ -139,7 +140,7 @@ def torch_train(case, train, test, graph, seed=0, precision="fp32"):
 
 
 # -- driver -----------------------------------------------------------------------------------
-def bench_train(names, out=print, precision="fp32"):
+def bench_train(names, out=print, precision="fp32", channels_last=None):
     """Train each case with minidl (graphed, eager) and PyTorch (eager, graphed) under `precision`; print and
     return the figures."""
     import minidl as dl
@@ -150,8 +151,9 @@ def bench_train(names, out=print, precision="fp32"):
     results = {}
     for name in names:
         case = TRAIN_CASES[name]
-        r = {"minidl": minidl_train(case, train, test, graph=True, precision=precision),
-             "minidl_eager": minidl_train(case, train, test, graph=False, precision=precision)}
+        r = {"minidl": minidl_train(case, train, test, graph=True, precision=precision, channels_last=channels_last),
+             "minidl_eager": minidl_train(case, train, test, graph=False, precision=precision,
+                                          channels_last=channels_last)}
         if have_torch:
             r["torch_eager"] = torch_train(case, train, test, graph=False, precision=precision)
             r["torch_graph"] = torch_train(case, train, test, graph=True, precision=precision)

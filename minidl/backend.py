@@ -171,6 +171,15 @@ class Device:
         if self.name == "cuda":
             self.stream.synchronize()
 
+    def channels_last(self, compute_dtype, requested=None):
+        """Whether convolutions should write channels-last activations (graph.passes.channels_last):
+        `requested` if given, else where it was measured faster: on the GPU in 2-byte types, whose
+        tensor-core convolutions are NHWC kernels (cuDNN transposes NCHW around them). The CPU
+        computes in its own order: never."""
+        if self.name != "cuda":
+            return False
+        return bool(requested) if requested is not None else np.dtype(compute_dtype).itemsize == 2
+
     def is_out_of_memory(self, exc):
         """Whether `exc` says the device ran out of memory (CuPy, the CUDA runtime or cuDNN); False on cpu."""
         if self.name != "cuda":

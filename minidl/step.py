@@ -33,7 +33,8 @@ class TrainStep:
     `shift` pixels (random integers per image from the device's generator, as dropout's masks).
     """
 
-    def __init__(self, model, optimizer, metrics, reducer=None, policy=None, smoothing=0.0, shift=0):
+    def __init__(self, model, optimizer, metrics, reducer=None, policy=None, smoothing=0.0, shift=0,
+                 channels_last=None):
         if not 0.0 <= smoothing < 1.0 or isinstance(shift, bool) or not isinstance(shift, int) or shift < 0:
             raise ValueError(f"TrainStep: smoothing must be in [0, 1) and shift an int >= 0, got {smoothing!r}, "
                              f"{shift!r}")
@@ -41,8 +42,11 @@ class TrainStep:
         self.blank = 0.0             # a background pixel's value in eager batches (the trainer sets its loader's)
         self.policy = policy = precision.policy(policy)
         _check_master(model, policy)
-        # logits out; ReLUs fused into BN and Add; casts where the policy's compute dtype begins and ends
-        self.net = model.lower(lambda g: passes.cast(passes.training(g), policy.compute, policy.param))
+        # logits out; ReLUs fused into BN and Add; convolutions channels-last where the device prefers it
+        # (channels_last: None asks it); casts where the policy's compute dtype begins and ends
+        self.channels_last = model.device.channels_last(policy.compute, channels_last)
+        layout = passes.channels_last if self.channels_last else (lambda g: g)
+        self.net = model.lower(lambda g: passes.cast(layout(passes.training(g)), policy.compute, policy.param))
         self.scaler = DynamicLossScale(model.device, policy.loss_scale) if policy.loss_scale else None
         self.optimizer, self.metrics, self.device = optimizer, metrics, model.device
         self.reducer = reducer

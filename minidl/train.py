@@ -147,6 +147,9 @@ def parser():
     p.add_argument("--checkpoint", help="checkpoint path (checkpoints/<model>.npz)")
     p.add_argument("--no-graph", dest="graph", action="store_false",
                    help="GPU: run each step eagerly instead of replaying it as one CUDA graph")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="GPU: convolutions write channels-last (NHWC) activations (default: in bf16/fp16, "
+                        "where it is faster)")
     tf = p.add_mutually_exclusive_group()
     tf.add_argument("--tf32", dest="tf32", action="store_true", default=True,
                     help="GPU: allow TF32 tensor cores in FP32 convolutions (the default)")
@@ -198,7 +201,7 @@ def run(args, out=print):
     opt = optim.get(name, lr=lr, weight_decay=plan.weight_decay, schedule=plan.schedule_fn(optim.schedules, per_epoch),
                     **kw)
     trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out, precision=plan.precision,
-                         label_smoothing=plan.label_smoothing, shift=plan.shift)
+                         label_smoothing=plan.label_smoothing, shift=plan.shift, channels_last=args.channels_last)
     trainer.plan = plan.to_json()
     if args.resume:
         meta = trainer.resume(path)
@@ -207,7 +210,8 @@ def run(args, out=print):
         dl.checkpoint.load_weights(path, model)
         out(f"loaded weights from {path}")
     mode = f", {threads} thread{'s' * (threads > 1)}" if device.name == "cpu" else \
-        f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}"
+        f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}" \
+        f"{', channels-last' if trainer.channels_last else ''}"
     out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
         f"{name} lr {lr:g} {plan.schedule}, batch {args.batch_size}"
         f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")

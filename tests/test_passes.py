@@ -159,3 +159,27 @@ def test_trainer_overwrites_gradients_and_trains_like_the_reference_loop():
     ref.fit((images, labels), steps=6, batch_size=16, monitor=100)
     for k, w in b.get_weights().items():
         np.testing.assert_allclose(a.get_weights()[k], w, rtol=1e-12, atol=1e-15, err_msg=k)
+
+
+def test_channels_last_pass_marks_every_convolution_and_keeps_the_parameters():
+    """The layout pass sets `channels_last` on the layers that declare the layout (the convolutions),
+    shares their parameters, and changes no result on the CPU (which computes in its own order)."""
+    model = net()
+    low = model.lower(lambda g: passes.channels_last(passes.training(g)))
+    convs = [l for l in low.layers if "channels_last" in l.layouts]
+    assert [l.name for l in convs] == ["conv2d", "conv2d_1", "conv2d_2"]
+    assert all(l.channels_last for l in convs) and not any(getattr(l, "channels_last", False)
+                                                          for l in model.layers)
+    assert all(low.params[k] is p for k, p in model.params.items())
+    assert low.layers[0].config()["channels_last"] is True                 # recorded: artifacts keep it
+    x = np.random.default_rng(1).standard_normal((5, 2, 6, 6))
+    plain = model.lower(passes.training)
+    np.testing.assert_array_equal(low.forward(x, training=True), plain.forward(x, training=True))
+
+
+def test_the_cpu_never_asks_for_channels_last():
+    dev = dl.get_device("cpu")
+    assert dev.channels_last("float32") is False and dev.channels_last("bfloat16", requested=True) is False
+    trainer = dl.Trainer(net(softmax=False), optim.SGD(0.1), progress=False, log=lambda s: None,
+                         channels_last=True)
+    assert trainer.channels_last is False

@@ -81,6 +81,19 @@ def sink_activations(g):
     return g
 
 
+def channels_last(g):
+    """Layout pass: every layer that can (`layouts`: the convolutions) writes its output channels-last,
+    N, H, W, C in memory under the NCHW shape, the order of the GPU's tensor-core convolutions. The
+    layers after it (BN, pooling, padding, adds, activations) keep their input's order, and whatever
+    reads a 4-D value as 2-D (a Flatten) reads it in NCHW order, so shapes, weights and the model's
+    inputs and outputs are what they were: only memory order differs inside."""
+    for node in list(g.nodes):
+        if "channels_last" in node.layer.layouts and not node.layer.channels_last:
+            g.replace(node, node.layer.clone(share_params=True, channels_last=True))
+            g.stats["channels_last"] += 1
+    return g
+
+
 # The training kernels of BN and Add apply a ReLU in the same pass over memory; a conv or dense
 # layer would only add a separate ReLU kernel, so training fuses into these two only.
 TRAINING_FUSION = ("batchnorm", "add")

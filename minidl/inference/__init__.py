@@ -36,7 +36,7 @@ def load(path, device=None):
 
 
 def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="float32", direct=True,
-            precision=None):
+            precision=None, channels_last=None):
     """An InferenceModel of a trained Model, or of the model a checkpoint file describes.
 
     device: 'cpu', 'cuda', 'auto' or a Device; None keeps the model's device ('auto' for a path).
@@ -44,6 +44,8 @@ def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="f
     direct: schedule the fused direct kernels (conv+ReLU+pool, dense chains, whole small models).
     precision: 'fp32' (None), 'bf16' or 'fp16': the policy's compute dtype for every layer but
     those that keep float32 (an unfolded BN, a kept Softmax); inputs and outputs stay float32.
+    channels_last: convolutions write NHWC activations (None: where the device finds it faster, the
+    GPU in bf16/fp16); the direct kernels read NCHW, so a channels-last model runs layer by layer.
     """
     source = model_or_checkpoint_path
     if isinstance(source, (str, os.PathLike)):
@@ -54,11 +56,11 @@ def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="f
         model = source
         device = model.device if device is None else device
     policy = _precision.policy(precision)
-    lowered, stats = lower(model, device, probabilities, dtype, policy)
-    return InferenceModel(lowered, probabilities, stats, direct, policy.name)
+    lowered, stats = lower(model, device, probabilities, dtype, policy, channels_last)
+    return InferenceModel(lowered, probabilities, stats, direct and not stats.get("channels_last"), policy.name)
 
 
-def lower(model, device="cpu", probabilities=False, dtype="float32", policy=None):
+def lower(model, device="cpu", probabilities=False, dtype="float32", policy=None, channels_last=None):
     """(the inference lowering of `model` as a Model on `device`, what the passes did): the graph
     after minidl.graph.passes.inference, BN folded in float64 and then cast to `dtype`; under a
     mixed precision `policy` the cast pass after it (weights rounded to its compute dtype)."""
@@ -66,9 +68,11 @@ def lower(model, device="cpu", probabilities=False, dtype="float32", policy=None
     if policy.mixed and np.dtype(dtype) != policy.param:
         raise ValueError(f"precision {policy.name} runs a {policy.param.name} model, not dtype {np.dtype(dtype).name}")
     weights = {k: v.astype(np.float64) for k, v in model.get_weights().items()}
-    graph = passes.inference(Graph.of(model, weights=weights), probabilities)
-    graph = passes.cast(graph, policy.compute, policy.param)
     dev = get_device(device, dtype=dtype)
     dev = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
+    graph = passes.inference(Graph.of(model, weights=weights), probabilities)
+    if dev.channels_last(policy.compute, channels_last):
+        graph = passes.channels_last(graph)
+    graph = passes.cast(graph, policy.compute, policy.param)
     lowered = Model.of_graph(graph, dev, name=model.name, weights=graph.weights)
     return lowered, {"layers": len(model.layers), "nodes": len(lowered.nodes), **graph.stats}

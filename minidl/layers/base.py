@@ -81,6 +81,7 @@ class Layer:
     overwrites_grads = False   # backward honours need.accumulate=False (its kernels take the flag)
     fusable_activation = None  # "relu": a producer that takes this activation can apply it instead
     activations = ()           # activations this layer can apply to its output (its `activation` argument)
+    layouts = ()               # memory orders it can write its output in ("channels_last": its argument)
     commutes_with = ()         # activations f with layer(f(x)) = f(layer(x)), gradients too (max-pool: ReLU)
     inference_identity = False # the layer is the identity in evaluation (dropout): inference drops it
     needs_rng = False          # forward draws random numbers from device.rng in training (dropout)

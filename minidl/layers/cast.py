@@ -38,8 +38,18 @@ class Cast(Layer):
     def forward(self, xs, training):
         x, = xs
         with np.errstate(over="ignore"):
-            return x.astype(self.dtype)
+            return _astype(x, self.dtype)
 
     def backward(self, gy, need=ALL):
         with np.errstate(over="ignore"):
-            return (gy.astype(self.in_dtype),)
+            return (_astype(gy, self.in_dtype),)
+
+
+def _astype(a, dtype):
+    """a in `dtype`, in a's memory order; a channels-last array is converted through its dense NHWC
+    view (a copy over the strided array would gather value by value, 3x slower on the GPU)."""
+    if a.ndim == 4 and not a.flags.c_contiguous:
+        v = a.transpose(0, 2, 3, 1)
+        if v.flags.c_contiguous:
+            return v.astype(dtype).transpose(0, 3, 1, 2)
+    return a.astype(dtype)

@@ -10,13 +10,15 @@ class Conv2D(Layer):
     padding: an int, a pair (pH, pW), (top, bottom, left, right), 'same' (output H/stride, extra
     padding at the end) or 'valid' (none). activation: None or 'relu' (applied to the output; the
     inference passes set it when they fuse a following ReLU). Weights He-normal, bias zeros.
+    channels_last: y keeps its NCHW shape but lies in N, H, W, C order in memory, where the GPU's
+    tensor-core convolutions run (set by the `channels_last` pass, not by hand; the CPU ignores it).
     """
 
-    prefix, overwrites_grads, activations = "conv2d", True, ("relu",)
+    prefix, overwrites_grads, activations, layouts = "conv2d", True, ("relu",), ("channels_last",)
 
     @record_config
     def __init__(self, filters, ksize, stride=1, padding=0, dilation=1, bias=True,
-                 w_init="he_normal", activation=None, name=None):
+                 w_init="he_normal", activation=None, channels_last=False, name=None):
         super().__init__(name)
         if int(filters) <= 0:
             raise self.error(f"filters must be positive, got {filters!r}")
@@ -33,7 +35,7 @@ class Conv2D(Layer):
             padding = tuple(int(p) for p in padding)
         elif min(pair(padding, "padding")) < 0:
             raise self.error(f"padding must be non-negative, got {padding!r}")
-        self.padding, self.use_bias, self.w_init = padding, bias, w_init
+        self.padding, self.use_bias, self.w_init, self.channels_last = padding, bias, w_init, bool(channels_last)
         self.activation = self.check_activation(activation)
 
     def build(self, in_shapes, device):
@@ -54,10 +56,11 @@ class Conv2D(Layer):
     def forward(self, xs, training):
         x, = xs
         b = None if self.b is None else self.b.data
+        cl = {"cl": True} if self.channels_last else {}
         if self._fused is not None and b is not None and not training:
-            y = self._fused(self.plan, x, self.w.data, b)
+            y = self._fused(self.plan, x, self.w.data, b, **cl)
         else:
-            y = self.kern.conv2d_fprop(self.plan, x, self.w.data, b)
+            y = self.kern.conv2d_fprop(self.plan, x, self.w.data, b, **cl)
             if self.activation:
                 self.act.relu_fprop(y, out=y)            # in place: y is fresh
         self.saved = (x, y)

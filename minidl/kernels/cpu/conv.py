@@ -159,8 +159,9 @@ def _gy_rows(plan, gy):
     return plan.ws["g"]
 
 
-def conv2d_fprop(plan, x, w, b=None, out=None):
-    """x (N, C, H, W), w (K, C, kH, kW), b (K,) -> y (N, K, oH, oW)."""
+def conv2d_fprop(plan, x, w, b=None, out=None, cl=False):
+    """x (N, C, H, W), w (K, C, kH, kW), b (K,) -> y (N, K, oH, oW), in CHWN memory order whatever
+    `cl` (the GPU's channels-last request) says: the order this kernel computes in."""
     N, K = x.shape[0], w.shape[0]
     oH, oW = plan.out_shape[2:]
     w2 = w.reshape(K, -1)

@@ -76,13 +76,68 @@ def buffer(tag, shape, dtype):
     return a
 
 
-def out_array(out, shape, dtype, what="out"):
-    """`out` checked against (shape, dtype), or a new array."""
+# Channels-last: an (N, C, H, W) array whose values lie in N, H, W, C order (strides of an NHWC
+# array seen through transpose(0, 3, 1, 2)). Arrays keep NCHW shapes everywhere; only the memory
+# order differs, and each kernel writes its outputs in the order of its input (`channels_last`).
+NHWC = (0, 2, 3, 1)          # the axes of an NCHW-shaped array in channels-last memory order
+
+
+def channels_last(a):
+    """Whether a 4-D array lies in channels-last order and not also in NCHW order (C = 1 or
+    H = W = 1 lie in both: they count as NCHW, and every kernel takes them either way)."""
+    return a.ndim == 4 and not a._c_contiguous and a.transpose(NHWC)._c_contiguous
+
+
+def lies_in(a, cl):
+    """Whether `a` (NCHW shape) lies in channels-last order if `cl`, else in NCHW order (both can hold)."""
+    return (a.transpose(NHWC) if cl else a)._c_contiguous
+
+
+def empty(shape, dtype, cl=False):
+    """An uninitialised (N, C, H, W) array, in channels-last order if `cl`."""
+    if not cl:
+        return cp.empty(shape, dtype=dtype)
+    n, c, h, w = shape
+    return cp.empty((n, h, w, c), dtype=dtype).transpose(0, 3, 1, 2)
+
+
+def memory(a, cl):
+    """a's values as a C-contiguous array in memory order: the (N, H, W, C) view if `cl`, else a
+    itself; copied into that order where `a` does not lie in it (a gradient from a Flatten)."""
+    v = a.transpose(NHWC) if cl else a
+    return v if v._c_contiguous else cp.ascontiguousarray(v)
+
+
+def in_order(a, cl):
+    """`a` (NCHW shape) lying in channels-last order if `cl`, else in NCHW order: itself or a copy."""
+    if lies_in(a, cl):
+        return a
+    return memory(a, True).transpose(0, 3, 1, 2) if cl else cp.ascontiguousarray(a)
+
+
+def pointwise(kernel, *args, out=None):
+    """kernel(*args[, out]) over arrays of one shape, in the memory order of the first array:
+    channels-last arrays run as their NHWC views, since CuPy indexes a strided array value by
+    value, 3x slower (H200: an add of 12.8 MB, 69 us strided, 18 us on the views). The results
+    come back NCHW-shaped, channels-last. Scalars pass through; `out` must lie in that order."""
+    if not channels_last(args[0]):
+        return kernel(*args) if out is None else kernel(*args, out)
+    views = [memory(a, True) if isinstance(a, cp.ndarray) and a.ndim == 4 else a for a in args]
+    if out is not None:
+        views.append(out_array(out, args[0].shape, out.dtype, cl=True).transpose(NHWC))
+    y = kernel(*views)
+    return tuple(v.transpose(0, 3, 1, 2) for v in y) if isinstance(y, tuple) else y.transpose(0, 3, 1, 2)
+
+
+def out_array(out, shape, dtype, what="out", cl=False):
+    """`out` checked against (shape, dtype, memory order), or a new array (channels-last if `cl`)."""
     shape = tuple(int(s) for s in shape)
     if out is None:
-        return cp.empty(shape, dtype=dtype)
+        return empty(shape, dtype, cl)
     if out.shape != shape or out.dtype != dtype:
         raise ValueError(f"{what} has shape {out.shape} {out.dtype}, expected {shape} {np.dtype(dtype)}")
+    if cl and not out.transpose(NHWC)._c_contiguous:
+        raise ValueError(f"{what} must lie in channels-last order, got strides {out.strides}")
     return out
 
 

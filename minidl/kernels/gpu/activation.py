@@ -5,7 +5,7 @@ once, to T, when it writes.
 """
 import cupy as cp
 
-from ._util import ACC, RELU, RELU_BPROP
+from ._util import ACC, RELU, RELU_BPROP, pointwise
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
 
@@ -24,7 +24,7 @@ _tanh_b = _kernel("T y, T gy", "T gx", "ACC t = y; gx = (T)((ACC)gy * ((ACC)1 - 
 
 
 def _call(kern, *args, out=None):
-    return kern(*args) if out is None else kern(*args, out)
+    return pointwise(kern, *args, out=out)
 
 
 def relu_fprop(x, out=None):

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..cpu.conv import ConvPlan, conv2d_plan  # noqa: F401  plans are shape arithmetic: one definition
 from . import cudnn as _cd
-from ._util import RELU, buffer, out_array
+from ._util import RELU, buffer, channels_last, in_order, lies_in, out_array, pointwise
 
 # float64: cuDNN's double engines, if it has them (dtype_problem); float16/bfloat16: half io, FLOAT compute
 DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -63,10 +63,10 @@ def _check_x(plan, x, what="x"):
         raise ValueError(f"conv2d: {what} has shape {x.shape}, the plan expects (N, *{plan.in_shape[1:]})")
 
 
-def _fprop(op, plan, x, w, b, out, relu):
+def _fprop(op, plan, x, w, b, out, relu, cl):
     _check_x(plan, x)
     K = plan.w_shape[0]
-    y = out_array(out, (x.shape[0],) + tuple(plan.out_shape[1:]), x.dtype)
+    y = out_array(out, (x.shape[0],) + tuple(plan.out_shape[1:]), x.dtype, cl=cl)
     fuse = x.dtype != np.float64            # cuDNN's fusion engines take no double: the epilogue is ours
     arrays = dict(x=x, w=w, y=y) if b is None or not fuse else dict(x=x, w=w, b=b, y=y)
 
@@ -79,27 +79,30 @@ def _fprop(op, plan, x, w, b, out, relu):
         io.output("y", t)
 
     _cd.run(op if fuse else "conv_fprop", arrays, build, extra=(plan.pads, plan.stride, plan.dilation), conv=True)
-    if not fuse and b is not None:
+    if not fuse and b is not None:              # float64 (channels-last too: the bias index is logical)
         _bias_act(b, np.int32(K), np.int32(plan.out_shape[2] * plan.out_shape[3]), np.int32(relu), y)
     elif not fuse and relu:
-        RELU(y, y)
+        pointwise(RELU, y, out=y)
     return y
 
 
-def conv2d_fprop(plan, x, w, b=None, out=None):
-    """y = conv(x, w) + b.   x (N, C, H, W), w (K, C, kH, kW), b (K,) -> y (N, K, oH, oW)."""
-    return _fprop("conv_fprop", plan, x, w, b, out, relu=False)
+def conv2d_fprop(plan, x, w, b=None, out=None, cl=False):
+    """y = conv(x, w) + b.   x (N, C, H, W), w (K, C, kH, kW), b (K,) -> y (N, K, oH, oW), channels-last
+    if `cl` (x may lie in either order; cuDNN reads both)."""
+    return _fprop("conv_fprop", plan, x, w, b, out, relu=False, cl=cl)
 
 
-def conv2d_bias_relu_fprop(plan, x, w, b, out=None):
+def conv2d_bias_relu_fprop(plan, x, w, b, out=None, cl=False):
     """y = max(conv(x, w) + b, 0) as one cuDNN graph (inference; float64: the conv, then one kernel).
-    Shapes as conv2d_fprop."""
-    return _fprop("conv_bias_relu_fprop", plan, x, w, b, out, relu=True)
+    Shapes and `cl` as conv2d_fprop."""
+    return _fprop("conv_bias_relu_fprop", plan, x, w, b, out, relu=True, cl=cl)
 
 
-def conv2d_dgrad(plan, gy, w, out=None):
-    """gx = conv_transpose(gy, w).   gy (N, K, oH, oW), w (K, C, kH, kW) -> gx (N, C, H, W)."""
-    gx = out_array(out, (gy.shape[0],) + tuple(plan.in_shape[1:]), gy.dtype)
+def conv2d_dgrad(plan, gy, w, out=None, cl=None):
+    """gx = conv_transpose(gy, w).   gy (N, K, oH, oW), w (K, C, kH, kW) -> gx (N, C, H, W), channels-last
+    if `cl` (None: as gy lies)."""
+    cl = channels_last(gy) if cl is None else cl
+    gx = out_array(out, (gy.shape[0],) + tuple(plan.in_shape[1:]), gy.dtype, cl=cl)
 
     def build(g, io):
         io.output("gx", g.conv_dgrad(loss=io.input("gy"), filter=io.input("w"), **_conv_args(plan, gy.dtype)))
@@ -113,6 +116,8 @@ def conv2d_wgrad(plan, x, gy, gw, accumulate=True):
     """gw += correlation of x with gy (gw = ... if not accumulate).   x (N, C, H, W), gy (N, K, oH, oW),
     gw (K, C, kH, kW)."""
     _check_x(plan, x)
+    if not lies_in(x, channels_last(gy)):     # one layout per graph (a Flatten's gradient comes NCHW)
+        gy = in_order(gy, channels_last(x))
     if gw.shape != tuple(plan.w_shape):
         raise ValueError(f"conv2d_wgrad: gw has shape {gw.shape}, expected {plan.w_shape}")
     # cuDNN overwrites its output: to accumulate, compute into a scratch buffer (one per shape, fixed

@@ -107,12 +107,21 @@ def _align(ptr):
     return min(ptr & -ptr, 16) if ptr else 16
 
 
-def _strides(dim):
-    st, acc = [], 1
-    for d in reversed(dim):
-        st.append(acc)
-        acc *= d
-    return st[::-1]
+def _strides(dim, a, cl):
+    """The strides (in elements) of `a` seen as `dim`: packed, or NHWC in a channels-last graph
+    (`cl`) for a 4-D array that lies in that order (C = 1 or 1x1 ones lie in both, filters too:
+    a 1x1 filter is then KRSC); statistics and (C,) vectors stay packed."""
+    nhwc = cl and len(dim) == 4 and a.ndim == 4 and a.shape == tuple(dim) and a.transpose(0, 2, 3, 1)._c_contiguous
+    order = (0, 2, 3, 1) if nhwc else range(len(dim))
+    st, acc = [0] * len(dim), 1
+    for i in reversed(list(order)):
+        st[i] = acc
+        acc *= dim[i]
+    return st
+
+
+def _cl(a):
+    return not a._c_contiguous and a.transpose(0, 2, 3, 1)._c_contiguous
 
 
 class Unsupported(RuntimeError):
@@ -122,13 +131,13 @@ class Unsupported(RuntimeError):
 class _IO:
     """Hands a graph builder the tensors matching the arrays it will run on."""
 
-    def __init__(self, g, arrays):
-        self.g, self.arrays, self.tensors = g, arrays, {}
+    def __init__(self, g, arrays, cl):
+        self.g, self.arrays, self.cl, self.tensors = g, arrays, cl, {}
 
     def input(self, name, dim=None):
         a = self.arrays[name]
         dim = list(dim or a.shape)
-        t = self.g.tensor(name=name, dim=dim, stride=_strides(dim), data_type=_DT[a.dtype])
+        t = self.g.tensor(name=name, dim=dim, stride=_strides(dim, a, self.cl), data_type=_DT[a.dtype])
         if _align(a.data.ptr) < 16:
             t.set_alignment(_align(a.data.ptr))
         self.tensors[name] = t
@@ -147,7 +156,7 @@ class _IO:
         t.set_output(True)
         t.set_data_type(_DT[a.dtype])
         t.set_dim(dim)
-        t.set_stride(_strides(dim))
+        t.set_stride(_strides(dim, a, self.cl))
         if _align(a.data.ptr) < 16:
             t.set_alignment(_align(a.data.ptr))
         self.tensors[name] = t
@@ -202,11 +211,11 @@ def _io_type(arrays):
     return _DT[half[0]] if half else _fe.data_type.FLOAT
 
 
-def _build(op, arrays, build, tf32, conv, deterministic, double, every_plan=False):
+def _build(op, arrays, build, tf32, conv, deterministic, double, cl, every_plan=False):
     io_dt = _io_type(arrays)
     dt = _fe.data_type.DOUBLE if double else _fe.data_type.FLOAT       # intermediates and compute
     g = _fe.pygraph(handle=handle(), io_data_type=io_dt, intermediate_data_type=dt, compute_data_type=dt)
-    io = _IO(g, arrays)
+    io = _IO(g, arrays, cl)
     build(g, io)
     try:
         g.validate()
@@ -231,29 +240,32 @@ def _build(op, arrays, build, tf32, conv, deterministic, double, every_plan=Fals
 
 
 def run(op, arrays, build, scalars=None, extra=(), conv=False):
-    """Execute graph `op` on `arrays` (name -> C-contiguous CuPy array, inputs and outputs alike).
+    """Execute graph `op` on `arrays` (name -> CuPy array, inputs and outputs alike: C-contiguous,
+    or 4-D channels-last, given to cuDNN as NHWC strides).
 
     `build(g, io)` describes the graph on first use; `scalars` (name -> float) feed pass-by-value
     tensors; `extra` is whatever else the graph depends on (padding, stride...); `conv` graphs obey
     set_tf32 (float32 ones: a graph on float64 arrays is built and computed in double). Raises
     Unsupported (at once on later calls) where cuDNN has no engine for the graph.
     """
-    ptrs = {}
+    ptrs, layout = {}, []
     for k, a in arrays.items():
         if not a._c_contiguous:
-            raise ValueError(f"{op}: {k} must be C-contiguous, got strides {a.strides}")
+            if a.ndim != 4 or not _cl(a):
+                raise ValueError(f"{op}: {k} must be C-contiguous or channels-last, got strides {a.strides}")
+            layout.append(k)
         ptrs[k] = a.data.ptr
     double = any(a.dtype == np.float64 for a in arrays.values())
     half = any(a.dtype.itemsize == 2 for a in arrays.values())
     tf32 = conv and _state["tf32"] and not double and not half      # TF32 is a float32 convolution's choice
     dev = cp.cuda.runtime.getDevice()
     det = _state["deterministic"]
-    key = (op, dev, tf32, det, extra) + tuple((k, a.shape, a.dtype.char, _align(ptrs[k])) for k, a in arrays.items())
+    key = (op, dev, tf32, det, extra, tuple(layout)) + tuple((k, a.shape, a.dtype.char, _align(ptrs[k])) for k, a in arrays.items())
     gr = _graphs.get(key, _graphs)
     tune = conv and engines.autotune_enabled()     # convolutions are pure: timing them is harmless
     if gr is _graphs:
         try:
-            gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, double, every_plan=tune)
+            gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, double, bool(layout), every_plan=tune)
         except Unsupported:
             _graphs[key] = None
             raise

@@ -10,7 +10,7 @@ import cupy as cp
 import numpy as np
 
 from ._cublas import gemm
-from ._util import CTYPES, HALF_CODE, HALF_CTYPES, REDUCE, Module, buffer, out_array
+from ._util import CTYPES, HALF_CODE, HALF_CTYPES, REDUCE, Module, buffer, channels_last, memory, out_array
 
 # cuBLAS sgemm and dgemm; GemmEx on float16/bfloat16 with float32 accumulation; the bias sum templated
 DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -74,6 +74,8 @@ def dense_wgrad(x, gy, gw, accumulate=True):
 
 def bias_grad(gy, gb, accumulate=True):
     """gb += gy summed over every axis but 1 (gb = ... if not accumulate).   gy (N, K, ...), gb (K,)."""
+    if channels_last(gy):                        # a conv's channels-last gy: the (N H W, K) rows of its NHWC view
+        gy = memory(gy, True).reshape(-1, gy.shape[1])
     N, K = gy.shape[:2]
     S = gy.size // max(N * K, 1)
     if not gy.flags.c_contiguous:

@@ -5,7 +5,7 @@ so a captured CUDA graph draws a new mask at every replay without the host.
 """
 import cupy as cp
 
-from ._util import out_arrays
+from ._util import channels_last, out_array, pointwise
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")   # y = x mask in T; the draws are float32 on both devices
 
@@ -45,12 +45,13 @@ def dropout_fprop(x, rate, rng, out=None):
     Draws from `rng` (key, device offset) and advances its offset on the device."""
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
-    y, mask = out_arrays(out, [(x.shape, x.dtype), (x.shape, x.dtype)])
-    _fwd(x, rng.offset, rng.key[0], rng.key[1], rate, 1.0 / (1.0 - rate), y, mask)
+    cl = channels_last(x)             # the draws follow memory order: the i-th value in memory, the i-th draw
+    y, mask = (out_array(o, x.shape, x.dtype, cl=cl) for o in (out if isinstance(out, (tuple, list)) else (out, None)))
+    pointwise(_fwd, x, rng.offset, rng.key[0], rng.key[1], rate, 1.0 / (1.0 - rate), y, mask)
     rng.offset += x.size
     return y, mask
 
 
 def dropout_bprop(gy, mask, out=None):
     """gx = gy mask (the mask holds 0 or 1/(1-rate))."""
-    return cp.multiply(gy, mask, out=out)
+    return pointwise(cp.multiply, gy, mask, out=out)

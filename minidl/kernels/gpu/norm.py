@@ -13,13 +13,16 @@ H100 graph replays (tests/gpu/test_fused.py): 3.3-4.8 us forward, 2.9-8.4 us bac
 11-22 us with cuDNN. Above _KERNEL_MAX_M values per channel cuDNN runs (one block a channel leaves SMs idle);
 where cuDNN has no engine (C not a multiple of its vector width: C = 3, 10) the RawKernels run at any size.
 In float64 the RawKernels (templated on T) run at every size: the cuDNN batchnorm graphs used here are
-float32 ones.
+float32 ones. Channels-last arrays (a channels-last graph, passes.channels_last) go to cuDNN's NHWC
+kernels at every size, their outputs channels-last too; where cuDNN has no engine, the RawKernels
+run on NCHW copies.
 """
 import cupy as cp
 import numpy as np
 
 from . import cudnn as _cd
-from ._util import CTYPES, RELU, RELU_BPROP, Module, buffer, out_arrays
+from ._norm_cuda import BN_SOURCE
+from ._util import CTYPES, RELU, RELU_BPROP, Module, buffer, channels_last, in_order, memory, out_array, out_arrays, pointwise
 
 DTYPES = ("float32", "float64")     # the RawKernels in both; cuDNN's graphs for large float32 channels
 
@@ -28,135 +31,8 @@ _RS = (4, 8, 16)                # values a thread may keep in registers (a kerne
 _PER_THREAD = 2                 # values a thread the block size aims at (at most 512 threads)
 _ROW = 8                        # contiguous values a block's rows aim at when S is small (power of two, <= 32)
 
-_MOD = Module(r"""
-// A block holds CB channels c0..c0+CB-1 of x (N, C, S): N rows of L = CB*S contiguous values, the row n at
-// (n*C + c0)*S. With CB > 1, S and L are powers of two, L <= 32 and blockDim a multiple of 32, so a thread's
-// column is always lane % L: its channel c0 + (lane % L) / S is the same for all its values.
-#define CHANNEL (CB == 1 ? 0 : (threadIdx.x & 31) % L / S)
-#define WRITER (CB == 1 ? threadIdx.x == 0 : threadIdx.x < L && threadIdx.x % S == 0)
-
-// The values a thread meets, blockDim apart: row n, column r, stepped without divisions.
-struct Walk {
-    int n, r, dn, dr, L, at0, CS;
-    __device__ Walk(int L, int C, int S, int c0)
-        : n(threadIdx.x / L), r(threadIdx.x % L), dn(blockDim.x / L), dr(blockDim.x % L), L(L), at0(c0 * S),
-          CS(C * S) {}
-    __device__ int at() const { return n * CS + at0 + r; }
-    __device__ void next() { n += dn; r += dr; if (r >= L) { r -= L; ++n; } }
-};
-
-// Sums over the threads of one channel, returned to every thread of it; fixed order: deterministic.
-template<int K> __device__ void channel_sum(double (&v)[K], int S, int L, int CB) {
-    __shared__ double part[K][16][32];           // [value][warp][channel in block]: at most 512 threads
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, ch = CHANNEL;
-    for (int o = 16; o > 0; o >>= 1)
-        if (o < S || o >= L)                     // lanes l and l^o hold one channel (always, when CB == 1)
-            for (int k = 0; k < K; ++k) v[k] += __shfl_xor_sync(0xffffffff, v[k], o);
-    __syncthreads();                             // earlier readers of part are done
-    if (CB == 1 ? lane == 0 : lane < L && lane % S == 0)
-        for (int k = 0; k < K; ++k) part[k][warp][ch] = v[k];
-    __syncthreads();
-    for (int k = 0; k < K; ++k) {
-        double s = 0;
-        for (int w = 0; w < nwarps; ++w) s += part[k][w][ch];
-        v[k] = s;
-    }
-}
-
-// y = gamma (x - mean) invstd + beta, then max(y, 0) if relu; writes mean, invstd, the running statistics.
-// R > 0: the thread's at most R values stay in registers; R == 0: they are read again from memory.
-template<typename T, int R>
-__global__ void __launch_bounds__(512)
-bn_fwd(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* invstd, T* rm, T* rv,
-       int N, int C, int S, int CB, double eps, double momentum, int relu) {
-    int L = CB * S, c0 = blockIdx.x * CB, c = c0 + CHANNEL;
-    double Mc = (double)N * S;
-    T v[R > 0 ? R : 1];
-    double s[1] = {0}, q[1] = {0};
-    if (R > 0) {
-        Walk w(L, C, S, c0);
-#pragma unroll
-        for (int i = 0; i < R; ++i, w.next()) { v[i] = w.n < N ? x[w.at()] : (T)0; s[0] += v[i]; }
-    } else {
-        for (Walk w(L, C, S, c0); w.n < N; w.next()) s[0] += x[w.at()];
-    }
-    channel_sum<1>(s, S, L, CB);
-    double mu = s[0] / Mc;
-    if (R > 0) {
-        Walk w(L, C, S, c0);
-#pragma unroll
-        for (int i = 0; i < R; ++i, w.next()) if (w.n < N) { double d = v[i] - mu; q[0] += d * d; }
-    } else {
-        for (Walk w(L, C, S, c0); w.n < N; w.next()) { double d = x[w.at()] - mu; q[0] += d * d; }
-    }
-    channel_sum<1>(q, S, L, CB);
-    double var = q[0] / Mc, inv = rsqrt(var + eps);
-    if (WRITER) {
-        mean[c] = mu; invstd[c] = inv;
-        rm[c] = (1 - momentum) * rm[c] + momentum * mu;
-        rv[c] = (1 - momentum) * rv[c] + momentum * var * Mc / (Mc > 1 ? Mc - 1 : 1);
-    }
-    T m = mu, scale = gamma[c] * inv, b = beta[c];
-    Walk w(L, C, S, c0);
-    if (R > 0) {
-#pragma unroll
-        for (int i = 0; i < R; ++i, w.next())
-            if (w.n < N) { T t = (v[i] - m) * scale + b; y[w.at()] = relu && t < (T)0 ? (T)0 : t; }
-    } else {
-        for (; w.n < N; w.next()) { T t = (x[w.at()] - m) * scale + b; y[w.at()] = relu && t < (T)0 ? (T)0 : t; }
-    }
-}
-
-// gy' = gy masked by y > 0 if relu; ggamma (+)= sum gy' xhat, gbeta (+)= sum gy';
-// gx = gamma invstd (gy' - mean(gy') - xhat mean(gy' xhat)).
-template<typename T, int R>
-__global__ void __launch_bounds__(512)
-bn_bwd(const T* x, const T* gy, const T* y, const T* gamma, const T* mean, const T* invstd,
-       T* ggamma, T* gbeta, T* gx, int N, int C, int S, int CB, int relu, int accumulate) {
-    int L = CB * S, c0 = blockIdx.x * CB, c = c0 + CHANNEL;
-    double Mc = (double)N * S;
-    T mu = mean[c], inv = invstd[c];
-    T xh[R > 0 ? R : 1], g[R > 0 ? R : 1];
-    double s[2] = {0, 0};                        // sum gy', sum gy' xhat
-    if (R > 0) {
-        Walk w(L, C, S, c0);
-#pragma unroll
-        for (int i = 0; i < R; ++i, w.next()) {
-            xh[i] = 0; g[i] = 0;
-            if (w.n < N) {
-                int k = w.at();
-                xh[i] = (x[k] - mu) * inv;
-                g[i] = relu && !(y[k] > (T)0) ? (T)0 : gy[k];
-            }
-            s[0] += g[i]; s[1] += (double)g[i] * xh[i];
-        }
-    } else {
-        for (Walk w(L, C, S, c0); w.n < N; w.next()) {
-            int k = w.at();
-            T gk = relu && !(y[k] > (T)0) ? (T)0 : gy[k];
-            s[0] += gk; s[1] += (double)gk * ((x[k] - mu) * inv);
-        }
-    }
-    channel_sum<2>(s, S, L, CB);
-    if (WRITER) {
-        gbeta[c] = accumulate ? (T)(gbeta[c] + s[0]) : (T)s[0];
-        ggamma[c] = accumulate ? (T)(ggamma[c] + s[1]) : (T)s[1];
-    }
-    T a = gamma[c] * inv, mb = s[0] / Mc, mg = s[1] / Mc;
-    Walk w(L, C, S, c0);
-    if (R > 0) {
-#pragma unroll
-        for (int i = 0; i < R; ++i, w.next())
-            if (w.n < N) gx[w.at()] = a * (g[i] - mb - xh[i] * mg);
-    } else {
-        for (; w.n < N; w.next()) {
-            int k = w.at();
-            T gk = relu && !(y[k] > (T)0) ? (T)0 : gy[k];
-            gx[k] = a * (gk - mb - (x[k] - mu) * inv * mg);
-        }
-    }
-}
-""", [f"{k}<{t}, {r}>" for k in ("bn_fwd", "bn_bwd") for t in CTYPES.values() for r in _RS + (0,)])
+_MOD = Module(BN_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd", "bn_bwd")
+                          for t in CTYPES.values() for r in _RS + (0,)])
 
 _infer = cp.ElementwiseKernel(
     "T x, raw T rm, raw T rv, raw T gamma, raw T beta, T eps, int32 C, int32 S, int32 relu", "T y", """
@@ -207,6 +83,7 @@ def _kernel_fprop(x, gamma, beta, rm, rv, momentum, eps, y, mean, invstd, relu):
     _MOD.get(f"bn_fwd<{CTYPES[x.dtype]}, {R}>")(grid, block, (
         x, gamma, beta, y, mean, invstd, rm, rv, np.int32(N), np.int32(C), np.int32(S), np.int32(CB),
         float(eps), float(momentum), np.int32(relu)))
+    return y
 
 
 def _kernel_bprop(x, gy, y, gamma, mean, invstd, ggamma, gbeta, gx, relu, accumulate):
@@ -216,6 +93,7 @@ def _kernel_bprop(x, gy, y, gamma, mean, invstd, ggamma, gbeta, gx, relu, accumu
     _MOD.get(f"bn_bwd<{CTYPES[x.dtype]}, {R}>")(grid, block, (
         x, gy, y if relu else x, gamma, mean, invstd, ggamma, gbeta, gx, np.int32(N), np.int32(C), np.int32(S),
         np.int32(CB), np.int32(relu), np.int32(accumulate)))
+    return gx
 
 
 def _dims(x):
@@ -262,16 +140,23 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
     N, C, S = _geometry(x)
     if N * S < 2:
         raise ValueError(f"batch norm in training needs more than one value per channel, got input {x.shape}")
-    y, mean, invstd = out_arrays(out, [(x.shape, x.dtype), ((C,), gamma.dtype), ((C,), gamma.dtype)])
+    cl = channels_last(x)
+    outs = out if isinstance(out, (tuple, list)) else (out, None, None)
+    y = out_array(outs[0], x.shape, x.dtype, cl=cl)
+    mean, invstd = out_arrays(outs[1:], [((C,), gamma.dtype), ((C,), gamma.dtype)])
     args = (x, gamma, beta, running_mean, running_var, momentum, eps, y, mean, invstd)
-    if not _use_kernel(x):
+    if cl or not _use_kernel(x):               # channels-last: cuDNN's NHWC kernels, at every size
         try:
             _cudnn_fprop(*args)
             if relu:
-                RELU(y, y)
+                pointwise(RELU, y, out=y)
             return y, mean, invstd
         except _cd.Unsupported:
             pass
+    if cl:                                      # the RawKernels read NCHW: through a copy
+        yc = _kernel_fprop(cp.ascontiguousarray(x), *args[1:7], cp.empty(x.shape, x.dtype), mean, invstd, relu)
+        y[...] = yc
+        return y, mean, invstd
     _kernel_fprop(*args, relu)
     return y, mean, invstd
 
@@ -279,8 +164,13 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
 def bn_fprop_infer(x, gamma, beta, running_mean, running_var, eps, out=None, relu=False):
     """y = gamma (x - running_mean) / sqrt(running_var + eps) + beta, then max(y, 0) if relu.   x -> y."""
     N, C, S = _geometry(x)
-    y, = out_arrays(out, [(x.shape, x.dtype)])
-    _infer(x, running_mean, running_var, gamma, beta, eps, np.int32(C), np.int32(S), np.int32(relu), y)
+    cl = channels_last(x)
+    y = out_array(out, x.shape, x.dtype, cl=cl)
+    if cl:                                      # on the NHWC views the channel is the innermost index
+        S, x, yv = 1, memory(x, True), y.transpose(0, 2, 3, 1)
+    else:
+        yv = y
+    _infer(x, running_mean, running_var, gamma, beta, eps, np.int32(C), np.int32(S), np.int32(relu), yv)
     return y
 
 
@@ -289,10 +179,14 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
     adds into ggamma, gbeta, or overwrites them if not accumulate.   x, gy (N, C, H, W) -> gx."""
     if relu and (y is None or y.shape != x.shape):
         raise ValueError("bn_bprop: relu=True needs y, the output of bn_fprop_train(..., relu=True)")
-    gx, = out_arrays(out, [(x.shape, x.dtype)])
-    if not _use_kernel(x):
+    cl = channels_last(x)
+    gx = out_array(out, x.shape, x.dtype, cl=cl)
+    gy = in_order(gy, cl)
+    if cl or not _use_kernel(x):
         if relu:                                 # masked gy in a scratch buffer: fixed address per shape
-            gy, relu = RELU_BPROP(y, gy, buffer("bn_gy_relu", x.shape, x.dtype)), False
+            masked = buffer("bn_gy_relu", x.shape, x.dtype)
+            masked = masked.reshape(x.shape[0], *x.shape[2:], x.shape[1]).transpose(0, 3, 1, 2) if cl else masked
+            gy, relu = pointwise(RELU_BPROP, y, gy, out=masked), False
         # cuDNN overwrites dscale/dbias: accumulating goes through scratch buffers and an add.
         dgamma = buffer("bn_dgamma", ggamma.shape, ggamma.dtype) if accumulate else ggamma
         dbeta = buffer("bn_dbeta", gbeta.shape, gbeta.dtype) if accumulate else gbeta
@@ -303,5 +197,9 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
             return gx
         except _cd.Unsupported:
             pass
+    if cl:                                      # the RawKernels read NCHW: through copies
+        gx[...] = _kernel_bprop(cp.ascontiguousarray(x), cp.ascontiguousarray(gy), None, gamma, mean, invstd,
+                                ggamma, gbeta, cp.empty(x.shape, x.dtype), False, accumulate)
+        return gx
     _kernel_bprop(x, gy, y, gamma, mean, invstd, ggamma, gbeta, gx, relu, accumulate)
     return gx

@@ -1,8 +1,9 @@
-"""Constant 2-D padding on the GPU.   pads = (top, bottom, left, right)."""
+"""Constant 2-D padding on the GPU.   pads = (top, bottom, left, right). Outputs lie in their input's
+memory order (NCHW or channels-last: the kernels index logical values, CuPy maps them through the strides)."""
 import cupy as cp
 import numpy as np
 
-from ._util import out_array
+from ._util import channels_last, out_array
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
 
@@ -27,7 +28,7 @@ def pad2d_fprop(x, pads, value=0.0, out=None):
     """y = x surrounded by `value`.   x (N, C, H, W) -> y (N, C, H + top + bottom, W + left + right)."""
     t, b, l, r = pads
     N, C, H, W = x.shape
-    y = out_array(out, (N, C, H + t + b, W + l + r), x.dtype)
+    y = out_array(out, (N, C, H + t + b, W + l + r), x.dtype, cl=channels_last(x))
     _pad(x, np.int32(H), np.int32(W), np.int32(H + t + b), np.int32(W + l + r), np.int32(t), np.int32(l),
          float(value), y)
     return y
@@ -37,7 +38,7 @@ def pad2d_bprop(gy, pads, out=None):
     """gx = the interior of gy.   gy (N, C, oH, oW) -> gx (N, C, oH - top - bottom, oW - left - right)."""
     t, b, l, r = pads
     N, C, oH, oW = gy.shape
-    gx = out_array(out, (N, C, oH - t - b, oW - l - r), gy.dtype)
+    gx = out_array(out, (N, C, oH - t - b, oW - l - r), gy.dtype, cl=channels_last(gy))
     _crop(gy, np.int32(oH - t - b), np.int32(oW - l - r), np.int32(oH), np.int32(oW), np.int32(t),
           np.int32(l), gx)
     return gx

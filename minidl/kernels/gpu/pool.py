@@ -1,4 +1,6 @@
 """Pooling on the GPU: CuPy ElementwiseKernels, one thread per output (forward) or input (backward).
+Outputs lie in their input's memory order (NCHW or channels-last): the kernels index the logical
+value, and CuPy maps it through the strides.
 
 Backward kernels gather rather than scatter, so they need no zeroing and no atomics. Max pooling
 routes the gradient to the first maximum of each window in row-major order (as PyTorch); padded
@@ -9,7 +11,7 @@ import cupy as cp
 import numpy as np
 
 from ..cpu.pool import PoolPlan, pool2d_plan  # noqa: F401  plans are shape arithmetic: one definition
-from ._util import ACC, out_array
+from ._util import ACC, channels_last, out_array
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
 
@@ -95,21 +97,21 @@ def _y_shape(plan, x_shape):
 
 def maxpool2d_fprop(plan, x, out=None):
     """y = max over each window.   x (N, C, H, W) -> y (N, C, oH, oW)."""
-    y = out_array(out, _y_shape(plan, x.shape), x.dtype)
+    y = out_array(out, _y_shape(plan, x.shape), x.dtype, cl=channels_last(x))
     _max_f(x, *_args(plan, x.shape), y)
     return y
 
 
 def maxpool2d_bprop(plan, x, y, gy, out=None):
     """gx = gy routed to each window's (first) maximum.   -> gx (N, C, H, W)."""
-    gx = out_array(out, x.shape, x.dtype)
+    gx = out_array(out, x.shape, x.dtype, cl=channels_last(x))
     _max_b(x, y, gy, *_args(plan, x.shape), gx)
     return gx
 
 
 def avgpool2d_fprop(plan, x, out=None):
     """y = mean over each window, padding counted.   x (N, C, H, W) -> y (N, C, oH, oW)."""
-    y = out_array(out, _y_shape(plan, x.shape), x.dtype)
+    y = out_array(out, _y_shape(plan, x.shape), x.dtype, cl=channels_last(x))
     _avg_f(x, *_args(plan, x.shape), y)
     return y
 
@@ -117,20 +119,21 @@ def avgpool2d_fprop(plan, x, out=None):
 def avgpool2d_bprop(plan, gy, out=None):
     """gx = gy spread evenly over each window.   gy (N, C, oH, oW) -> gx (N, C, H, W)."""
     x_shape = (gy.shape[0], gy.shape[1]) + tuple(plan.in_shape[2:])
-    gx = out_array(out, x_shape, gy.dtype)
+    gx = out_array(out, x_shape, gy.dtype, cl=channels_last(gy))
     _avg_b(gy, *_args(plan, x_shape), gx)
     return gx
 
 
 def global_avgpool_fprop(x, out=None):
     """y = mean over H, W.   x (N, C, H, W) -> y (N, C, 1, 1)."""
-    y = out_array(out, x.shape[:2] + (1, 1), x.dtype)
+    y = out_array(out, x.shape[:2] + (1, 1), x.dtype)      # (N, C, 1, 1) lies in both orders
     _gavg_f(x, np.int32(x.shape[2] * x.shape[3]), y)       # a loop per (n, c): no CUB temporaries
     return y
 
 
 def global_avgpool_bprop(gy, x_shape, out=None):
-    """gx = gy / (H W) broadcast over H, W.   gy (N, C, 1, 1) -> gx x_shape."""
+    """gx = gy / (H W) broadcast over H, W.   gy (N, C, 1, 1) -> gx x_shape (NCHW: the readers of a
+    channels-last x bring it into their order)."""
     gx = out_array(out, x_shape, gy.dtype)
     _gavg_b(gy, np.int32(x_shape[2] * x_shape[3]), gx)
     return gx
