@@ -200,3 +200,11 @@ def test_cpu_run_does_not_claim_compilation(tmp_path):
     line = next(l for l in lines_of(p) if l.startswith("trained 3 steps"))
     assert "compilation" not in line
     assert ", 1 thread" in p.stdout
+
+
+def test_channels_last_flag_is_on_off_or_the_devices_choice():
+    from minidl import train as cli
+    p = cli.parser()
+    assert p.parse_args([]).channels_last is None                    # Device.channels_last decides
+    assert p.parse_args(["--channels-last"]).channels_last is True
+    assert p.parse_args(["--no-channels-last"]).channels_last is False
