@@ -64,15 +64,19 @@ def test_the_cast_pass_puts_casts_at_the_edges_of_the_compute_region():
     y = L.Softmax()(L.Dense(5)(L.Flatten()(L.Conv2D(4, 3)(h))))
     model = dl.Model(x, y)
     g = passes.cast(Graph.of(model, share_params=True), BF16)
-    # BN and softmax keep float32; the ReLU after BN computes in bfloat16 again
-    assert [n.kind for n in g.nodes] == ["cast", "conv2d", "cast", "batchnorm", "cast", "relu", "conv2d",
+    # softmax keeps float32 behind a cast; BN keeps float32 statistics and parameters but reads and
+    # writes bfloat16 itself (io_in_compute_dtype): no casts around it
+    assert [n.kind for n in g.nodes] == ["cast", "conv2d", "batchnorm", "relu", "conv2d",
                                          "flatten", "dense", "cast", "softmax"]
-    assert g.stats == {"cast_to_bfloat16": 2, "cast_to_float32": 2}
+    assert g.stats == {"cast_to_bfloat16": 1, "cast_to_float32": 1}
     lowered = dl.Model.of_graph(g, model.device, shares=model)
-    computes = [n.layer.device.dtype.name for n in lowered.nodes]          # the dtype each layer computes in
-    assert computes == ["float32", "bfloat16", "bfloat16", "float32", "float32", "bfloat16", "bfloat16",
+    computes = [n.layer.device.dtype.name for n in lowered.nodes]          # the dtype of each layer's parameters
+    assert computes == ["float32", "bfloat16", "float32", "bfloat16", "bfloat16",
                         "bfloat16", "bfloat16", "bfloat16", "float32"]
-    assert [n.dtype.name for n in lowered.nodes][:3] == ["bfloat16", "bfloat16", "float32"]   # what each gives
+    assert [n.dtype.name for n in lowered.nodes][:4] == ["bfloat16"] * 4     # what each gives: BN bfloat16 too
+    bn = lowered.nodes[2].layer
+    assert bn.gamma.data.dtype == FP32 and bn.running_var.data.dtype == FP32
+    assert bn.gamma is model.params[f"{bn.name}/gamma"]                      # the master's, no copy
     assert lowered.forward(np.ones((2, 3, 8, 8), np.float32)).dtype == FP32
     # a config round trip keeps the casts, so the dtypes come back with it
     again = dl.Model.from_config(lowered.config())
@@ -185,3 +189,27 @@ def test_a_model_with_half_precision_weights_of_its_own_is_not_trained_by_hand()
     assert model.layers[1].w.data.dtype == BF16 and model.side_arenas
     with pytest.raises(ValueError, match="no optimizer updates"):
         dl.Trainer(model, dl.optim.SGD(lr=0.1), device="cpu", progress=False)
+
+
+def test_batchnorm_kernels_take_a_compute_dtype_and_keep_float32_statistics():
+    """BN reads and writes bfloat16 / float16 while its parameters and statistics stay float32: the
+    kernels compute in float32 and round what they return, once."""
+    from minidl.kernels.cpu import norm
+    rng = np.random.default_rng(0)
+    x32 = rng.standard_normal((4, 3, 5, 5)).astype(FP32)
+    for dt in (BF16, FP16):
+        x, gy = x32.astype(dt), rng.standard_normal(x32.shape).astype(dt)
+        gamma, beta = rng.standard_normal(3).astype(FP32), rng.standard_normal(3).astype(FP32)
+        rm, rv, rm32, rv32 = np.zeros(3, FP32), np.ones(3, FP32), np.zeros(3, FP32), np.ones(3, FP32)
+        y, mean, invstd = norm.bn_fprop_train(x, gamma, beta, rm, rv, 0.1, 1e-5, relu=True)
+        want, mean32, invstd32 = norm.bn_fprop_train(x.astype(FP32), gamma, beta, rm32, rv32, 0.1, 1e-5, relu=True)
+        assert y.dtype == dt and mean.dtype == FP32 and rm.dtype == FP32
+        assert np.array_equal(y, want.astype(dt)) and np.array_equal(rv, rv32) and np.array_equal(invstd, invstd32)
+        gg, gb, gg32, gb32 = (np.zeros(3, FP32) for _ in range(4))
+        gx = norm.bn_bprop(x, gy, gamma, mean, invstd, gg, gb, y=y, relu=True)
+        gx32 = norm.bn_bprop(x.astype(FP32), gy.astype(FP32), gamma, mean, invstd, gg32, gb32, y=y.astype(FP32),
+                             relu=True)
+        assert gx.dtype == dt and np.array_equal(gx, gx32.astype(dt)) and np.array_equal(gg, gg32)
+        yi = norm.bn_fprop_infer(x, gamma, beta, rm, rv, 1e-5)
+        assert yi.dtype == dt and np.array_equal(yi, norm.bn_fprop_infer(x.astype(FP32), gamma, beta, rm, rv,
+                                                                          1e-5).astype(dt))

@@ -76,7 +76,9 @@ class Model:
         """Build every layer: shapes, dtypes, parameter declarations, kernel plans.
 
         Values start in the device's dtype; a layer computes in its inputs' dtype (on
-        `device.compute_in(dtype)`) and passes it on, a Cast (`out_dtype`) its own.
+        `device.compute_in(dtype)`) and passes it on, a Cast (`out_dtype`) its own; a layer that
+        keeps float32 but reads and writes the compute dtype (`io_in_compute_dtype`: BN) is built in
+        the device's dtype and passes its input's on.
         """
         self.device, devices = device, {device.dtype: device}
         for node in self.inputs:
@@ -86,7 +88,8 @@ class Model:
             if len(dtypes) > 1:
                 raise layer.error(f"reads values of several dtypes ({', '.join(sorted(d.name for d in dtypes))})")
             dtype = dtypes.pop()
-            layer.device = devices[dtype] = devices.get(dtype) or device.compute_in(dtype)
+            at = device.dtype if layer.keeps_fp32 and layer.io_in_compute_dtype else dtype   # parameters' dtype
+            layer.device = devices[at] = devices.get(at) or device.compute_in(at)
             node.shape = tuple(layer.build([p.shape for p in node.parents], layer.device))
             node.dtype = layer.out_dtype or dtype
         self.params = {f"{layer.name}/{k}": p for layer in self.layers for k, p in layer.params.items()}

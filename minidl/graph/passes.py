@@ -113,7 +113,9 @@ def inference(g, probabilities=False):
 def cast(g, compute, base="float32"):
     """Precision pass: every layer computes in `compute` except those that keep float32 (declared
     `keeps_fp32`: BN, softmax, LRN); a Cast converts a value where it crosses between the two, once
-    per value and dtype. Inputs and outputs stay in `base` (the loss reads float32 logits).
+    per value and dtype. A float32 layer that reads and writes the compute dtype itself
+    (`io_in_compute_dtype`: BN, whose kernels round what they write) stays between compute-dtype
+    layers with no Cast. Inputs and outputs stay in `base` (the loss reads float32 logits).
 
     A layer moved to `compute` gets a clone with parameters of its own: in a training lowering
     they become compute-dtype copies of the master's (graph/arena.py); in an inference graph the
@@ -135,6 +137,9 @@ def cast(g, compute, base="float32"):
         return casts[key]
 
     for node in list(g.nodes):
+        if node.layer.keeps_fp32 and node.layer.io_in_compute_dtype:     # float32 inside, no casts around
+            dtype[id(node)] = dtype[id(node.parents[0])]
+            continue
         want = base if node.layer.keeps_fp32 else compute
         node.parents = tuple(as_dtype(p, want) for p in node.parents)
         if want != base:

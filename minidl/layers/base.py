@@ -86,6 +86,8 @@ class Layer:
     inference_identity = False # the layer is the identity in evaluation (dropout): inference drops it
     needs_rng = False          # forward draws random numbers from device.rng in training (dropout)
     keeps_fp32 = False         # computes in float32 under every precision policy (BN statistics, softmax)
+    io_in_compute_dtype = False  # with keeps_fp32: float32 parameters and arithmetic, but reads and writes
+                                 # the compute dtype (BN: no casts around it)
     out_dtype = None           # the dtype of its output where it differs from its input's (Cast)
 
     def __init_subclass__(cls, **kwargs):

@@ -19,6 +19,7 @@ class BatchNorm2D(Layer):
     prefix, kind = "fbn", "batchnorm"       # the seed's "fused batch norm"
     overwrites_grads, activations = True, ("relu",)
     keeps_fp32 = True                       # batch statistics in float32 under any precision policy
+    io_in_compute_dtype = True              # ...from x in the compute dtype, y rounded to it: no casts
 
     @record_config
     def __init__(self, momentum=0.1, eps=1e-5, gamma_init="ones", activation=None, name=None):
@@ -67,6 +68,8 @@ class BatchNorm2D(Layer):
                                        self.beta.grad, **relu, **need.grad_kw),)
         if self.activation:
             gy = self.act.relu_bprop(y, gy)
+        io = x.dtype                         # a policy's compute dtype: the affine map's gradients in float32
+        x, gy = x.astype(self.gamma.data.dtype), gy.astype(self.gamma.data.dtype)
         # Evaluation: the interface has no separate kernel, so the affine map's gradients are
         # composed from existing ones: xhat and gx are bn_fprop_infer with gamma=1/beta=0 and mean=0.
         rv = self.running_var.data
@@ -75,7 +78,7 @@ class BatchNorm2D(Layer):
         xhat = self.kern.bn_fprop_infer(x, self._ones, self._zeros, self.running_mean.data, rv, self.eps)
         self.dense.bias_grad(gy * xhat, self.gamma.grad, **need.grad_kw)
         self.dense.bias_grad(gy, self.beta.grad, **need.grad_kw)
-        return (self.kern.bn_fprop_infer(gy, self.gamma.data, self._zeros, self._zeros, rv, self.eps),)
+        return (self.kern.bn_fprop_infer(gy, self.gamma.data, self._zeros, self._zeros, rv, self.eps).astype(io),)
 
 
     def fold_into_producer(self, producer, weights):

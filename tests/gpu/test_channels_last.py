@@ -205,3 +205,36 @@ def test_lies_in_counts_ambiguous_arrays_in_both_orders():
     assert lies_in(a, True) and lies_in(a, False) and not channels_last(a)
     b = nhwc(np.zeros((2, 3, 4, 4), np.float32))
     assert lies_in(b, True) and not lies_in(b, False) and channels_last(b)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dt", ["bfloat16", "float16"])
+def test_batchnorm_reads_and_writes_a_compute_dtype(dt, layout):
+    """BN under a precision policy: x, gy, y, gx in the compute dtype, gamma, beta and the statistics
+    float32; channels-last runs cuDNN with half io, NCHW computes on float32 copies."""
+    c, g = families("norm")
+    dt = dtype_of(dt)
+    shape = (32, 64, 7, 7)
+    x, gy = (rand(*shape, seed=s).astype(dt).astype(np.float32) for s in (0, 1))
+    C = shape[1]
+    gamma, beta = rand(C, seed=2), rand(C, seed=3)
+    rm, rv = np.zeros(C, np.float32), np.ones(C, np.float32)
+    y, mean, invstd = c.bn_fprop_train(x, gamma, beta, rm, rv, 0.1, 1e-5, relu=True)
+    dev = (lambda a: nhwc(a, dt)) if layout == "nhwc" else (lambda a: cp.asarray(a.astype(dt)))
+    drm, drv = cp.zeros(C, np.float32), cp.ones(C, np.float32)
+    before = dict(cudnn.calls)
+    dy, dmean, dinvstd = g.bn_fprop_train(dev(x), cp.asarray(gamma), cp.asarray(beta), drm, drv, 0.1, 1e-5, relu=True)
+    assert dy.dtype == dt and dmean.dtype == np.float32 and lies_in(dy, layout == "nhwc")
+    close(dy, y, dt.name)
+    for got, want in ((dmean, mean), (dinvstd, invstd), (drm, rm), (drv, rv)):
+        close(got, want, "bn")
+    gg, gb = np.zeros(C, np.float32), np.zeros(C, np.float32)
+    gx = c.bn_bprop(x, gy, gamma, mean, invstd, gg, gb, y=y, relu=True)
+    dgg, dgb = cp.zeros(C, np.float32), cp.zeros(C, np.float32)
+    dgx = g.bn_bprop(dev(x), dev(gy), cp.asarray(gamma), dmean, dinvstd, dgg, dgb, y=dy, relu=True)
+    assert dgx.dtype == dt and lies_in(dgx, layout == "nhwc")
+    close(dgx, gx, dt.name)
+    close(dgg, gg, dt.name)          # the ReLU mask from the rounded y: half-precision agreement
+    close(dgb, gb, dt.name)
+    ran = cudnn.calls["bn_fprop_train"] > before.get("bn_fprop_train", 0)
+    print(f"cuDNN batchnorm with {dt.name} io, {layout}: {'ran' if ran else 'not used'}")

@@ -1,4 +1,9 @@
-"""Batch normalisation over (N, H, W) per channel, as cuDNN's spatial mode computes it."""
+"""Batch normalisation over (N, H, W) per channel, as cuDNN's spatial mode computes it.
+
+Under a precision policy x (and gy, y) may come in the compute dtype (float16, bfloat16) while the
+parameters and statistics stay float32: the kernels then compute in float32 and round what they
+return to x's dtype, so BN needs no casts around it (as the GPU family).
+"""
 import numpy as np
 
 
@@ -22,6 +27,10 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
     Updates running_mean/var in place: r = (1 - momentum) r + momentum * batch, the variance
     unbiased (M/(M-1) var), as cuDNN and PyTorch; normalisation itself uses the biased variance.
     """
+    if x.dtype != gamma.dtype:
+        y, mean, invstd = bn_fprop_train(x.astype(gamma.dtype), gamma, beta, running_mean, running_var, momentum,
+                                         eps, relu=relu)
+        return _rounded(y, x.dtype, out), mean, invstd
     M = _count(x)
     mean = x.mean(axis=(0, 2, 3))
     xc = x - _c(mean)
@@ -40,6 +49,9 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
 
 def bn_fprop_infer(x, gamma, beta, running_mean, running_var, eps, out=None, relu=False):
     """y = gamma (x - running_mean) / sqrt(running_var + eps) + beta (then max(y, 0) if relu).   x -> y."""
+    if x.dtype != gamma.dtype:
+        y = bn_fprop_infer(x.astype(gamma.dtype), gamma, beta, running_mean, running_var, eps, relu=relu)
+        return _rounded(y, x.dtype, out)
     scale = gamma / np.sqrt(running_var + eps)
     y = np.multiply(x, _c(scale), out=out)
     y += _c(beta - running_mean * scale)
@@ -58,6 +70,10 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
         if y is None:
             raise ValueError("bn_bprop: relu=True needs y, the output of bn_fprop_train(..., relu=True)")
         gy = gy * (y > 0)
+    if x.dtype != gamma.dtype:
+        gx = bn_bprop(x.astype(gamma.dtype), gy.astype(gamma.dtype), gamma, mean, invstd, ggamma, gbeta,
+                      accumulate=accumulate)
+        return _rounded(gx, x.dtype, out)
     M = x.size // x.shape[1]
     xhat = (x - _c(mean)) * _c(invstd)
     gb = gy.sum(axis=(0, 2, 3))
@@ -73,3 +89,11 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
     gx = np.subtract(gy, t, out=out)
     gx *= _c(gamma * invstd)
     return gx
+
+
+def _rounded(a, dtype, out):
+    """a rounded to dtype, into `out` when given."""
+    if out is None:
+        return a.astype(dtype)
+    out[...] = a
+    return out

@@ -129,6 +129,14 @@ def pointwise(kernel, *args, out=None):
     return tuple(v.transpose(0, 3, 1, 2) for v in y) if isinstance(y, tuple) else y.transpose(0, 3, 1, 2)
 
 
+def astype(a, dtype):
+    """`a` in `dtype` (itself if it is), in a's memory order: a channels-last array is converted on
+    its dense NHWC view."""
+    if a.dtype == dtype:
+        return a
+    return memory(a, True).astype(dtype).transpose(0, 3, 1, 2) if channels_last(a) else a.astype(dtype)
+
+
 def out_array(out, shape, dtype, what="out", cl=False):
     """`out` checked against (shape, dtype, memory order), or a new array (channels-last if `cl`)."""
     shape = tuple(int(s) for s in shape)

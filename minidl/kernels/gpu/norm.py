@@ -22,7 +22,7 @@ import numpy as np
 
 from . import cudnn as _cd
 from ._norm_cuda import BN_SOURCE
-from ._util import CTYPES, RELU, RELU_BPROP, Module, buffer, channels_last, in_order, memory, out_array, out_arrays, pointwise
+from ._util import CTYPES, RELU, RELU_BPROP, Module, astype, buffer, channels_last, in_order, memory, out_array, out_arrays, pointwise
 
 DTYPES = ("float32", "float64")     # the RawKernels in both; cuDNN's graphs for large float32 channels
 
@@ -131,6 +131,15 @@ def _cudnn_bprop(x, gy, gamma, mean, invstd, dgamma, dbeta, gx):
     _cd.run("bn_bprop", arrays, build)
 
 
+def _try(cudnn_graph, *args):
+    """Whether cuDNN ran the graph (False where it has no engine for it)."""
+    try:
+        cudnn_graph(*args)
+        return True
+    except _cd.Unsupported:
+        return False
+
+
 def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out=None, relu=False):
     """y = gamma (x - mean) invstd + beta with batch statistics, then max(y, 0) if relu.
     -> (y, mean (C,), invstd (C,)).
@@ -145,6 +154,12 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
     y = out_array(outs[0], x.shape, x.dtype, cl=cl)
     mean, invstd = out_arrays(outs[1:], [((C,), gamma.dtype), ((C,), gamma.dtype)])
     args = (x, gamma, beta, running_mean, running_var, momentum, eps, y, mean, invstd)
+    if x.dtype != gamma.dtype:                 # x in a policy's compute dtype: statistics in float32
+        if cl and _try(_cudnn_fprop, *args):   # cuDNN reads and writes the half type itself
+            return (pointwise(RELU, y, out=y) if relu else y), mean, invstd
+        y32 = bn_fprop_train(astype(x, gamma.dtype), *args[1:7], out=(None, mean, invstd), relu=relu)[0]
+        y[...] = astype(y32, x.dtype)
+        return y, mean, invstd
     if cl or not _use_kernel(x):               # channels-last: cuDNN's NHWC kernels, at every size
         try:
             _cudnn_fprop(*args)
@@ -166,6 +181,10 @@ def bn_fprop_infer(x, gamma, beta, running_mean, running_var, eps, out=None, rel
     N, C, S = _geometry(x)
     cl = channels_last(x)
     y = out_array(out, x.shape, x.dtype, cl=cl)
+    if x.dtype != gamma.dtype:                 # a policy's compute dtype: computed in float32, then rounded
+        y[...] = astype(bn_fprop_infer(astype(x, gamma.dtype), gamma, beta, running_mean, running_var, eps,
+                                       relu=relu), x.dtype)
+        return y
     if cl:                                      # on the NHWC views the channel is the innermost index
         S, x, yv = 1, memory(x, True), y.transpose(0, 2, 3, 1)
     else:
@@ -182,6 +201,12 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
     cl = channels_last(x)
     gx = out_array(out, x.shape, x.dtype, cl=cl)
     gy = in_order(gy, cl)
+    mixed = x.dtype != gamma.dtype             # x, gy in a policy's compute dtype
+    if mixed and not cl:                       # the RawKernels: in float32, gx rounded
+        gx[...] = astype(bn_bprop(astype(x, gamma.dtype), astype(gy, gamma.dtype), gamma, mean, invstd, ggamma,
+                                  gbeta, y=None if y is None else astype(y, gamma.dtype), relu=relu,
+                                  accumulate=accumulate), x.dtype)
+        return gx
     if cl or not _use_kernel(x):
         if relu:                                 # masked gy in a scratch buffer: fixed address per shape
             masked = buffer("bn_gy_relu", x.shape, x.dtype)
@@ -197,6 +222,10 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
             return gx
         except _cd.Unsupported:
             pass
+    if mixed:                                  # cuDNN took no half io here: in float32, gx rounded
+        gx[...] = astype(bn_bprop(astype(x, gamma.dtype), astype(gy, gamma.dtype), gamma, mean, invstd, ggamma,
+                                  gbeta, accumulate=accumulate), x.dtype)        # gy is masked already
+        return gx
     if cl:                                      # the RawKernels read NCHW: through copies
         gx[...] = _kernel_bprop(cp.ascontiguousarray(x), cp.ascontiguousarray(gy), None, gamma, mean, invstd,
                                 ggamma, gbeta, cp.empty(x.shape, x.dtype), False, accumulate)
