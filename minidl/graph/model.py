@@ -75,10 +75,8 @@ class Model:
     def _infer_shapes(self, device):
         """Build every layer: shapes, dtypes, parameter declarations, kernel plans.
 
-        Values start in the device's dtype; a layer computes in its inputs' dtype (on
-        `device.compute_in(dtype)`) and passes it on, a Cast (`out_dtype`) its own; a layer that
-        keeps float32 but reads and writes the compute dtype (`io_in_compute_dtype`: BN) is built in
-        the device's dtype and passes its input's on.
+        Values start in the device's dtype; a layer computes in its inputs' dtype (on `device.compute_in(dtype)`)
+        and passes it on, a Cast (`out_dtype`) its own; BN (`io_in_compute_dtype`) is built in the device's.
         """
         self.device, devices = device, {device.dtype: device}
         for node in self.inputs:
