@@ -1,6 +1,6 @@
 """Pooling on the GPU: CuPy ElementwiseKernels, one thread per output (forward) or input (backward).
-Outputs lie in their input's memory order (NCHW or channels-last): the kernels index the logical
-value, and CuPy maps it through the strides.
+Outputs lie in their input's memory order (NCHW or channels-last); channels-last arrays run as their
+dense NHWC views with the channel innermost, so neighbouring threads read neighbouring values.
 
 Backward kernels gather rather than scatter, so they need no zeroing and no atomics. Max pooling
 routes the gradient to the first maximum of each window in row-major order (as PyTorch); padded
@@ -11,41 +11,52 @@ import cupy as cp
 import numpy as np
 
 from ..cpu.pool import PoolPlan, pool2d_plan  # noqa: F401  plans are shape arithmetic: one definition
-from ._util import ACC, channels_last, out_array
+from ._util import ACC, NHWC, channels_last, in_order, memory, out_array
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
 
-_P = "int32 H, int32 W, int32 oH, int32 oW, int32 kH, int32 kW, int32 sH, int32 sW, int32 pT, int32 pL"
-_OUT_INDEX = """
-    int ow = i % oW, oh = (i / oW) % oH;
-    long long nc = i / ((long long)oW * oH), xb = nc * H * W;
+_P = "int32 C, int32 H, int32 W, int32 oH, int32 oW, int32 kH, int32 kW, int32 sH, int32 sW, int32 pT, int32 pL"
+# Where each thread's value lies and how the kernels address x and y: NCHW, or channels-last, where the
+# kernels run on the dense NHWC views (C innermost: neighbouring threads, neighbouring channels).
+# XAT(h, w) / YAT(oh, ow): the index of this thread's (n, c) at that position of x / y.
+_AT = {False: """
+    #define XAT(hh, ww) (nc * H * W + (long long)(hh) * W + (ww))
+    #define YAT(oh, ow) (nc * oH * oW + (long long)(oh) * oW + (ow))
+""", True: """
+    #define XAT(hh, ww) (((n * H + (hh)) * W + (ww)) * C + c)
+    #define YAT(oh, ow) (((n * oH + (oh)) * oW + (ow)) * C + c)
+"""}
+_OUT_POS = {False: "int ow = i % oW, oh = (i / oW) % oH; long long nc = i / ((long long)oW * oH);",
+            True: "int c = i % C; long long r = i / C; int ow = r % oW, oh = (r / oW) % oH;"
+                  " long long n = r / ((long long)oW * oH);"}
+_IN_POS = {False: "int w = i % W, h = (i / W) % H; long long nc = i / ((long long)W * H);",
+           True: "int c = i % C; long long r = i / C; int w = r % W, h = (r / W) % H; long long n = r / ((long long)W * H);"}
+_WINDOW = """
     int h0 = oh * sH - pT, w0 = ow * sW - pL;
 """
 # Input position (h, w) lies in the windows oh0..oh1 x ow0..ow1.
-_IN_INDEX = """
-    int w = i % W, h = (i / W) % H;
-    long long nc = i / ((long long)W * H), xb = nc * H * W, yb = nc * oH * oW;
+_WINDOWS = """
     int ah = h + pT - kH + 1, aw = w + pL - kW + 1;
     int oh0 = ah > 0 ? (ah + sH - 1) / sH : 0, oh1 = min(oH - 1, (h + pT) / sH);
     int ow0 = aw > 0 ? (aw + sW - 1) / sW : 0, ow1 = min(oW - 1, (w + pL) / sW);
 """
-_max_f = cp.ElementwiseKernel("raw T x, " + _P, "T y", _OUT_INDEX + """
+_MAX_F = """
     T m = 0; bool any = false;
     for (int kh = 0; kh < kH; ++kh) {
         int hh = h0 + kh; if (hh < 0 || hh >= H) continue;
         for (int kw = 0; kw < kW; ++kw) {
             int ww = w0 + kw; if (ww < 0 || ww >= W) continue;
-            T v = x[xb + hh * W + ww];
+            T v = x[XAT(hh, ww)];
             if (!any || v > m) { m = v; any = true; }
         }
     }
     y = m;
-    """, "minidl_maxpool", preamble=ACC)
-_max_b = cp.ElementwiseKernel("raw T x, raw T y, raw T gy, " + _P, "T gx", _IN_INDEX + """
+"""
+_MAX_B = """
     T v = x[i];
     ACC acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh) for (int ow = ow0; ow <= ow1; ++ow) {
-        long long o = yb + oh * oW + ow;
+        long long o = YAT(oh, ow);
         T m = y[o];
         if (v != m) continue;
         int h0 = oh * sH - pT, w0 = ow * sW - pL, fh = -1, fw = -1;
@@ -53,29 +64,44 @@ _max_b = cp.ElementwiseKernel("raw T x, raw T y, raw T gy, " + _P, "T gx", _IN_I
             int hh = h0 + kh; if (hh < 0 || hh >= H) continue;
             for (int kw = 0; kw < kW; ++kw) {
                 int ww = w0 + kw; if (ww < 0 || ww >= W) continue;
-                if (x[xb + hh * W + ww] == m) { fh = hh; fw = ww; break; }
+                if (x[XAT(hh, ww)] == m) { fh = hh; fw = ww; break; }
             }
         }
         if (fh == h && fw == w) acc += (ACC)gy[o];
     }
     gx = (T)acc;
-    """, "minidl_maxpool_bprop", preamble=ACC)
-_avg_f = cp.ElementwiseKernel("raw T x, " + _P, "T y", _OUT_INDEX + """
+"""
+_AVG_F = """
     ACC s = 0;
     for (int kh = 0; kh < kH; ++kh) {
         int hh = h0 + kh; if (hh < 0 || hh >= H) continue;
         for (int kw = 0; kw < kW; ++kw) {
             int ww = w0 + kw; if (ww < 0 || ww >= W) continue;
-            s += (ACC)x[xb + hh * W + ww];
+            s += (ACC)x[XAT(hh, ww)];
         }
     }
     y = (T)(s / (ACC)(kH * kW));
-    """, "minidl_avgpool", preamble=ACC)
-_avg_b = cp.ElementwiseKernel("raw T gy, " + _P, "T gx", _IN_INDEX + """
+"""
+_AVG_B = """
     ACC acc = 0;
-    for (int oh = oh0; oh <= oh1; ++oh) for (int ow = ow0; ow <= ow1; ++ow) acc += (ACC)gy[yb + oh * oW + ow];
+    for (int oh = oh0; oh <= oh1; ++oh) for (int ow = ow0; ow <= ow1; ++ow) acc += (ACC)gy[YAT(oh, ow)];
     gx = (T)(acc / (ACC)(kH * kW));
-    """, "minidl_avgpool_bprop", preamble=ACC)
+"""
+
+
+def _kernels(cl):
+    sfx = "_cl" if cl else ""
+    out, inp = _OUT_POS[cl] + _AT[cl] + _WINDOW, _IN_POS[cl] + _AT[cl] + _WINDOWS
+    return dict(
+        max_f=cp.ElementwiseKernel("raw T x, " + _P, "T y", out + _MAX_F, "minidl_maxpool" + sfx, preamble=ACC),
+        max_b=cp.ElementwiseKernel("raw T x, raw T y, raw T gy, " + _P, "T gx", inp + _MAX_B,
+                                   "minidl_maxpool_bprop" + sfx, preamble=ACC),
+        avg_f=cp.ElementwiseKernel("raw T x, " + _P, "T y", out + _AVG_F, "minidl_avgpool" + sfx, preamble=ACC),
+        avg_b=cp.ElementwiseKernel("raw T gy, " + _P, "T gx", inp + _AVG_B, "minidl_avgpool_bprop" + sfx,
+                                   preamble=ACC))
+
+
+_K = {cl: _kernels(cl) for cl in (False, True)}
 _gavg_f = cp.ElementwiseKernel("raw T x, int32 HW", "T y", """
     ACC s = 0;
     for (int j = 0; j < HW; ++j) s += (ACC)x[i * HW + j];
@@ -85,43 +111,49 @@ _gavg_b = cp.ElementwiseKernel("raw T gy, int32 HW", "T gx", "gx = (T)((ACC)gy[i
                                "minidl_gavgpool_bprop", preamble=ACC)
 
 
-def _args(plan, x_shape):
+def _args(plan, C, x_shape):
     """The int32 geometry arguments of the kernels."""
     (H, W), (oH, oW) = x_shape[2:], plan.out_shape[2:]
-    return tuple(np.int32(v) for v in (H, W, oH, oW, *plan.ksize, *plan.stride, plan.pads[0], plan.pads[2]))
+    return tuple(np.int32(v) for v in (C, H, W, oH, oW, *plan.ksize, *plan.stride, plan.pads[0], plan.pads[2]))
 
 
 def _y_shape(plan, x_shape):
     return (x_shape[0], x_shape[1]) + tuple(plan.out_shape[2:])
 
 
+def _run(kernel, arrays, out, geometry_of):
+    """kernel over `arrays` (the last one shapes the output's memory order) into `out`: on the NHWC views
+    where the first array lies channels-last (the others brought into that order), else as they are."""
+    cl = channels_last(arrays[0])
+    views = [memory(a, True) if cl else in_order(a, False) for a in arrays]
+    _K[cl][kernel](*views, *_args(*geometry_of), out.transpose(NHWC) if cl else out)
+    return out
+
+
 def maxpool2d_fprop(plan, x, out=None):
-    """y = max over each window.   x (N, C, H, W) -> y (N, C, oH, oW)."""
+    """y = max over each window.   x (N, C, H, W) -> y (N, C, oH, oW), in x's memory order."""
     y = out_array(out, _y_shape(plan, x.shape), x.dtype, cl=channels_last(x))
-    _max_f(x, *_args(plan, x.shape), y)
-    return y
+    return _run("max_f", [x], y, (plan, x.shape[1], x.shape))
 
 
 def maxpool2d_bprop(plan, x, y, gy, out=None):
-    """gx = gy routed to each window's (first) maximum.   -> gx (N, C, H, W)."""
-    gx = out_array(out, x.shape, x.dtype, cl=channels_last(x))
-    _max_b(x, y, gy, *_args(plan, x.shape), gx)
-    return gx
+    """gx = gy routed to each window's (first) maximum.   -> gx (N, C, H, W), in x's memory order."""
+    cl = channels_last(x)
+    gx = out_array(out, x.shape, x.dtype, cl=cl)
+    return _run("max_b", [x, in_order(y, cl), in_order(gy, cl)], gx, (plan, x.shape[1], x.shape))
 
 
 def avgpool2d_fprop(plan, x, out=None):
     """y = mean over each window, padding counted.   x (N, C, H, W) -> y (N, C, oH, oW)."""
     y = out_array(out, _y_shape(plan, x.shape), x.dtype, cl=channels_last(x))
-    _avg_f(x, *_args(plan, x.shape), y)
-    return y
+    return _run("avg_f", [x], y, (plan, x.shape[1], x.shape))
 
 
 def avgpool2d_bprop(plan, gy, out=None):
     """gx = gy spread evenly over each window.   gy (N, C, oH, oW) -> gx (N, C, H, W)."""
     x_shape = (gy.shape[0], gy.shape[1]) + tuple(plan.in_shape[2:])
     gx = out_array(out, x_shape, gy.dtype, cl=channels_last(gy))
-    _avg_b(gy, *_args(plan, x_shape), gx)
-    return gx
+    return _run("avg_b", [gy], gx, (plan, gy.shape[1], x_shape))
 
 
 def global_avgpool_fprop(x, out=None):
