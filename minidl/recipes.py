@@ -14,9 +14,9 @@ from .runplan import RunPlan
 # hurt ResNet-50 -b32 -n500 (97.13% with, 97.59% without, seed 0): the ResNets train unshifted.
 RECIPES = {
     "lenet": {"optimizer": "adam", "lr": 3e-3, "schedule": "cosine", "warmup": 0, "weight_decay": 0.0,
-              "label_smoothing": 0.1, "shift": 2},
+              "label_smoothing": 0.1, "shift": 2, "flip": False},
     "resnet": {"optimizer": "momentum", "lr": 0.05, "schedule": "cosine", "warmup": 50, "weight_decay": 0.0,
-               "label_smoothing": 0.1, "shift": 0},
+               "label_smoothing": 0.1, "shift": 0, "flip": False},
 }
 # Per dataset, what differs from the model's recipe: Fashion-MNIST's garments fill the frame, so a
 # shift cuts them off (LeNet-5, 10 epochs: 90.6% with shifts of 2 pixels, 91.3% without).
@@ -46,7 +46,7 @@ def plan(args):
                    steps=None if args.epochs else args.steps, epochs=args.epochs, optimizer=opt, lr=float(lr),
                    weight_decay=float(pick("weight_decay")), schedule=pick("schedule"), seed=args.seed,
                    warmup=pick("warmup"), label_smoothing=float(pick("label_smoothing")), shift=pick("shift"),
-                   precision=args.precision)
+                   flip=pick("flip"), precision=args.precision)
 
 
 def check(a, error, images):
