@@ -27,6 +27,12 @@ def test_fashion_mnist_takes_no_shifts_by_default():
     assert plan("--dataset", "fashion-mnist").lr == recipes.RECIPES["lenet"]["lr"]
 
 
+def test_lenet_on_fashion_mnist_takes_weight_decay_by_default_and_nothing_else_does():
+    assert plan("--dataset", "fashion-mnist").weight_decay == 2e-4
+    assert plan("--dataset", "fashion-mnist", "--weight-decay", "0").weight_decay == 0
+    assert plan().weight_decay == 0 and plan("--dataset", "fashion-mnist", "-r", "18").weight_decay == 0
+
+
 def test_flip_is_the_recipes_unless_flip_or_no_flip_is_given():
     for dataset in ("mnist", "fashion-mnist"):
         want = recipes.DATASETS[dataset].get("flip", recipes.RECIPES["lenet"]["flip"])
