@@ -10,7 +10,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 FLAGS = {"model": "-r/--model", "dataset": "--dataset", "batch_size": "-b", "steps": "-n", "epochs": "--epochs",
          "optimizer": "--optimizer", "lr": "--lr", "weight_decay": "--weight-decay", "schedule": "--schedule",
          "seed": "--seed", "precision": "--precision", "warmup": "--warmup", "label_smoothing": "--label-smoothing",
-         "shift": "--shift"}
+         "shift": "--shift", "flip": "--flip"}
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class RunPlan:
     warmup: int = 0         # steps of linear lr warm-up, composed with the schedule
     label_smoothing: float = 0.0
     shift: int = 0          # training images shifted by random integers of up to this many pixels
+    flip: bool = False      # training images mirrored left to right, each with probability 1/2
 
     def total_steps(self, per_epoch):
         """The run's length in steps, for a training set of `per_epoch` batches."""
@@ -61,8 +62,11 @@ class RunPlan:
         return (f"recipe: seed {self.seed}, {self.model} on {self.dataset}, {self.optimizer} lr {self.lr:g}, "
                 f"{self.schedule} schedule, warm-up {self.warmup} steps, weight decay {self.weight_decay:g}, "
                 f"label smoothing {self.label_smoothing:g}, shifts of up to {self.shift} px, "
+                f"{'' if self.flip else 'no '}horizontal flips, "
                 f"batch {self.batch_size}, {length}")
 
 
 def _show(v):
+    if isinstance(v, bool):
+        return "on" if v else "off"
     return "unset" if v is None else f"{v:g}" if isinstance(v, float) else str(v)

@@ -30,15 +30,17 @@ class TrainStep:
     reducer: a distributed.Reducer among data-parallel ranks, None for one process.
     policy: a precision.Policy (or its name); fp32 by default.
     smoothing: label smoothing of the loss; shift: each training image is first shifted by up to
-    `shift` pixels (random integers per image from the device's generator, as dropout's masks).
+    `shift` pixels (random integers per image from the device's generator, as dropout's masks);
+    flip: each training image is first mirrored left to right with probability 1/2 (the same generator).
     """
 
-    def __init__(self, model, optimizer, metrics, reducer=None, policy=None, smoothing=0.0, shift=0,
+    def __init__(self, model, optimizer, metrics, reducer=None, policy=None, smoothing=0.0, shift=0, flip=False,
                  channels_last=None):
-        if not 0.0 <= smoothing < 1.0 or isinstance(shift, bool) or not isinstance(shift, int) or shift < 0:
-            raise ValueError(f"TrainStep: smoothing must be in [0, 1) and shift an int >= 0, got {smoothing!r}, "
-                             f"{shift!r}")
-        self.smoothing, self.shift = float(smoothing), shift
+        if (not 0.0 <= smoothing < 1.0 or isinstance(shift, bool) or not isinstance(shift, int) or shift < 0
+                or not isinstance(flip, bool)):
+            raise ValueError(f"TrainStep: smoothing must be in [0, 1), shift an int >= 0 and flip a bool, got "
+                             f"{smoothing!r}, {shift!r}, {flip!r}")
+        self.smoothing, self.shift, self.flip = float(smoothing), shift, flip
         self.blank = 0.0             # a background pixel's value in eager batches (the trainer sets its loader's)
         self.policy = policy = precision.policy(policy)
         _check_master(model, policy)
@@ -64,8 +66,10 @@ class TrainStep:
         self.good_steps.fill(0)
 
     def forward_backward(self, x, y, blank=0.0):
-        """Shift, forward, loss from the logits, backward: on-device (loss_sum, correct); no update.
+        """Flip, shift, forward, loss from the logits, backward: on-device (loss_sum, correct); no update.
         `blank`: the value of a background pixel in x, which shifted images are filled with."""
+        if self.flip:
+            x = self.device.kernels.augment.random_flip(x, self.device.rng)
         if self.shift:
             x = self.device.kernels.augment.random_shift(x, self.shift, blank, self.device.rng)
         logits = self.net.forward(x, training=True)

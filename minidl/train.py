@@ -136,6 +136,8 @@ def parser():
     p.add_argument("--weight-decay", type=float, help="L2 weight decay")
     p.add_argument("--label-smoothing", type=float, metavar="EPS", help="label smoothing of the training loss")
     p.add_argument("--shift", type=int, metavar="PIXELS", help="shift training images by up to PIXELS (0: none)")
+    p.add_argument("--flip", action=argparse.BooleanOptionalAction,
+                   help="mirror each training image left to right with probability 1/2 (--no-flip: never)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device (auto)")
     add_precision(p, "convolutions, dense layers and activations in bf16/fp16 with fp32 accumulation; fp32 "
                      "master weights, optimizer state, BN statistics and loss; fp16 with dynamic loss scaling")
@@ -201,7 +203,8 @@ def run(args, out=print):
     opt = optim.get(name, lr=lr, weight_decay=plan.weight_decay, schedule=plan.schedule_fn(optim.schedules, per_epoch),
                     **kw)
     trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out, precision=plan.precision,
-                         label_smoothing=plan.label_smoothing, shift=plan.shift, channels_last=args.channels_last)
+                         label_smoothing=plan.label_smoothing, shift=plan.shift, flip=plan.flip,
+                         channels_last=args.channels_last)
     trainer.plan = plan.to_json()
     if args.resume:
         meta = trainer.resume(path)

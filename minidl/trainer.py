@@ -41,13 +41,14 @@ class Trainer:
     dense layers and activations compute in, float32 master weights, fp16 with dynamic loss scaling
     (torch.autocast with a GradScaler); checkpoints stay float32 and load under any precision.
     label_smoothing: of the training loss (evaluation reports the plain cross-entropy); shift: training
-    images are shifted by random integers of up to `shift` pixels, filled with the background.
+    images are shifted by random integers of up to `shift` pixels, filled with the background; flip:
+    training images are mirrored left to right with probability 1/2 (before the shift).
     channels_last: convolutions write NHWC activations (graph.passes.channels_last); None: where the
     device finds it faster (Device.channels_last: the GPU in bf16/fp16). Shapes and results stay NCHW.
     """
 
     def __init__(self, model, optimizer, device=None, seed=0, log=print, progress=None, graph=True,
-                 world=None, precision=None, label_smoothing=0.0, shift=0, channels_last=None):
+                 world=None, precision=None, label_smoothing=0.0, shift=0, flip=False, channels_last=None):
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.xp is not model.device.xp:     # another backend: rebuild the model there
@@ -66,7 +67,7 @@ class Trainer:
         self.reducer = self.world.reducer(self.device)     # None for one process
         self.device.rng.subsequence = self.world.rank      # each rank its own dropout masks
         self._step = TrainStep(model, optimizer, self.metrics, self.reducer, precision, label_smoothing, shift,
-                               channels_last)
+                               flip, channels_last)
         self.precision, self.channels_last = self._step.policy, self._step.channels_last
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
         # eager); dropout's counter-based generator advances on the device, so it is captured too.

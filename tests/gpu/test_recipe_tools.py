@@ -1,6 +1,6 @@
 """The recipe tools on the GPU against the CPU: label smoothing in the fused cross-entropy, random
-shifts drawn from the device's generator (the same bits), warm-up on the device schedule, and a
-captured step that shifts anew at every replay and resumes exactly."""
+shifts and flips drawn from the device's generator (the same bits), warm-up on the device schedule,
+and a captured step that shifts and flips anew at every replay and resumes exactly."""
 import numpy as np
 import pytest
 
@@ -38,6 +38,18 @@ def test_random_shift_is_the_cpus_bit_for_bit(rand, shape, m):
         assert int(g.offset) == int(c.offset)
 
 
+@pytest.mark.parametrize("shape", [(64, 1, 28, 28), (7, 3, 5, 9), (33, 1, 6, 2)])
+def test_random_flip_is_the_cpus_bit_for_bit(rand, shape):
+    x = rand(*shape)
+    c, g = CounterRNG(np, 77), CounterRNG(cp, 77)
+    for _ in range(3):                                   # the offset advances alike on both
+        want = caug.random_flip(x, c)
+        got = gaug.random_flip(cp.asarray(x), g)
+        np.testing.assert_array_equal(got.get(), want)
+        assert int(g.offset) == int(c.offset)
+    assert not np.array_equal(want, x) and not np.array_equal(want, x[..., ::-1])   # some flipped, some not
+
+
 def test_warmup_schedule_steps_equal_the_cpu():
     out = {}
     for name in ("cpu", "cuda"):
@@ -61,10 +73,10 @@ def _data(n=256):
     return rng.integers(0, 256, (n, 12, 12), dtype=np.uint8), rng.integers(0, 10, n).astype(np.uint8)
 
 
-def _run(device, graph, steps, resume_from=None, save_to=None):
+def _run(device, graph, steps, resume_from=None, save_to=None, flip=False):
     model = _net(dl.get_device(device, seed=0))
     trainer = dl.Trainer(model, optim.SGD(0.05), graph=graph, progress=False, log=lambda s: None,
-                         label_smoothing=0.1, shift=2)
+                         label_smoothing=0.1, shift=2, flip=flip)
     if resume_from:
         trainer.resume(resume_from)
     trainer.fit(_data(), steps=steps, batch_size=32, monitor=steps)
@@ -87,4 +99,18 @@ def test_a_resumed_shifted_run_on_the_gpu_is_the_straight_run(tmp_path):
     _run("cuda", True, 5, save_to=str(tmp_path / "c.npz"))
     resumed = _run("cuda", True, 7, resume_from=str(tmp_path / "c.npz"))
     for k, w in straight.model.get_weights().items():
+        np.testing.assert_array_equal(resumed.model.get_weights()[k], w, err_msg=k)
+
+
+def test_flipped_captured_run_is_the_eager_run_and_the_cpus_and_resumes_exactly(tmp_path):
+    captured, eager, cpu = (_run("cuda", True, 12, flip=True), _run("cuda", False, 12, flip=True),
+                            _run("cpu", False, 12, flip=True))
+    assert captured.graph and captured._step._captured, "the step did not run captured"
+    assert int(captured.device.rng.offset) == int(cpu.device.rng.offset) == 12 * 3 * 32   # replays drew anew
+    for other, rtol, atol in ((eager, 1e-5, 1e-6), (cpu, 2e-3, 2e-4)):
+        for k, w in other.model.get_weights().items():
+            np.testing.assert_allclose(captured.model.get_weights()[k], w, rtol=rtol, atol=atol, err_msg=k)
+    _run("cuda", True, 5, save_to=str(tmp_path / "c.npz"), flip=True)
+    resumed = _run("cuda", True, 7, resume_from=str(tmp_path / "c.npz"), flip=True)
+    for k, w in captured.model.get_weights().items():
         np.testing.assert_array_equal(resumed.model.get_weights()[k], w, err_msg=k)

@@ -190,3 +190,14 @@ def shift_images(x, dy, dx, fill):
                 if 0 <= h - dy[n] < H and 0 <= w - dx[n] < W:
                     y[n, :, h, w] = x[n, :, h - dy[n], w - dx[n]]
     return y
+
+
+def flip_images(x, flips):
+    """y[n, :, h, w] = x[n, :, h, W - 1 - w] where flips[n], else x[n]."""
+    N, C, H, W = x.shape
+    y = x.copy()
+    for n in range(N):
+        if flips[n]:
+            for w in range(W):
+                y[n, :, :, w] = x[n, :, :, W - 1 - w]
+    return y

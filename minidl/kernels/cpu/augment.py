@@ -1,9 +1,11 @@
-"""Data augmentation on the device: random integer shifts of a batch of images, NumPy reference.
+"""Data augmentation on the device: random integer shifts and random horizontal flips of a batch
+of images, NumPy reference.
 
-The shifts are drawn from the device's counter-based generator (Philox4x32-10, kernels.*.dropout):
-image n of a call takes draws offset + 2n (rows) and offset + 2n + 1 (columns), and the call
-advances the offset by 2N. The GPU twin computes the very same shifts, so a captured training
-step shifts anew at every replay and a resumed run continues the same draws.
+Both are drawn from the device's counter-based generator (Philox4x32-10, kernels.*.dropout): a
+shift of image n takes draws offset + 2n (rows) and offset + 2n + 1 (columns) and advances the
+offset by 2N; a flip of image n takes draw offset + n and advances it by N. The GPU twin computes
+the very same shifts and flips, so a captured training step augments anew at every replay and a
+resumed run continues the same draws.
 """
 import numpy as np
 
@@ -34,6 +36,27 @@ def random_shift(x, max_shift, fill, rng, out=None):
     cols = m - dx[:, None] + np.arange(W)                                    # (N, W): source columns
     n, c = np.arange(N)[:, None, None, None], np.arange(C)[None, :, None, None]
     y = padded[n, c, rows[:, None, :, None], cols[:, None, None, :]]         # (N, C, H, W)
+    if out is None:
+        return y
+    out[...] = y
+    return out
+
+
+def flip_draws(N, key, offset):
+    """(N,) bool: image n is flipped where the top bit of draw offset + n is set (u >= 1/2), even odds."""
+    return philox_uniform(N, key, offset) >= np.float32(0.5)
+
+
+def random_flip(x, rng, out=None):
+    """y[n, c, h, w] = x[n, c, h, W - 1 - w] where f_n, else x[n, c, h, w]; f_n true with probability
+    1/2 from `rng` (key, offset), which advances by N.
+
+    x (N, C, H, W) -> y (N, C, H, W).
+    """
+    N = x.shape[0]
+    f = flip_draws(N, rng.key, int(rng.offset))
+    rng.offset += N
+    y = np.where(f[:, None, None, None], x[..., ::-1], x)
     if out is None:
         return y
     out[...] = y

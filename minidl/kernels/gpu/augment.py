@@ -1,6 +1,8 @@
-"""Random integer shifts of a batch of images on the GPU: the same draws as kernels.cpu.augment.
+"""Random integer shifts and horizontal flips of a batch of images on the GPU: the same draws as
+kernels.cpu.augment.
 
-One thread per output pixel recomputes its image's two Philox draws (offset + 2n, offset + 2n + 1);
+One thread per output pixel recomputes its image's Philox draws (a shift: offset + 2n and
+offset + 2n + 1; a flip: offset + n);
 the offset lives on the device and advances there, so a captured CUDA graph shifts anew at every
 replay without the host.
 """
@@ -23,6 +25,14 @@ _shift = cp.ElementwiseKernel(
     y = inside ? x[i - dy * W - dx] : fill;
     """, "minidl_random_shift", preamble=PHILOX)
 
+_flip = cp.ElementwiseKernel(
+    "raw T x, uint64 off, uint32 k0, uint32 k1, int32 W, int32 CHW", "T y",
+    """
+    long long n = i / CHW, w = i % W;
+    bool flip = (minidl_philox_first(off + (unsigned long long)n, k0, k1) >> 31) != 0u;   // u >= 1/2
+    y = flip ? x[i - w + (W - 1 - w)] : x[i];
+    """, "minidl_random_flip", preamble=PHILOX)
+
 
 def random_shift(x, max_shift, fill, rng, out=None):
     """y[n, c, h, w] = x[n, c, h - dy_n, w - dx_n] (`fill` outside), shifts uniform in
@@ -34,4 +44,16 @@ def random_shift(x, max_shift, fill, rng, out=None):
     y = out_array(out, x.shape, x.dtype)
     _shift(x, rng.offset, rng.key[0], rng.key[1], H, W, C * H * W, max_shift, x.dtype.type(fill), y)
     rng.offset += 2 * N
+    return y
+
+
+def random_flip(x, rng, out=None):
+    """y[n, c, h, w] = x[n, c, h, W - 1 - w] for the images flipped (each with probability 1/2 from
+    `rng`, which advances by N on the device), else x. x (N, C, H, W) C-contiguous -> y, not x itself."""
+    N, C, H, W = x.shape
+    if not x.flags.c_contiguous:
+        raise ValueError("random_flip: x must be C-contiguous")
+    y = out_array(out, x.shape, x.dtype)
+    _flip(x, rng.offset, rng.key[0], rng.key[1], W, C * H * W, y)
+    rng.offset += N
     return y
