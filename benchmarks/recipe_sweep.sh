@@ -14,16 +14,14 @@ fi
 # name | target | command flags | candidate flags ("" is the recipe as it stands)
 RUNS=(
     "r50|97.5|-b32 -n500 -m100 -r50|"
-    "r50|97.5|-b32 -n500 -m100 -r50|--warmup 0 --label-smoothing 0 --shift 0"
-    "r50|97.5|-b32 -n500 -m100 -r50|--shift 0"
+    "r50|97.5|-b32 -n500 -m100 -r50|--lr 0.05 --warmup 50"
     "r50|97.5|-b32 -n500 -m100 -r50|--label-smoothing 0"
-    "r50|97.5|-b32 -n500 -m100 -r50|--warmup 0"
-    "r50|97.5|-b32 -n500 -m100 -r50|--lr 0.1"
-    "r50|97.5|-b32 -n500 -m100 -r50|--lr 0.025"
+    "r50|97.5|-b32 -n500 -m100 -r50|--lr 0.035"
+    "r50|97.5|-b32 -n500 -m100 -r50|--lr 0.02"
     "r18|99.6|--model resnet --epochs 5|"
-    "r18|99.6|--model resnet --epochs 5|--warmup 0 --label-smoothing 0 --shift 0"
-    "r18|99.6|--model resnet --epochs 5|--shift 0"
-    "r18|99.6|--model resnet --epochs 5|--label-smoothing 0"
+    "r18|99.6|--model resnet --epochs 5|--lr 0.05 --warmup 50"
+    "r18|99.6|--model resnet --epochs 5|--lr 0.05"
+    "r18|99.6|--model resnet --epochs 5|--weight-decay 5e-4"
     "fashion|92.0|--dataset fashion-mnist --epochs 10|"
     "fashion|92.0|--dataset fashion-mnist --epochs 10|--label-smoothing 0 --shift 0 --warmup 0"
 )

@@ -167,6 +167,35 @@ def test_residual_block_gradients(unit, C, width, stride):
     check_model(model, [rng.standard_normal((3, C, 5, 5))], tol=1e-5)
 
 
+@pytest.mark.parametrize("depth", [18, 50])
+def test_zero_init_residual_zeroes_each_branch_last_bn_gamma(depth):
+    """Each block's residual branch ends in a BN with gamma 0 (every other BN: 1); off, all are 1."""
+    per_block = 2 if depth == 18 else 3                  # BNs on the residual branch of a block
+    for zero in (True, False):
+        model = models.resnet(depth, zero_init_residual=zero)
+        bns = [layer for layer in model.layers if isinstance(layer, dl.layers.BatchNorm2D)]
+        # graph order per block: [shortcut BN], branch BNs, add: a branch's last BN precedes an add
+        last = {model.layers[i - 1].name for i, layer in enumerate(model.layers) if isinstance(layer, dl.layers.Add)}
+        assert len(last) == sum(R.RESNET_DEPTHS[depth][1]) and last <= {layer.name for layer in bns}
+        weights = model.get_weights()
+        for layer in bns:
+            g = weights[f"{layer.name}/gamma"]
+            assert np.all(g == (0.0 if zero and layer.name in last else 1.0)), layer.name
+        assert len(bns) == 1 + per_block * len(last) + 4 - (depth == 18)     # stem, blocks, projections
+
+
+@pytest.mark.parametrize("unit,C,width", [(R._basic, 3, 3), (R._bottleneck, 8, 2)])
+def test_zero_init_residual_block_is_relu_identity_at_init(unit, C, width):
+    """With an identity shortcut the block starts as relu(x), in training and inference mode."""
+    x = Input((C, 5, 5))
+    model = Model(x, unit(x, C, width, 1), dtype="float64", seed=1)
+    xs = rng.standard_normal((3, C, 5, 5))
+    for training in (True, False):
+        np.testing.assert_array_equal(model.forward(xs, training=training), np.maximum(xs, 0))
+    off = Model(x := Input((C, 5, 5)), unit(x, C, width, 1, "ones"), dtype="float64", seed=1)
+    assert not np.allclose(off.forward(xs, training=True), np.maximum(xs, 0))
+
+
 @pytest.mark.parametrize("depth", [0, 20, 51, "50x", None, True])
 def test_bad_depth_raises_listing_the_choices(depth):
     with pytest.raises(ValueError, match="18, 34, 50, 101, 152"):

@@ -44,29 +44,30 @@ def _shortcut(x, C, C_out, stride):
     return _conv_bn(x, C_out, 1, stride, relu=False)
 
 
-# The last BN of each residual branch starts with gamma = 0, so every block begins as the identity
-# and the deep net trains like a shallow one at first (Goyal et al., 2017, "zero-init residual").
+# The last BN of each residual branch starts with gamma = 0 (`last_gamma="zeros"`), so every block
+# begins as relu(shortcut(x)) and the deep net trains like a shallow one at first (Goyal et al.,
+# 2017, "zero-init residual"); zero_init_residual=False builds it with gamma = 1 as every other BN.
 
 
-def _basic(x, C, width, stride):
+def _basic(x, C, width, stride, last_gamma="zeros"):
     """y = relu(shortcut(x) + BN(conv3x3(relu(BN(conv3x3_s(x))))))."""
     s = _shortcut(x, C, width, stride)
     h = _conv_bn(x, width, 3, stride)
-    h = _conv_bn(h, width, 3, relu=False, gamma_init="zeros")
+    h = _conv_bn(h, width, 3, relu=False, gamma_init=last_gamma)
     return L.ReLU()(L.Add()(s, h))                       # shortcut first: the seed's name order
 
 
-def _bottleneck(x, C, width, stride):
+def _bottleneck(x, C, width, stride, last_gamma="zeros"):
     """y = relu(shortcut(x) + BN(conv1x1(relu(BN(conv3x3_s(relu(BN(conv1x1(x))))))))), 4*width out."""
     C_out = EXPANSION["bottleneck"] * width
     s = _shortcut(x, C, C_out, stride)
     h = _conv_bn(x, width, 1)
     h = _conv_bn(h, width, 3, stride)
-    h = _conv_bn(h, C_out, 1, relu=False, gamma_init="zeros")
+    h = _conv_bn(h, C_out, 1, relu=False, gamma_init=last_gamma)
     return L.ReLU()(L.Add()(s, h))                       # shortcut first: the seed's name order
 
 
-def build_resnet(block, blocks, input_shape=(1, 28, 28), classes=10, **model_kwargs):
+def build_resnet(block, blocks, input_shape=(1, 28, 28), classes=10, zero_init_residual=True, **model_kwargs):
     """A ResNet of `block` ('basic' or 'bottleneck') with `blocks` per stage (four ints).
 
     x (N, C, H, W) -> probabilities (N, classes). `resnet(depth)` is the usual entry point;
@@ -85,16 +86,17 @@ def build_resnet(block, blocks, input_shape=(1, 28, 28), classes=10, **model_kwa
     C = 64
     for stage, (width, n) in enumerate(zip(WIDTHS, blocks)):
         for i in range(n):
-            h = unit(h, C, width, 2 if stage > 0 and i == 0 else 1)
+            h = unit(h, C, width, 2 if stage > 0 and i == 0 else 1, "zeros" if zero_init_residual else "ones")
             C = EXPANSION[block] * width
     y = L.Softmax()(L.Dense(classes)(L.Flatten()(h)))
     return Model(x, y, **model_kwargs)
 
 
-def resnet(depth, input_shape=(1, 28, 28), classes=10, **model_kwargs):
+def resnet(depth, input_shape=(1, 28, 28), classes=10, zero_init_residual=True, **model_kwargs):
     """ResNet-`depth` for depth in 18, 34 (basic blocks) and 50, 101, 152 (bottleneck blocks).
 
-    x (N, C, H, W) -> probabilities (N, classes). model_kwargs (device, dtype, seed, name) go to Model.
+    x (N, C, H, W) -> probabilities (N, classes). zero_init_residual: each residual branch's last BN
+    starts with gamma = 0 (False: 1). model_kwargs (device, dtype, seed, name) go to Model.
     """
     if isinstance(depth, str) and depth.isdigit():
         depth = int(depth)
@@ -103,4 +105,4 @@ def resnet(depth, input_shape=(1, 28, 28), classes=10, **model_kwargs):
                          f"{', '.join(map(str, RESNET_DEPTHS))}")
     block, blocks = RESNET_DEPTHS[depth]
     model_kwargs.setdefault("name", f"resnet{depth}")
-    return build_resnet(block, blocks, input_shape, classes, **model_kwargs)
+    return build_resnet(block, blocks, input_shape, classes, zero_init_residual, **model_kwargs)
