@@ -8,6 +8,7 @@ from minidl.backend import CounterRNG
 from minidl.kernels.cpu import augment
 from minidl.kernels.cpu.dropout import philox_uniform
 from minidl.step import TrainStep
+from tests.helpers import resumable
 
 
 @pytest.mark.parametrize("shape", [(9, 1, 7, 6), (3, 2, 4, 5), (4, 1, 5, 1)])
@@ -68,21 +69,8 @@ def test_train_step_flips_then_shifts_the_batch():
 
 
 def test_a_resumed_flipped_run_is_the_straight_run(tmp_path):
-    import minidl as dl
-    from minidl import layers as L
-
     def run(steps, resume_from=None, save_to=None, flip=True):
-        x = L.Input((1, 10, 10))
-        model = dl.Model(x, L.Softmax()(L.Dense(10)(L.Flatten()(x))), seed=0)
-        trainer = dl.Trainer(model, dl.optim.Adam(1e-2), progress=False, log=lambda s: None, flip=flip, shift=1)
-        if resume_from:
-            trainer.resume(resume_from)
-        rng = np.random.default_rng(0)
-        trainer.fit((rng.integers(0, 256, (128, 10, 10), dtype=np.uint8), rng.integers(0, 10, 128)),
-                    steps=steps, batch_size=16, monitor=100)
-        if save_to:
-            trainer.save(save_to)
-        return trainer
+        return resumable.run(steps, resume_from, save_to, flip=flip, shift=1)
 
     straight = run(10)
     run(4, save_to=str(tmp_path / "c.npz"))

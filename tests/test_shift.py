@@ -8,6 +8,7 @@ from minidl.backend import CounterRNG
 from minidl.kernels.cpu import augment
 from minidl.kernels.cpu.dropout import philox_uniform
 from minidl.step import TrainStep
+from tests.helpers import resumable
 
 
 @pytest.mark.parametrize("shape,m", [((5, 1, 7, 6), 2), ((3, 2, 4, 4), 1), ((4, 1, 5, 5), 3)])
@@ -77,22 +78,8 @@ def test_train_step_shifts_the_batch_with_the_loaders_background():
 
 
 def test_a_resumed_shifted_run_is_the_straight_run(tmp_path):
-    import minidl as dl
-    from minidl import layers as L
-
     def run(steps, resume_from=None, save_to=None, shift=2):
-        x = L.Input((1, 10, 10))
-        model = dl.Model(x, L.Softmax()(L.Dense(10)(L.Flatten()(x))), seed=0)
-        trainer = dl.Trainer(model, dl.optim.Adam(1e-2), progress=False, log=lambda s: None, shift=shift,
-                             label_smoothing=0.1)
-        if resume_from:
-            trainer.resume(resume_from)
-        rng = np.random.default_rng(0)
-        trainer.fit((rng.integers(0, 256, (128, 10, 10), dtype=np.uint8), rng.integers(0, 10, 128)),
-                    steps=steps, batch_size=16, monitor=100)
-        if save_to:
-            trainer.save(save_to)
-        return trainer
+        return resumable.run(steps, resume_from, save_to, shift=shift, label_smoothing=0.1)
 
     straight = run(10)
     run(4, save_to=str(tmp_path / "c.npz"))
