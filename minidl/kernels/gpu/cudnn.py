@@ -260,7 +260,8 @@ def run(op, arrays, build, scalars=None, extra=(), conv=False):
     tf32 = conv and _state["tf32"] and not double and not half      # TF32 is a float32 convolution's choice
     dev = cp.cuda.runtime.getDevice()
     det = _state["deterministic"]
-    key = (op, dev, tf32, det, extra, tuple(layout)) + tuple((k, a.shape, a.dtype.char, _align(ptrs[k])) for k, a in arrays.items())
+    key = (op, dev, tf32, det, extra, tuple(layout)) + tuple((k, a.shape, a.dtype.char, _align(ptrs[k]))
+                                                             for k, a in arrays.items())
     gr = _graphs.get(key, _graphs)
     tune = conv and engines.autotune_enabled()     # convolutions are pure: timing them is harmless
     if gr is _graphs:

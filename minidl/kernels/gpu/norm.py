@@ -15,14 +15,17 @@ where cuDNN has no engine (C not a multiple of its vector width: C = 3, 10) the 
 In float64 the RawKernels (templated on T) run at every size: the cuDNN batchnorm graphs used here are
 float32 ones. Channels-last arrays (a channels-last graph, passes.channels_last) go to cuDNN's NHWC
 kernels at every size, their outputs channels-last too; where cuDNN has no engine, the RawKernels
-run on NCHW copies.
+run on NCHW copies. Under a precision policy x and gy come in the compute dtype (bfloat16, float16)
+while gamma, beta and the statistics stay float32: cuDNN's NHWC graphs take that mix as it is; the
+other paths compute on float32 copies and round what they write to x's dtype.
 """
 import cupy as cp
 import numpy as np
 
 from . import cudnn as _cd
 from ._norm_cuda import BN_SOURCE
-from ._util import CTYPES, RELU, RELU_BPROP, Module, astype, buffer, channels_last, in_order, memory, out_array, out_arrays, pointwise
+from ._util import (CTYPES, RELU, RELU_BPROP, Module, astype, buffer, channels_last, in_order, memory, out_array,
+                    out_arrays, pointwise)
 
 DTYPES = ("float32", "float64")     # the RawKernels in both; cuDNN's graphs for large float32 channels
 

@@ -30,7 +30,8 @@ _OUT_POS = {False: "int ow = i % oW, oh = (i / oW) % oH; long long nc = i / ((lo
             True: "int c = i % C; long long r = i / C; int ow = r % oW, oh = (r / oW) % oH;"
                   " long long n = r / ((long long)oW * oH);"}
 _IN_POS = {False: "int w = i % W, h = (i / W) % H; long long nc = i / ((long long)W * H);",
-           True: "int c = i % C; long long r = i / C; int w = r % W, h = (r / W) % H; long long n = r / ((long long)W * H);"}
+           True: "int c = i % C; long long r = i / C; int w = r % W, h = (r / W) % H;"
+                 " long long n = r / ((long long)W * H);"}
 _WINDOW = """
     int h0 = oh * sH - pT, w0 = ow * sW - pL;
 """
