@@ -24,7 +24,8 @@ import numpy as np
 
 from . import cudnn as _cd
 from ._norm_cuda import BN_SOURCE
-from ._util import (CTYPES, RELU, RELU_BPROP, Module, astype, buffer, channels_last, in_order, memory, out_array,
+from ._norm_nhwc_cuda import BN_NHWC_SOURCE
+from ._util import (CTYPES, HALF_CTYPES, RELU, RELU_BPROP, Module, astype, buffer, channels_last, in_order, memory, out_array,
                     out_arrays, pointwise)
 
 DTYPES = ("float32", "float64")     # the RawKernels in both; cuDNN's graphs for large float32 channels
@@ -36,6 +37,24 @@ _ROW = 8                        # contiguous values a block's rows aim at when S
 
 _MOD = Module(BN_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd", "bn_bwd")
                           for t in CTYPES.values() for r in _RS + (0,)])
+
+_NHWC_RS = (1, 2, 4, 8, 16)      # rows a thread of the channels-last kernels keeps (32 rows of threads a block)
+_NHWC_TYPES = {np.dtype("float32"): "float", **HALF_CTYPES}
+_NHWC = Module(BN_NHWC_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd_nhwc", "bn_bwd_nhwc")
+                                for t in _NHWC_TYPES.values() for r in _NHWC_RS])
+
+
+def _nhwc_rows(x, gamma):
+    """R for the channels-last RawKernels where they take x (its M values a channel fit a block), else 0."""
+    M = x.size // x.shape[1]
+    if not channels_last(x) or x.dtype not in _NHWC_TYPES or gamma.dtype != np.float32 or x.size >= 2 ** 31:
+        return 0
+    return next((r for r in _NHWC_RS if M <= 32 * r), 0)
+
+
+def _nhwc_launch(x, R):
+    return (-(-x.shape[1] // 32),), (32, min(32, -(-(x.size // x.shape[1]) // R))), x.size // x.shape[1]
+
 
 _infer = cp.ElementwiseKernel(
     "T x, raw T rm, raw T rv, raw T gamma, raw T beta, T eps, int32 C, int32 S, int32 relu", "T y", """
@@ -157,6 +176,13 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
     y = out_array(outs[0], x.shape, x.dtype, cl=cl)
     mean, invstd = out_arrays(outs[1:], [((C,), gamma.dtype), ((C,), gamma.dtype)])
     args = (x, gamma, beta, running_mean, running_var, momentum, eps, y, mean, invstd)
+    R = _nhwc_rows(x, gamma)
+    if R:                                      # channels-last, few values a channel: one launch, any io type
+        grid, block, M = _nhwc_launch(x, R)
+        _NHWC.get(f"bn_fwd_nhwc<{_NHWC_TYPES[x.dtype]}, {R}>")(grid, block, (
+            memory(x, True), gamma, beta, y.transpose(0, 2, 3, 1), mean, invstd, running_mean, running_var,
+            np.int32(M), np.int32(C), float(eps), float(momentum), np.int32(relu)))
+        return y, mean, invstd
     if x.dtype != gamma.dtype:                 # x in a policy's compute dtype: statistics in float32
         if cl and _try(_cudnn_fprop, *args):   # cuDNN reads and writes the half type itself
             return (pointwise(RELU, y, out=y) if relu else y), mean, invstd
@@ -204,6 +230,13 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
     cl = channels_last(x)
     gx = out_array(out, x.shape, x.dtype, cl=cl)
     gy = in_order(gy, cl)
+    R = _nhwc_rows(x, gamma)
+    if R and not (relu and y is None):         # channels-last, few values a channel: one launch
+        grid, block, M = _nhwc_launch(x, R)
+        _NHWC.get(f"bn_bwd_nhwc<{_NHWC_TYPES[x.dtype]}, {R}>")(grid, block, (
+            memory(x, True), memory(gy, True), memory(y if relu else x, True), gamma, mean, invstd, ggamma, gbeta,
+            gx.transpose(0, 2, 3, 1), np.int32(M), np.int32(x.shape[1]), np.int32(relu), np.int32(accumulate)))
+        return gx
     mixed = x.dtype != gamma.dtype             # x, gy in a policy's compute dtype
     if mixed and not cl:                       # the RawKernels: in float32, gx rounded
         gx[...] = astype(bn_bprop(astype(x, gamma.dtype), astype(gy, gamma.dtype), gamma, mean, invstd, ggamma,
