@@ -13,9 +13,10 @@ H100 graph replays (tests/gpu/test_fused.py): 3.3-4.8 us forward, 2.9-8.4 us bac
 11-22 us with cuDNN. Above _KERNEL_MAX_M values per channel cuDNN runs (one block a channel leaves SMs idle);
 where cuDNN has no engine (C not a multiple of its vector width: C = 3, 10) the RawKernels run at any size.
 In float64 the RawKernels (templated on T) run at every size: the cuDNN batchnorm graphs used here are
-float32 ones. Channels-last arrays (a channels-last graph, passes.channels_last) go to cuDNN's NHWC
-kernels at every size, their outputs channels-last too; where cuDNN has no engine, the RawKernels
-run on NCHW copies. Under a precision policy x and gy come in the compute dtype (bfloat16, float16)
+float32 ones. Channels-last arrays (a channels-last graph, passes.channels_last) give channels-last
+outputs: up to 512 values a channel one RawKernel a direction handles them (_norm_nhwc_cuda.py; at
+ResNet-50 b32 bf16 0.81 ms of BN a step against cuDNN's 1.06 ms, H200), above that cuDNN's NHWC
+kernels, and where cuDNN has no engine the NCHW RawKernels on copies. Under a precision policy x and gy come in the compute dtype (bfloat16, float16)
 while gamma, beta and the statistics stay float32: cuDNN's NHWC graphs take that mix as it is; the
 other paths compute on float32 copies and round what they write to x's dtype.
 """
