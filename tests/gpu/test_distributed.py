@@ -131,7 +131,7 @@ def test_two_gpus_at_b16_end_with_the_weights_of_one_gpu_at_b32(tmp_path, bucket
     worker = ROOT / "tests" / "helpers" / "dist_worker.py"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                NCCL_NVLS_ENABLE="0")     # keep the caller's path: the cuDNN Frontend may live there
-    common = ["--momentum", "--device", "cuda", "--bucket-mib", bucket_mib]
+    common = ["--momentum", "--device", "cuda", "--bucket-mib", bucket_mib, "--watchdog", "120"]   # a hang: stacks
     one = subprocess.run([sys.executable, str(worker), "lenet", str(tmp_path / "one.npz"), "32", "50", *common],
                          env=env, capture_output=True, text=True, timeout=300)
     two = subprocess.run(_launcher() + ["-n", "2", sys.executable, str(worker), "lenet", str(tmp_path / "two.npz"),

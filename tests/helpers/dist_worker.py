@@ -10,10 +10,13 @@ every rank writes OUT.<rank>.npz.
 
 --checkpoint C: stop requests and --resume use C; --stop-at R:S: rank R alone asks to stop during
 step S; --count: count the host's MPI calls (the npz gets `blocking`, `nonblocking`, `buckets`);
---device cuda: one GPU per rank (TF32 off); --bucket-mib M: the reducer's bucket size.
+--device cuda: one GPU per rank (TF32 off); --bucket-mib M: the reducer's bucket size; --eager: no
+CUDA graph; --watchdog S: a rank still running after S seconds prints every thread's Python stack
+and exits (faulthandler), so a hang ends with where each rank waits.
 """
 import argparse
 import collections
+import faulthandler
 import os
 import signal
 import sys
@@ -78,11 +81,15 @@ def parse(argv):
     p.add_argument("--count", action="store_true")
     p.add_argument("--device", default="cpu")
     p.add_argument("--bucket-mib", type=float)
+    p.add_argument("--eager", action="store_true")
+    p.add_argument("--watchdog", type=float)
     return p.parse_args(argv)
 
 
 def main(*argv):
     args = parse(argv)
+    if args.watchdog:
+        faulthandler.dump_traceback_later(args.watchdog, exit=True)
     world = distributed.init()
     if args.count:
         world.comm = CountingComm(world.comm)
@@ -102,7 +109,7 @@ def main(*argv):
     model = {"lenet": lambda: models.get("lenet", device=device, seed=0), "bn": lambda: bn_net(device),
              "dropout": lambda: dropout_net(device)}[args.mode]()
     opt = optim.get("momentum", lr=0.01, momentum=0.9) if args.momentum else optim.Adam(lr=1e-3)
-    trainer = dl.Trainer(model, opt, seed=0, world=world)
+    trainer = dl.Trainer(model, opt, seed=0, world=world, graph=not args.eager)
     if args.resume:
         trainer.resume(args.checkpoint)
     if args.stop_at:
