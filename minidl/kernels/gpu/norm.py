@@ -16,9 +16,10 @@ In float64 the RawKernels (templated on T) run at every size: the cuDNN batchnor
 float32 ones. Channels-last arrays (a channels-last graph, passes.channels_last) give channels-last
 outputs: up to 512 values a channel one RawKernel a direction handles them (_norm_nhwc_cuda.py; at
 ResNet-50 b32 bf16 0.81 ms of BN a step against cuDNN's 1.06 ms, H200), above that cuDNN's NHWC
-kernels, and where cuDNN has no engine the NCHW RawKernels on copies. Under a precision policy x and gy come in the compute dtype (bfloat16, float16)
-while gamma, beta and the statistics stay float32: cuDNN's NHWC graphs take that mix as it is; the
-other paths compute on float32 copies and round what they write to x's dtype.
+kernels, and where cuDNN has no engine the NCHW RawKernels on copies. Under a precision policy x
+and gy come in the compute dtype (bfloat16, float16) while gamma, beta and the statistics stay
+float32: the channels-last RawKernels and cuDNN's NHWC graphs take that mix as it is; the other
+paths compute on float32 copies and round what they write to x's dtype.
 """
 import cupy as cp
 import numpy as np
