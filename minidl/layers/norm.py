@@ -69,7 +69,8 @@ class BatchNorm2D(Layer):
         if self.activation:
             gy = self.act.relu_bprop(y, gy)
         io = x.dtype                         # a policy's compute dtype: the affine map's gradients in float32
-        x, gy = x.astype(self.gamma.data.dtype), gy.astype(self.gamma.data.dtype)
+        f32 = self.gamma.data.dtype
+        x, gy = x.astype(f32, copy=False), gy.astype(f32, copy=False)
         # Evaluation: the interface has no separate kernel, so the affine map's gradients are
         # composed from existing ones: xhat and gx are bn_fprop_infer with gamma=1/beta=0 and mean=0.
         rv = self.running_var.data
@@ -78,7 +79,8 @@ class BatchNorm2D(Layer):
         xhat = self.kern.bn_fprop_infer(x, self._ones, self._zeros, self.running_mean.data, rv, self.eps)
         self.dense.bias_grad(gy * xhat, self.gamma.grad, **need.grad_kw)
         self.dense.bias_grad(gy, self.beta.grad, **need.grad_kw)
-        return (self.kern.bn_fprop_infer(gy, self.gamma.data, self._zeros, self._zeros, rv, self.eps).astype(io),)
+        gx = self.kern.bn_fprop_infer(gy, self.gamma.data, self._zeros, self._zeros, rv, self.eps)
+        return (gx.astype(io, copy=False),)
 
 
     def fold_into_producer(self, producer, weights):
