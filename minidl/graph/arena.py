@@ -47,8 +47,9 @@ class Copies:
     `grads` (each the master arena's size, in `dtype`).
     """
 
-    def __init__(self, xp, master_flat, pairs, dtype):
-        self.xp, self.dtype = xp, dtype
+    def __init__(self, device, master_flat, pairs, dtype):
+        xp = device.xp
+        self.kernels, self.dtype = device.kernels.optim, dtype
         self.flat = xp.zeros(master_flat.shape, dtype=dtype)
         self.grads = xp.zeros(master_flat.shape, dtype=dtype)
         mask = np.zeros(master_flat.shape, dtype=bool)         # where the copies' gradients go
@@ -62,11 +63,11 @@ class Copies:
     # One cast-copy each, no temporary: a single pass over the arenas (on the GPU one kernel).
     def refresh(self, master_flat):
         """The copies from the master weights, rounded to nearest even (before every forward)."""
-        self.xp.copyto(self.flat, master_flat, casting="unsafe")
+        self.kernels.cast_copy(self.flat, master_flat)
 
     def gather(self, master_grads):
         """The copies' gradients into the master's gradient arena, as float32 (after every backward)."""
-        self.xp.copyto(master_grads, self.grads, casting="unsafe", where=self.mask)
+        self.kernels.cast_copy_where(master_grads, self.grads, self.mask)
 
     def zero_grad(self):
         self.grads.fill(0)
@@ -95,4 +96,4 @@ def share(params, dtypes, model):
             raise ValueError(f"{model.name}: {k} is state (running statistics) of a layer computing in "
                              f"{dtypes[k].name}: such a layer must declare keeps_fp32")
         pairs.setdefault(dtypes[k], []).append((p, master))
-    return [Copies(model.device.xp, model.flat, ps, dt) for dt, ps in pairs.items()]
+    return [Copies(model.device, model.flat, ps, dt) for dt, ps in pairs.items()]

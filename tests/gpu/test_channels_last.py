@@ -42,7 +42,7 @@ def rand(*shape, seed=0):
 
 
 def is_cl(a):
-    assert channels_last(a), f"expected a channels-last array, got strides {a.strides} for shape {a.shape}"
+    assert lies_in(a, True), f"expected a channels-last array, got strides {a.strides} for shape {a.shape}"
 
 
 CONVS = [  # x shape, w shape, stride, padding
@@ -80,8 +80,12 @@ def test_conv2d_reads_and_writes_channels_last(dt, x_shape, w_shape, stride, pad
     close(g.conv2d_wgrad(plan, dx, nchw_gy, cp.zeros(w_shape, dt), accumulate=False), want, tol)
 
 
+# M = N*H*W values a channel: 32 (H = W = 1: both orders at once) and 100 in one block; 392, 1024,
+# 1568 and 2304 (C = 40: idle lanes) split over blocks; 12544 with C = 256: cuDNN's forward, then the
+# split backward (16 rows a thread)
 @pytest.mark.parametrize("relu", [False, True])
-@pytest.mark.parametrize("shape", [(8, 64, 7, 7), (64, 16, 4, 4), (4, 3, 5, 5)])    # C = 3: no cuDNN engine
+@pytest.mark.parametrize("shape", [(32, 96, 1, 1), (8, 64, 7, 7), (64, 16, 4, 4), (4, 3, 5, 5), (32, 64, 7, 7),
+                                   (16, 40, 12, 12), (64, 256, 14, 14)])
 def test_batchnorm_in_channels_last(shape, relu):
     c, g = families("norm")
     x, gy = rand(*shape), rand(*shape, seed=1)
@@ -105,6 +109,9 @@ def test_batchnorm_in_channels_last(shape, relu):
     yi = g.bn_fprop_infer(nhwc(x), cp.asarray(gamma), cp.asarray(beta), drm, drv, 1e-5, relu=relu)
     is_cl(yi)
     close(yi, c.bn_fprop_infer(x, gamma, beta, rm, rv, 1e-5, relu=relu), "bn")
+    again = g.bn_bprop(nhwc(x), nhwc(gy), cp.asarray(gamma), dmean, dinvstd, cp.ones(C, np.float32),
+                       cp.zeros(C, np.float32), y=dy, relu=relu)
+    assert cp.array_equal(again, dgx)              # a fixed order of sums: the same bits every time
 
 
 def test_pooling_padding_and_pointwise_keep_channels_last():
@@ -207,25 +214,29 @@ def test_lies_in_counts_ambiguous_arrays_in_both_orders():
     assert lies_in(b, True) and not lies_in(b, False) and channels_last(b)
 
 
-@pytest.mark.parametrize("shape", [(32, 64, 7, 7), (8, 64, 4, 4), (2, 40, 3, 3)])
-@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("shape", [(32, 64, 7, 7), (8, 64, 4, 4), (2, 40, 3, 3), (64, 256, 8, 8)])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "nhwc-cudnn"])
 @pytest.mark.parametrize("dt", ["bfloat16", "float16"])
-def test_batchnorm_reads_and_writes_a_compute_dtype(dt, layout, shape):
+def test_batchnorm_reads_and_writes_a_compute_dtype(dt, layout, shape, monkeypatch):
     """BN under a precision policy: x, gy, y, gx in the compute dtype, gamma, beta and the statistics
-    float32. Channels-last: the RawKernels up to 512 values a channel (C = 40: a block's lanes partly
-    idle), cuDNN with half io above; NCHW computes on float32 copies."""
+    float32. Channels-last: the RawKernels (C = 40: a block's lanes partly idle), one block a channel
+    up to 256 values, split over blocks above, but cuDNN's forward at C = 256, M = 4096; "nhwc-cudnn":
+    cuDNN with half io above 512 values, as where a channel has more than the RawKernels take. NCHW
+    computes on float32 copies."""
     c, g = families("norm")
+    if layout == "nhwc-cudnn":
+        monkeypatch.setattr(g, "_NHWC_SPLIT_MAX_M", 512)
     dt = dtype_of(dt)
     x, gy = (rand(*shape, seed=s).astype(dt).astype(np.float32) for s in (0, 1))
     C = shape[1]
     gamma, beta = rand(C, seed=2), rand(C, seed=3)
     rm, rv = np.zeros(C, np.float32), np.ones(C, np.float32)
     y, mean, invstd = c.bn_fprop_train(x, gamma, beta, rm, rv, 0.1, 1e-5, relu=True)
-    dev = (lambda a: nhwc(a, dt)) if layout == "nhwc" else (lambda a: cp.asarray(a.astype(dt)))
+    dev = (lambda a: nhwc(a, dt)) if layout != "nchw" else (lambda a: cp.asarray(a.astype(dt)))
     drm, drv = cp.zeros(C, np.float32), cp.ones(C, np.float32)
     before = dict(cudnn.calls)
     dy, dmean, dinvstd = g.bn_fprop_train(dev(x), cp.asarray(gamma), cp.asarray(beta), drm, drv, 0.1, 1e-5, relu=True)
-    assert dy.dtype == dt and dmean.dtype == np.float32 and lies_in(dy, layout == "nhwc")
+    assert dy.dtype == dt and dmean.dtype == np.float32 and lies_in(dy, layout != "nchw")
     close(dy, y, dt.name)
     for got, want in ((dmean, mean), (dinvstd, invstd), (drm, rm), (drv, rv)):
         close(got, want, "bn")
@@ -233,9 +244,10 @@ def test_batchnorm_reads_and_writes_a_compute_dtype(dt, layout, shape):
     gx = c.bn_bprop(x, gy, gamma, mean, invstd, gg, gb, y=y, relu=True)
     dgg, dgb = cp.zeros(C, np.float32), cp.zeros(C, np.float32)
     dgx = g.bn_bprop(dev(x), dev(gy), cp.asarray(gamma), dmean, dinvstd, dgg, dgb, y=dy, relu=True)
-    assert dgx.dtype == dt and lies_in(dgx, layout == "nhwc")
+    assert dgx.dtype == dt and lies_in(dgx, layout != "nchw")
     close(dgx, gx, dt.name)
     close(dgg, gg, dt.name)          # the ReLU mask from the rounded y: half-precision agreement
     close(dgb, gb, dt.name)
     ran = cudnn.calls["bn_fprop_train"] > before.get("bn_fprop_train", 0)
-    assert ran == (layout == "nhwc" and shape[0] * shape[2] * shape[3] > 512)
+    M = shape[0] * shape[2] * shape[3]
+    assert ran == (layout == "nhwc-cudnn" and M > 512 or layout == "nhwc" and C >= 256 and M >= 4096)

@@ -185,7 +185,7 @@ def test_the_arena_copies_refresh_and_gather_in_one_pass(dt):
     flat[...] = cp.asarray(rng.standard_normal(flat.size).astype(np.float32))
     grads.fill(7.0)
     copies = [Parameter(m.name, m.shape, "zeros") for m in masters[:2]]          # "c" stays float32
-    side = arena.Copies(cp, flat, list(zip(copies, masters[:2])), dt)
+    side = arena.Copies(get_device("cuda"), flat, list(zip(copies, masters[:2])), dt)
     side.refresh(flat)
     for p, m in zip(copies, masters):
         assert p.data.dtype == dt and np.array_equal(cp.asnumpy(p.data).view(np.uint16),
@@ -196,6 +196,25 @@ def test_the_arena_copies_refresh_and_gather_in_one_pass(dt):
     for p, m in zip(copies, masters):
         assert np.array_equal(cp.asnumpy(m.grad), cp.asnumpy(p.grad).astype(np.float32))
     assert (masters[2].grad == 7.0).all()                               # not a copy's: left alone
+
+
+def test_the_copy_kernels_round_as_numpy_does_at_ties_overflow_subnormals_and_nan(dt):
+    from minidl.kernels.gpu import optim as k
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(4096) * 10.0 ** rng.integers(-9, 6, 4096)).astype(np.float32)
+    x[:6] = (1e5, -1e5, np.inf, 1e-40, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8)    # overflow, subnormal, ties
+    x[6] = np.nan
+    low = cp.empty(x.size, dt)
+    k.cast_copy(low, cp.asarray(x))
+    got, nan = cp.asnumpy(low).view(np.uint16), np.isnan(x)
+    bad = np.flatnonzero((got != x.astype(dt).view(np.uint16)) & ~nan)
+    assert bad.size == 0, f"{bad.size} differ, e.g. {x[bad[:4]]} -> {got[bad[:4]]} (NumPy {x[bad[:4]].astype(dt).view(np.uint16)})"
+    assert np.isnan(cp.asnumpy(low).astype(np.float32)[nan]).all()
+    mask = rng.random(x.size) < 0.7
+    up = cp.full(x.size, -3.0, np.float32)
+    k.cast_copy_where(up, low, cp.asarray(mask))
+    want = np.where(mask, x.astype(dt).astype(np.float32), np.float32(-3.0))
+    assert np.array_equal(cp.asnumpy(up), want, equal_nan=True)
 
 
 def test_loss_scaling_skips_an_overflow_and_halves_the_scale_inside_a_captured_call():

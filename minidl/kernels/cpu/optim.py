@@ -88,3 +88,15 @@ def rmsprop_update(p, g, s, lr, rho, eps, wd, ok=True, scale=1.0):
     np.divide(d, tmp, out=tmp)
     tmp *= lr
     np.subtract(p, tmp, out=p)
+
+
+def cast_copy(dst, src):
+    """dst[...] = src rounded to dst's dtype (to nearest even): the compute-dtype copies of the master
+    weights.   dst, src (P,)."""
+    np.copyto(dst, src, casting="unsafe")
+
+
+def cast_copy_where(dst, src, mask):
+    """dst[i] = src[i] as dst's dtype where mask[i]; elsewhere dst is left alone: the copies' gradients
+    into the master's gradient arena.   dst, src, mask (P,)."""
+    np.copyto(dst, src, casting="unsafe", where=mask)

@@ -14,9 +14,11 @@ H100 graph replays (tests/gpu/test_fused.py): 3.3-4.8 us forward, 2.9-8.4 us bac
 where cuDNN has no engine (C not a multiple of its vector width: C = 3, 10) the RawKernels run at any size.
 In float64 the RawKernels (templated on T) run at every size: the cuDNN batchnorm graphs used here are
 float32 ones. Channels-last arrays (a channels-last graph, passes.channels_last) give channels-last
-outputs: up to 512 values a channel one RawKernel a direction handles them (_norm_nhwc_cuda.py; at
-ResNet-50 b32 bf16 0.81 ms of BN a step against cuDNN's 1.06 ms, H200), above that cuDNN's NHWC
-kernels, and where cuDNN has no engine the NCHW RawKernels on copies. Under a precision policy x
+outputs from their own RawKernels (_norm_nhwc_cuda.py): up to 256 values a channel one launch a
+direction, above that two, the values split over blocks (partial sums, then combined in a fixed
+order); cuDNN's NHWC forward where it is faster (C >= 256 with M >= 4096) and above 2**20 values a
+channel. ResNet-50 bf16 on an H200, BN's GPU time a step: b32 0.50 ms (cuDNN's NHWC kernels: 0.73),
+b256 0.92 ms (cuDNN: 1.47; benchmarks/profile_train.py). Under a precision policy x
 and gy come in the compute dtype (bfloat16, float16) while gamma, beta and the statistics stay
 float32: the channels-last RawKernels and cuDNN's NHWC graphs take that mix as it is; the other
 paths compute on float32 copies and round what they write to x's dtype.
@@ -26,9 +28,9 @@ import numpy as np
 
 from . import cudnn as _cd
 from ._norm_cuda import BN_SOURCE
-from ._norm_nhwc_cuda import BN_NHWC_SOURCE
+from ._norm_nhwc_cuda import BN_NHWC_SPLIT_SOURCE
 from ._util import (CTYPES, HALF_CTYPES, RELU, RELU_BPROP, Module, astype, buffer, channels_last, in_order, memory, out_array,
-                    out_arrays, pointwise)
+                    lies_in, out_arrays, pointwise, sm_count)
 
 DTYPES = ("float32", "float64")     # the RawKernels in both; cuDNN's graphs for large float32 channels
 
@@ -42,20 +44,34 @@ _MOD = Module(BN_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd", "bn_bwd")
 
 _NHWC_RS = (1, 2, 4, 8, 16)      # rows a thread of the channels-last kernels keeps (32 rows of threads a block)
 _NHWC_TYPES = {np.dtype("float32"): "float", **HALF_CTYPES}
-_NHWC = Module(BN_NHWC_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd_nhwc", "bn_bwd_nhwc")
-                                for t in _NHWC_TYPES.values() for r in _NHWC_RS])
+# Measured per BN layer of ResNet-50 bf16 at b32 and b256 on an H200 (graph replays, fwd/bwd us):
+_NHWC_ONE_BLOCK_M = 256          # one block a channel up to here (M = 256, C = 2048: 4.2/4.8; split 6.7/7.2)
+_CUDNN_FWD = (256, 4096)         # C, M from which cuDNN's NHWC forward is faster (C = 256, M = 12544: 10.8 against 18)
+_NHWC_SPLIT_MAX_M = 1 << 20      # values a channel up to which the RawKernels run (above: cuDNN)
+_NHWC = Module(BN_NHWC_SPLIT_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd_nhwc", "bn_bwd_nhwc", "bn_stats_nhwc",
+                                                                  "bn_norm_nhwc", "bn_bwd_sums_nhwc", "bn_bwd_dx_nhwc")
+                                      for t in _NHWC_TYPES.values() for r in _NHWC_RS])
 
 
-def _nhwc_rows(x, gamma):
-    """R for the channels-last RawKernels where they take x (its M values a channel fit a block), else 0."""
+def _nhwc_rows(x, gamma, forward=False):
+    """(R, B) for the channels-last RawKernels where they take x, else (0, 0): a channel's M values
+    in one block (B = 1, one launch a direction) up to _NHWC_ONE_BLOCK_M, else over B blocks of 32
+    rows of threads, R rows a thread, the fewest that make at most a block an SM. H = W = 1 lies in
+    both orders: taken too. The forward leaves to cuDNN what its NHWC kernels do faster (_CUDNN_FWD)."""
+    M, C = x.size // x.shape[1], x.shape[1]
+    if (x.ndim != 4 or not lies_in(x, True) or x.dtype not in _NHWC_TYPES or gamma.dtype != np.float32
+            or x.size >= 2 ** 31 or M > _NHWC_SPLIT_MAX_M or forward and C >= _CUDNN_FWD[0] and M >= _CUDNN_FWD[1]):
+        return 0, 0
+    if M <= _NHWC_ONE_BLOCK_M:
+        return next(r for r in _NHWC_RS if M <= 32 * r), 1
+    tiles = -(-C // 32)
+    R = next((r for r in _NHWC_RS if tiles * -(-M // (32 * r)) <= sm_count()), _NHWC_RS[-1])
+    return R, -(-M // (32 * R))
+
+
+def _nhwc_launch(x, R, B):
     M = x.size // x.shape[1]
-    if not channels_last(x) or x.dtype not in _NHWC_TYPES or gamma.dtype != np.float32 or x.size >= 2 ** 31:
-        return 0
-    return next((r for r in _NHWC_RS if M <= 32 * r), 0)
-
-
-def _nhwc_launch(x, R):
-    return (-(-x.shape[1] // 32),), (32, min(32, -(-(x.size // x.shape[1]) // R))), x.size // x.shape[1]
+    return (-(-x.shape[1] // 32), B), (32, min(32, -(-M // R))), M
 
 
 _infer = cp.ElementwiseKernel(
@@ -178,12 +194,17 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
     y = out_array(outs[0], x.shape, x.dtype, cl=cl)
     mean, invstd = out_arrays(outs[1:], [((C,), gamma.dtype), ((C,), gamma.dtype)])
     args = (x, gamma, beta, running_mean, running_var, momentum, eps, y, mean, invstd)
-    R = _nhwc_rows(x, gamma)
-    if R:                                      # channels-last, few values a channel: one launch, any io type
-        grid, block, M = _nhwc_launch(x, R)
-        _NHWC.get(f"bn_fwd_nhwc<{_NHWC_TYPES[x.dtype]}, {R}>")(grid, block, (
-            memory(x, True), gamma, beta, y.transpose(0, 2, 3, 1), mean, invstd, running_mean, running_var,
-            np.int32(M), np.int32(C), float(eps), float(momentum), np.int32(relu)))
+    R, B = _nhwc_rows(x, gamma, forward=True)
+    if R:                                      # channels-last: the RawKernels, any io type
+        grid, block, M = _nhwc_launch(x, R, B)
+        t, xm, ym = _NHWC_TYPES[x.dtype], memory(x, True), y.transpose(0, 2, 3, 1)
+        tail = (running_mean, running_var, np.int32(M), np.int32(C), float(eps), float(momentum), np.int32(relu))
+        if B == 1:                             # one launch
+            _NHWC.get(f"bn_fwd_nhwc<{t}, {R}>")(grid, block, (xm, gamma, beta, ym, mean, invstd) + tail)
+        else:                                  # partial statistics, then combined and applied
+            part = buffer("bn_nhwc_part", (B, C, 2), np.float64)
+            _NHWC.get(f"bn_stats_nhwc<{t}, {R}>")(grid, block, (xm, part, np.int32(M), np.int32(C)))
+            _NHWC.get(f"bn_norm_nhwc<{t}, {R}>")(grid, block, (xm, part, gamma, beta, ym, mean, invstd) + tail)
         return y, mean, invstd
     if x.dtype != gamma.dtype:                 # x in a policy's compute dtype: statistics in float32
         if cl and _try(_cudnn_fprop, *args):   # cuDNN reads and writes the half type itself
@@ -232,12 +253,20 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
     cl = channels_last(x)
     gx = out_array(out, x.shape, x.dtype, cl=cl)
     gy = in_order(gy, cl)
-    R = _nhwc_rows(x, gamma)
-    if R and not (relu and y is None):         # channels-last, few values a channel: one launch
-        grid, block, M = _nhwc_launch(x, R)
-        _NHWC.get(f"bn_bwd_nhwc<{_NHWC_TYPES[x.dtype]}, {R}>")(grid, block, (
-            memory(x, True), memory(gy, True), memory(y if relu else x, True), gamma, mean, invstd, ggamma, gbeta,
-            gx.transpose(0, 2, 3, 1), np.int32(M), np.int32(x.shape[1]), np.int32(relu), np.int32(accumulate)))
+    R, B = _nhwc_rows(x, gamma)
+    if R:                                      # channels-last: the RawKernels, any io type
+        grid, block, M = _nhwc_launch(x, R, B)
+        C, t, xm, gym = x.shape[1], _NHWC_TYPES[x.dtype], memory(x, True), memory(gy, True)
+        ym, gxm = memory(y if relu else x, True), gx.transpose(0, 2, 3, 1)
+        tail = (np.int32(M), np.int32(C), np.int32(relu))
+        if B == 1:                             # one launch
+            _NHWC.get(f"bn_bwd_nhwc<{t}, {R}>")(grid, block, (
+                xm, gym, ym, gamma, mean, invstd, ggamma, gbeta, gxm) + tail + (np.int32(accumulate),))
+        else:                                  # partial sums, then combined and applied
+            part = buffer("bn_nhwc_part", (B, C, 2), np.float64)
+            _NHWC.get(f"bn_bwd_sums_nhwc<{t}, {R}>")(grid, block, (xm, gym, ym, mean, invstd, part) + tail)
+            _NHWC.get(f"bn_bwd_dx_nhwc<{t}, {R}>")(grid, block, (
+                xm, gym, ym, gamma, mean, invstd, part, ggamma, gbeta, gxm) + tail + (np.int32(accumulate),))
         return gx
     mixed = x.dtype != gamma.dtype             # x, gy in a policy's compute dtype
     if mixed and not cl:                       # the RawKernels: in float32, gx rounded

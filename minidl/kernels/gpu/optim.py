@@ -15,8 +15,59 @@ every read of g replaced by (g * scale).
 import re
 
 import cupy as cp
+import numpy as np
+
+from ._util import HALF_CODE, HALF_CTYPES, Module, sm_count
 
 DTYPES = ("float32", "float64")     # ElementwiseKernels on T; lr and t arrive as float64
+
+# The compute-dtype weight copies (graph/arena.py), float32 <-> float16/bfloat16 over whole arenas:
+# four values a thread through 16- and 8-byte loads and stores (arena lengths are multiples of 64).
+# For ResNet-50's 25.5M parameters on an H200 CuPy's copyto took 112 us each way, these take 35 us
+# (the copies) and 45 us (the gradients; benchmarks/profile_train.py).
+_CAST_SOURCE = HALF_CODE + r"""
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+// The bits of v rounded to nearest even: bfloat16 by hand, as NumPy's ml_dtypes does (CUDA's
+// __float2bfloat16_rn flushed a float32 subnormal to zero on the H200), a quiet NaN for a NaN.
+template<typename H> __device__ __forceinline__ unsigned short bits(float v);
+template<> __device__ __forceinline__ unsigned short bits<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
+template<> __device__ __forceinline__ unsigned short bits<__nv_bfloat16>(float v) {
+    unsigned int u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+struct __align__(8) half4 { unsigned short v[4]; };
+
+template<typename H>
+__global__ void cast_down(const float4* src, H* dst, long long n4) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
+        float4 a = src[i];
+        half4 o = {{bits<H>(a.x), bits<H>(a.y), bits<H>(a.z), bits<H>(a.w)}};
+        reinterpret_cast<half4*>(dst)[i] = o;
+    }
+}
+
+template<typename H>
+__global__ void cast_up_where(const H* src, const uchar4* mask, float* dst, long long n4) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
+        uchar4 m = mask[i];
+        half4 in = reinterpret_cast<const half4*>(src)[i];
+        float f[4];
+        for (int k = 0; k < 4; ++k) f[k] = to_f(*reinterpret_cast<const H*>(&in.v[k]));
+        if (m.x && m.y && m.z && m.w) {
+            reinterpret_cast<float4*>(dst)[i] = make_float4(f[0], f[1], f[2], f[3]);
+        } else {
+            if (m.x) dst[4 * i] = f[0];
+            if (m.y) dst[4 * i + 1] = f[1];
+            if (m.z) dst[4 * i + 2] = f[2];
+            if (m.w) dst[4 * i + 3] = f[3];
+        }
+    }
+}
+"""
+_CAST = Module(_CAST_SOURCE, [f"{k}<{t}>" for k in ("cast_down", "cast_up_where") for t in HALF_CTYPES.values()])
 
 
 def _kernels(params, outs, body, name):
@@ -73,3 +124,35 @@ def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t, ok=True, scale=1.0):
 def rmsprop_update(p, g, s, lr, rho, eps, wd=0.0, ok=True, scale=1.0):
     """s = rho s + (1-rho) d²;  p -= lr d / (√s + eps),  d = scale g + wd p; where `ok` holds."""
     _launch(_rmsprop, scale, (g, lr, rho, eps, wd, ok), (p, s))
+
+
+def _cast_launch(n4):
+    threads = 256
+    return (min(-(-n4 // threads), 8 * sm_count()),), (threads,)
+
+
+def _vectorizable(*arrays):
+    return all(a.ndim == 1 and a._c_contiguous and a.size % 4 == 0 and a.data.ptr % 16 == 0 for a in arrays)
+
+
+def cast_copy(dst, src):
+    """dst[...] = src rounded to dst's dtype (to nearest even): the compute-dtype copies of the master
+    weights.   dst, src (P,)."""
+    if src.dtype == np.float32 and dst.dtype in HALF_CTYPES and _vectorizable(dst, src):
+        n4 = src.size // 4
+        grid, block = _cast_launch(n4)
+        _CAST.get(f"cast_down<{HALF_CTYPES[dst.dtype]}>")(grid, block, (src, dst, np.int64(n4)))
+    else:
+        cp.copyto(dst, src, casting="unsafe")
+
+
+def cast_copy_where(dst, src, mask):
+    """dst[i] = src[i] as dst's dtype where mask[i]; elsewhere dst is left alone: the copies' gradients
+    into the master's gradient arena.   dst, src, mask (P,)."""
+    if dst.dtype == np.float32 and src.dtype in HALF_CTYPES and mask.dtype == np.bool_ \
+            and _vectorizable(dst, src, mask):
+        n4 = src.size // 4
+        grid, block = _cast_launch(n4)
+        _CAST.get(f"cast_up_where<{HALF_CTYPES[src.dtype]}>")(grid, block, (src, mask, dst, np.int64(n4)))
+    else:
+        cp.copyto(dst, src, casting="unsafe", where=mask)
