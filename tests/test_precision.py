@@ -183,6 +183,28 @@ def test_compute_copies_follow_the_master_and_gradients_end_in_float32():
     assert (model.layers[0].w.grad == 2 * x[0]).all() and model.grads.dtype == FP32
 
 
+def test_a_channels_last_convolution_trains_on_filters_lying_k_kh_kw_c():
+    """Under channels-last the copies of 3x3 filters lie K, kH, kW, C (cuDNN's faster NHWC filters);
+    1x1 ones lie both ways and stay. Same values, so on the CPU the same results, gradients too."""
+    x = L.Input((3, 6, 6))
+    y = L.Conv2D(4, (1, 1))(L.Conv2D(5, (3, 3), padding=1)(x))
+    model = dl.Model(x, L.Dense(2)(L.Flatten()(y)), device="cpu")
+    plain = model.lower(lambda g: passes.cast(passes.training(g), BF16))
+    cl = model.lower(lambda g: passes.cast(passes.channels_last(passes.training(g)), BF16))
+    w3, w1 = (l.w for l in cl.layers if l.kind == "conv2d")
+    v = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    outs = []
+    for net in (plain, cl):
+        net.zero_grad()
+        outs.append((net.forward(v, training=True), net.backward(np.ones((2, 2), np.float32), input_grads=False)))
+        outs[-1] += (model.grads.copy(),)
+    assert w3.data.transpose(0, 2, 3, 1).flags.c_contiguous and not w3.data.flags.c_contiguous
+    assert w1.data.flags.c_contiguous
+    assert np.array_equal(w3.data, model.layers[0].w.data.astype(BF16))
+    assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][2], outs[1][2])
+    assert np.abs(outs[1][2]).sum() > 0
+
+
 def test_a_model_with_half_precision_weights_of_its_own_is_not_trained_by_hand():
     x = L.Input((5,))
     model = dl.Model(x, L.Dense(3)(L.Cast("bfloat16")(x)))

@@ -3,8 +3,9 @@
 `allocate` lays the trainable parameters out in `flat` / `grads` and the non-trainable state (BN
 running statistics) in `state_flat`, each tensor on a 256-byte boundary, and gives the layers
 views. Under a precision policy the layers computing in bfloat16/float16 work on `Copies` of
-their parameters: a second arena in the compute dtype with the master's layout, cast from the
-float32 master at every forward (one pass over memory, no matter how many layers), its
+their parameters: a second arena in the compute dtype with the master's layout (a channels-last
+convolution's filters permuted to K, kH, kW, C within their range), cast from the float32 master at
+every forward (one pass over memory, no matter how many layers, and one per permuted filter), its
 gradients gathered back into the master's gradient arena after backward. The optimizer, the
 checkpoints and the gradient all-reduce see only the float32 arenas.
 """
@@ -43,8 +44,9 @@ def allocate(xp, dtype, params):
 class Copies:
     """Compute-dtype copies of some trainable master parameters, at the master arena's offsets.
 
-    pairs: [(the copy's Parameter, the master's Parameter)]; the copies get views into `flat` and
-    `grads` (each the master arena's size, in `dtype`).
+    pairs: [(the copy's Parameter, the master's Parameter, channels_last)]; the copies get views into
+    `flat` and `grads` (each the master arena's size, in `dtype`). A channels_last (K, C, kH, kW)
+    copy lies K, kH, kW, C in its range (channels-last convolutions read such filters faster).
     """
 
     def __init__(self, device, master_flat, pairs, dtype):
@@ -52,25 +54,41 @@ class Copies:
         self.kernels, self.dtype = device.kernels.optim, dtype
         self.flat = xp.zeros(master_flat.shape, dtype=dtype)
         self.grads = xp.zeros(master_flat.shape, dtype=dtype)
-        mask = np.zeros(master_flat.shape, dtype=bool)         # where the copies' gradients go
-        for copy, master in pairs:
+        mask = np.zeros(master_flat.shape, dtype=bool)         # where the copies' gradients go as they lie
+        permuted = []                                          # (offset, K, C, kH, kW) of the channels_last ones
+        for copy, master, cl in pairs:
             o, n = master.offset, master.size
-            copy.data, copy.grad, copy.offset = self.flat[o:o + n].reshape(copy.shape), \
-                self.grads[o:o + n].reshape(copy.shape), o
-            mask[o:o + n] = True
-        self.mask = xp.asarray(mask)
+            copy.data, copy.grad = (_view(a[o:o + n], copy.shape, cl) for a in (self.flat, self.grads))
+            copy.offset = o
+            if cl:
+                permuted.append((o,) + tuple(copy.shape))
+            else:
+                mask[o:o + n] = True
+        self.mask, self.permuted = xp.asarray(mask), tuple(permuted)
 
-    # One cast-copy each, no temporary: a single pass over the arenas (on the GPU one kernel).
+    # One cast-copy each over the whole arenas, then one over the permuted filters (on the GPU a kernel each).
     def refresh(self, master_flat):
         """The copies from the master weights, rounded to nearest even (before every forward)."""
         self.kernels.cast_copy(self.flat, master_flat)
+        if self.permuted:
+            self.kernels.cast_filters_krsc(self.flat, master_flat, self.permuted)
 
     def gather(self, master_grads):
         """The copies' gradients into the master's gradient arena, as float32 (after every backward)."""
         self.kernels.cast_copy_where(master_grads, self.grads, self.mask)
+        if self.permuted:
+            self.kernels.cast_filters_kcrs(master_grads, self.grads, self.permuted)
 
     def zero_grad(self):
         self.grads.fill(0)
+
+
+def _view(a, shape, cl):
+    """The 1-D range `a` as `shape`; channels_last: a (K, C, kH, kW) view of values lying K, kH, kW, C."""
+    if not cl:
+        return a.reshape(shape)
+    K, C, kh, kw = shape
+    return a.reshape(K, kh, kw, C).transpose(0, 3, 1, 2)
 
 
 def allocate_by_dtype(xp, main, params, dtypes):
@@ -82,9 +100,10 @@ def allocate_by_dtype(xp, main, params, dtypes):
     return allocate(xp, main, groups.pop(main, [])), {dt: allocate(xp, dt, ps) for dt, ps in groups.items()}
 
 
-def share(params, dtypes, model):
+def share(params, dtypes, model, channels_last=()):
     """[Copies] for a lowering of `model` whose parameters are `params` ({key: Parameter}, computing in
-    `dtypes`): each must be the model's own Parameter, or a trainable copy of it in another dtype."""
+    `dtypes`): each must be the model's own Parameter, or a trainable copy of it in another dtype.
+    channels_last: the keys of (K, C, kH, kW) parameters whose copies lie K, kH, kW, C."""
     pairs = {}
     for k, p in params.items():
         master = model.params.get(k)
@@ -95,5 +114,5 @@ def share(params, dtypes, model):
         if not (p.trainable and master.trainable):
             raise ValueError(f"{model.name}: {k} is state (running statistics) of a layer computing in "
                              f"{dtypes[k].name}: such a layer must declare keeps_fp32")
-        pairs.setdefault(dtypes[k], []).append((p, master))
+        pairs.setdefault(dtypes[k], []).append((p, master, k in channels_last))
     return [Copies(model.device, model.flat, ps, dt) for dt, ps in pairs.items()]

@@ -89,6 +89,8 @@ class Layer:
     io_in_compute_dtype = False  # with keeps_fp32: float32 parameters and arithmetic, but reads and writes
                                  # the compute dtype (BN: no casts around it)
     out_dtype = None           # the dtype of its output where it differs from its input's (Cast)
+    channels_last_params = ()  # (K, C, kH, kW) parameters its kernels read faster lying K, kH, kW, C
+                               # (a channels-last conv's filters): their compute-dtype copies lie so
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

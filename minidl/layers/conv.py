@@ -38,6 +38,11 @@ class Conv2D(Layer):
         self.padding, self.use_bias, self.w_init, self.channels_last = padding, bias, w_init, bool(channels_last)
         self.activation = self.check_activation(activation)
 
+    @property
+    def channels_last_params(self):
+        """cuDNN's channels-last convolutions read K, kH, kW, C filters faster (a 1x1 filter lies both ways)."""
+        return ("w",) if self.channels_last and tuple(self.ksize) != (1, 1) else ()
+
     def build(self, in_shapes, device):
         shape, = in_shapes
         self.expect_rank(shape, 4)

@@ -179,14 +179,16 @@ def test_the_cast_layer_rounds_to_nearest_even_as_numpy(dt):
 
 
 def test_the_arena_copies_refresh_and_gather_in_one_pass(dt):
+    """Plain copies in one pass each way; a channels-last filter's copy lies K, kH, kW, C."""
     rng = np.random.default_rng(0)
-    masters = [Parameter(k, s, "zeros") for k, s in (("a", (3, 70)), ("b", (50,)), ("c", (4, 5)))]
+    masters = [Parameter(k, s, "zeros") for k, s in (("a", (3, 70)), ("b", (50,)), ("f", (8, 5, 3, 3)), ("c", (4, 5)))]
     flat, grads, _ = arena.allocate(cp, np.dtype(np.float32), masters)
     flat[...] = cp.asarray(rng.standard_normal(flat.size).astype(np.float32))
     grads.fill(7.0)
-    copies = [Parameter(m.name, m.shape, "zeros") for m in masters[:2]]          # "c" stays float32
-    side = arena.Copies(get_device("cuda"), flat, list(zip(copies, masters[:2])), dt)
+    copies = [Parameter(m.name, m.shape, "zeros") for m in masters[:3]]          # "c" stays float32
+    side = arena.Copies(get_device("cuda"), flat, [(p, m, p.name == "f") for p, m in zip(copies, masters)], dt)
     side.refresh(flat)
+    assert copies[2].data.transpose(0, 2, 3, 1).flags.c_contiguous and not copies[2].data.flags.c_contiguous
     for p, m in zip(copies, masters):
         assert p.data.dtype == dt and np.array_equal(cp.asnumpy(p.data).view(np.uint16),
                                                      cp.asnumpy(m.data).astype(dt).view(np.uint16))
@@ -195,7 +197,7 @@ def test_the_arena_copies_refresh_and_gather_in_one_pass(dt):
     side.gather(grads)
     for p, m in zip(copies, masters):
         assert np.array_equal(cp.asnumpy(m.grad), cp.asnumpy(p.grad).astype(np.float32))
-    assert (masters[2].grad == 7.0).all()                               # not a copy's: left alone
+    assert (masters[3].grad == 7.0).all()                               # not a copy's: left alone
 
 
 def test_the_copy_kernels_round_as_numpy_does_at_ties_overflow_subnormals_and_nan(dt):

@@ -66,8 +66,36 @@ __global__ void cast_up_where(const H* src, const uchar4* mask, float* dst, long
         }
     }
 }
+
+// Filters permuted on the way (graph/arena.py): a block a filter k, its C x RS values through shared
+// memory, read and written in order. f[3 b .. 3 b + 2] = (offset of block b's filter, C, RS).
+template<typename H>
+__global__ void cast_down_krsc(const float* src, H* dst, const long long* f) {
+    extern __shared__ float tile[];
+    long long o = f[3 * blockIdx.x];
+    int C = (int)f[3 * blockIdx.x + 1], RS = (int)f[3 * blockIdx.x + 2], n = C * RS;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = src[o + i];            // (C, RS)
+    __syncthreads();
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {                                 // (RS, C)
+        unsigned short b = bits<H>(tile[(j % C) * RS + j / C]);
+        dst[o + j] = *reinterpret_cast<H*>(&b);
+    }
+}
+
+template<typename H>
+__global__ void cast_up_kcrs(const H* src, float* dst, const long long* f) {
+    extern __shared__ float tile[];
+    long long o = f[3 * blockIdx.x];
+    int C = (int)f[3 * blockIdx.x + 1], RS = (int)f[3 * blockIdx.x + 2], n = C * RS;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) tile[j] = to_f(src[o + j]);      // (RS, C)
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[o + i] = tile[(i % RS) * C + i / RS];   // (C, RS)
+}
 """
-_CAST = Module(_CAST_SOURCE, [f"{k}<{t}>" for k in ("cast_down", "cast_up_where") for t in HALF_CTYPES.values()])
+_CAST = Module(_CAST_SOURCE, [f"{k}<{t}>" for k in ("cast_down", "cast_up_where", "cast_down_krsc", "cast_up_kcrs")
+                              for t in HALF_CTYPES.values()])
+_SMEM = 48 * 1024
+_filters = {}       # (device, filters) -> the per-block descriptors on the device
 
 
 def _kernels(params, outs, body, name):
@@ -156,3 +184,45 @@ def cast_copy_where(dst, src, mask):
         _CAST.get(f"cast_up_where<{HALF_CTYPES[src.dtype]}>")(grid, block, (src, mask, dst, np.int64(n4)))
     else:
         cp.copyto(dst, src, casting="unsafe", where=mask)
+
+
+def _descriptors(filters):
+    """The device array of (offset, C, RS) per filter k of `filters` ((offset, K, C, kH, kW) ranges)."""
+    key = (cp.cuda.runtime.getDevice(), filters)
+    if key not in _filters:
+        rows = [(o + k * C * kh * kw, C, kh * kw) for o, K, C, kh, kw in filters for k in range(K)]
+        _filters[key] = cp.asarray(np.array(rows, np.int64).reshape(-1))
+    return _filters[key]
+
+
+def _permuted(flat, filters, krsc):
+    """Each filter's range of `flat` as a (K, C, kH, kW) view, lying K, kH, kW, C if krsc."""
+    for o, K, C, kh, kw in filters:
+        a = flat[o:o + K * C * kh * kw]
+        yield a.reshape(K, kh, kw, C).transpose(0, 3, 1, 2) if krsc else a.reshape(K, C, kh, kw)
+
+
+def cast_filters_krsc(dst, src, filters):
+    """The (K, C, kH, kW) filters at `filters` ((offset, K, C, kH, kW) each, a tuple) of the float32 arena
+    `src` into the half arena `dst`, each permuted to K, kH, kW, C within its range.   dst, src (P,)."""
+    big = max((C * kh * kw for _, _, C, kh, kw in filters), default=0) * 4 > _SMEM
+    if not filters or big or dst.dtype not in HALF_CTYPES or src.dtype != np.float32:
+        for d, s in zip(_permuted(dst, filters, True), _permuted(src, filters, False)):
+            cp.copyto(d, s, casting="unsafe")
+        return
+    desc, smem = _descriptors(filters), max(C * kh * kw for _, _, C, kh, kw in filters) * 4
+    _CAST.get(f"cast_down_krsc<{HALF_CTYPES[dst.dtype]}>")((desc.size // 3,), (256,), (src, dst, desc),
+                                                           shared_mem=smem)
+
+
+def cast_filters_kcrs(dst, src, filters):
+    """The inverse: the half arena's K, kH, kW, C filters at `filters` into the float32 arena `dst` as
+    (K, C, kH, kW).   dst, src (P,)."""
+    big = max((C * kh * kw for _, _, C, kh, kw in filters), default=0) * 4 > _SMEM
+    if not filters or big or src.dtype not in HALF_CTYPES or dst.dtype != np.float32:
+        for d, s in zip(_permuted(dst, filters, False), _permuted(src, filters, True)):
+            cp.copyto(d, s, casting="unsafe")
+        return
+    desc, smem = _descriptors(filters), max(C * kh * kw for _, _, C, kh, kw in filters) * 4
+    _CAST.get(f"cast_up_kcrs<{HALF_CTYPES[src.dtype]}>")((desc.size // 3,), (256,), (src, dst, desc),
+                                                         shared_mem=smem)
