@@ -100,10 +100,12 @@ def allocate_by_dtype(xp, main, params, dtypes):
     return allocate(xp, main, groups.pop(main, [])), {dt: allocate(xp, dt, ps) for dt, ps in groups.items()}
 
 
-def share(params, dtypes, model, channels_last=()):
-    """[Copies] for a lowering of `model` whose parameters are `params` ({key: Parameter}, computing in
-    `dtypes`): each must be the model's own Parameter, or a trainable copy of it in another dtype.
-    channels_last: the keys of (K, C, kH, kW) parameters whose copies lie K, kH, kW, C."""
+def share(lowered, model):
+    """[Copies] for `lowered`, a lowering of `model`: each of its parameters must be the model's own
+    Parameter, or a trainable copy of it in another dtype. The copies of the parameters its layers
+    declare `channels_last_params` lie K, kH, kW, C."""
+    params, dtypes = lowered.params, lowered._dtypes
+    channels_last = {f"{layer.name}/{k}" for layer in lowered.layers for k in layer.channels_last_params}
     pairs = {}
     for k, p in params.items():
         master = model.params.get(k)

@@ -111,8 +111,7 @@ class Model:
         """The model's arenas; layers computing in another dtype get copies of its weights (arena.Copies)."""
         self._infer_shapes(model.device)
         self.flat, self.grads, self.state_flat = model.flat, model.grads, model.state_flat
-        cl = {f"{layer.name}/{k}" for layer in self.layers for k in layer.channels_last_params}
-        self.copies = arena.share(self.params, self._dtypes, model, channels_last=cl)
+        self.copies = arena.share(self, model)
 
     def _allocate(self):
         """The arenas (graph/arena.py): one in the device's dtype, one more per other dtype layers compute in."""
