@@ -66,6 +66,10 @@ def test_second_process_takes_the_cached_engines_without_timing(fresh, monkeypat
     monkeypatch.setattr(engines, "_time", lambda *a: pytest.fail("timed again despite the cache"))
     _, second = _run_all(*arrays)
     assert sorted((k, g.index) for k, g in cudnn._graphs.items() if g is not None) == chosen
+    for g in _conv_graphs():                           # only the remembered plan was built
+        if g.index is not None:
+            built = [i for i in range(g.g.get_execution_plan_count()) if engines._plan(g.g, i) is not None]
+            assert built == [g.index], built
     for a, b in zip(first, second):                    # same engines, deterministic: same bits
         np.testing.assert_array_equal(a, b)
 

@@ -164,11 +164,11 @@ class _IO:
 
 
 class _Graph:
-    def __init__(self, g, tensors):
+    def __init__(self, g, tensors, index=None):
         self.g = g
         self.uids = {name: t.get_uid() for name, t in tensors.items()}
         self.index = None               # the plan engines.choose kept; None: the heuristics' first
-        self.use_plan(None)
+        self.use_plan(index)
 
     def use_plan(self, index):
         self.index = index
@@ -211,7 +211,9 @@ def _io_type(arrays):
     return _DT[half[0]] if half else _fe.data_type.FLOAT
 
 
-def _build(op, arrays, build, tf32, conv, deterministic, double, cl, every_plan=False):
+def _build(op, arrays, build, tf32, conv, deterministic, double, cl, tune_key=None):
+    """The graph with the heuristics' plan built, or with tune_key (engines.choose's key) the plan
+    remembered on disk for it, else every plan (for engines.choose to time)."""
     io_dt = _io_type(arrays)
     dt = _fe.data_type.DOUBLE if double else _fe.data_type.FLOAT       # intermediates and compute
     g = _fe.pygraph(handle=handle(), io_data_type=io_dt, intermediate_data_type=dt, compute_data_type=dt)
@@ -232,11 +234,13 @@ def _build(op, arrays, build, tf32, conv, deterministic, double, cl, every_plan=
         if notes:
             g.deselect_numeric_notes(notes)
         g.check_support()
-        g.build_plans(_fe.build_plan_policy.ALL if every_plan else _fe.build_plan_policy.HEURISTICS_CHOICE)
+        index = None if tune_key is None else engines.build_remembered(g, tune_key)
+        if index is None:
+            g.build_plans(_fe.build_plan_policy.ALL if tune_key else _fe.build_plan_policy.HEURISTICS_CHOICE)
     except (_fe.cudnnGraphNotSupportedError, RuntimeError) as e:   # no engine, or check_support said no
         shapes = {k: a.shape for k, a in arrays.items()}
         raise Unsupported(f"cuDNN has no engine for {op} on {shapes} (tf32={tf32}): {str(e).splitlines()[0]}") from e
-    return _Graph(g, io.tensors)
+    return _Graph(g, io.tensors, index)
 
 
 def run(op, arrays, build, scalars=None, extra=(), conv=False):
@@ -266,11 +270,12 @@ def run(op, arrays, build, scalars=None, extra=(), conv=False):
     tune = conv and engines.autotune_enabled()     # convolutions are pure: timing them is harmless
     if gr is _graphs:
         try:
-            gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, double, bool(layout), every_plan=tune)
+            gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, double, bool(layout),
+                                       tune_key=_disk_key(key, dev) if tune else None)
         except Unsupported:
             _graphs[key] = None
             raise
-        if tune:
+        if tune and gr.index is None:
             pack = {gr.uids[k]: p for k, p in ptrs.items()}
             gr.use_plan(engines.choose(gr.g, _disk_key(key, dev), pack, lambda: handle(dev), workspace))
     if gr is None:

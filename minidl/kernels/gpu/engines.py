@@ -11,7 +11,7 @@ The choice is remembered on disk, keyed by GPU, cuDNN version, op, shapes, dtype
 alignment, tf32 and determinism, as the plan's name (engine and knobs; an index into the
 candidate list would not survive a new cuDNN), in `$MINIDL_CACHE/cudnn-engines.json` (default
 `~/.cache/minidl`). So a second run of the same model takes the same engines (its numbers are the
-same) without timing again. `MINIDL_AUTOTUNE=0` makes the heuristics' choice the default. Timing needs a stream that is not capturing: a graph first met
+same) without timing again, and builds only those plans (`build_remembered`). `MINIDL_AUTOTUNE=0` makes the heuristics' choice the default. Timing needs a stream that is not capturing: a graph first met
 during a CUDA-graph capture takes the heuristics' first plan.
 """
 import json
@@ -103,6 +103,23 @@ def _time(g, pack, index, workspace_ptr, handle):
     finally:
         handle()                                     # bound back to the current stream
     return cp.cuda.get_elapsed_time(start, stop) / TIMED_RUNS
+
+
+def build_remembered(g, key):
+    """Build only the plan remembered on disk for `key` and return its index; None where none is
+    remembered, or the candidates' names cannot be read before building (then the caller builds
+    every plan and `choose` times them). A run on a warm cache builds one plan a graph, not dozens."""
+    name = _read(cache_path()).get(key)
+    if name is None:
+        return None
+    try:
+        for i in range(g.get_execution_plan_count()):
+            if g.get_plan_name_at_index(i) == name:
+                g.build_plan_at_index(i)
+                return i
+    except Exception:                   # noqa: BLE001  the Frontend raises RuntimeError subclasses
+        pass
+    return None
 
 
 def choose(g, key, pack, handle, workspace):
