@@ -58,7 +58,8 @@ class Copies:
         permuted = []                                          # (offset, K, C, kH, kW) of the channels_last ones
         for copy, master, cl in pairs:
             o, n = master.offset, master.size
-            copy.data, copy.grad = (_view(a[o:o + n], copy.shape, cl) for a in (self.flat, self.grads))
+            copy.data, copy.grad = (self.kernels.filter_view(a[o:o + n], copy.shape, True) if cl
+                                    else a[o:o + n].reshape(copy.shape) for a in (self.flat, self.grads))
             copy.offset = o
             if cl:
                 permuted.append((o,) + tuple(copy.shape))
@@ -81,14 +82,6 @@ class Copies:
 
     def zero_grad(self):
         self.grads.fill(0)
-
-
-def _view(a, shape, cl):
-    """The 1-D range `a` as `shape`; channels_last: a (K, C, kH, kW) view of values lying K, kH, kW, C."""
-    if not cl:
-        return a.reshape(shape)
-    K, C, kh, kw = shape
-    return a.reshape(K, kh, kw, C).transpose(0, 3, 1, 2)
 
 
 def allocate_by_dtype(xp, main, params, dtypes):

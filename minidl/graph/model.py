@@ -190,7 +190,7 @@ class Model:
             raise ValueError(f"{self.name}: a layer adds into its gradients; use accumulate=True")
         if len(gys) != len(self.outputs):
             raise ValueError(f"{self.name}: backward takes {len(self.outputs)} output gradient(s), got {len(gys)}")
-        grads = {}
+        grads, add = {}, self.device.kernels.merge.add_fprop     # a value read twice: its gradients add
         for o, g in zip(self.outputs, gys):
             grads[id(o)] = g if id(o) not in grads else grads[id(o)] + g
         for node, reads in zip(reversed(self.nodes), reversed(self._needs)):
@@ -209,7 +209,7 @@ class Model:
                 if gx is None:
                     continue
                 prev = grads.get(id(parent))
-                grads[id(parent)] = gx if prev is None else prev + gx
+                grads[id(parent)] = gx if prev is None else add([prev, gx])      # kept in memory order
         for c in self.copies:              # every gradient ends in the float32 arena
             c.gather(self.grads)
         for layer in deferred:

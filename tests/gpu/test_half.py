@@ -200,6 +200,30 @@ def test_the_arena_copies_refresh_and_gather_in_one_pass(dt):
     assert (masters[3].grad == 7.0).all()                               # not a copy's: left alone
 
 
+@pytest.mark.parametrize("smem", [48 * 1024, 0])          # 0: every filter too big for the kernel, copied one by one
+def test_filters_permute_to_k_kh_kw_c_and_back(dt, smem, monkeypatch):
+    from minidl.kernels.gpu import optim as k
+    monkeypatch.setattr(k, "_SMEM", smem)
+    rng = np.random.default_rng(2)
+    shapes, filters, o = [(8, 5, 3, 3), (4, 1, 7, 7), (16, 32, 3, 3)], [], 0
+    for shape in shapes:
+        filters.append((o,) + shape)
+        o += int(np.prod(shape)) + 64                                     # gaps, as the arena's alignment leaves
+    master = rng.standard_normal(o).astype(np.float32)
+    low = cp.zeros(o, dt)
+    k.cast_filters_krsc(low, cp.asarray(master), tuple(filters))
+    back = cp.full(o, 5.0, np.float32)
+    k.cast_filters_kcrs(back, low, tuple(filters))
+    got, back, want_back = cp.asnumpy(low), cp.asnumpy(back), np.full(o, 5.0, np.float32)
+    for (at, K, C, kh, kw) in filters:
+        n = K * C * kh * kw
+        want = master[at:at + n].reshape(K, C, kh, kw).transpose(0, 2, 3, 1).astype(dt).reshape(-1)
+        assert np.array_equal(got[at:at + n].view(np.uint16), want.view(np.uint16))
+        assert not got[at + n:at + n + 64].astype(np.float32).any()         # the gaps stay as they were
+        want_back[at:at + n] = master[at:at + n].astype(dt).astype(np.float32)
+    assert np.array_equal(back, want_back)
+
+
 def test_the_copy_kernels_round_as_numpy_does_at_ties_overflow_subnormals_and_nan(dt):
     from minidl.kernels.gpu import optim as k
     rng = np.random.default_rng(1)
@@ -241,3 +265,35 @@ def test_loss_scaling_skips_an_overflow_and_halves_the_scale_inside_a_captured_c
     for _ in range(3):
         call.replay()
     assert bool(s.gate) and float(s.scale) == 4.0 and int(s.clean) == 0           # x2 after 3 clean steps
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("shape", [(4, 16, 6, 6), (3, 5, 3, 3)])        # 576 values a channel-slice; 135: not 8 x
+@pytest.mark.parametrize("cl", [False, True])
+def test_pointwise_kernels_agree_with_float32_rounded_once(dtype, shape, cl):
+    """add, add + ReLU, ReLU and ReLU's backward through _util.pointwise: the vectorised kernels where
+    the arrays are dense (both layouts), CuPy's elsewhere; each value computed in float32, rounded once."""
+    from minidl.kernels.gpu import _vec
+    from minidl.kernels.gpu._util import ADD_RELU, RELU, RELU_BPROP, lies_in, pointwise
+    dt = dtype_of(dtype)
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal(shape).astype(np.float32).astype(dt) for _ in range(2))
+    dev = (lambda h: cp.asarray(np.ascontiguousarray(h.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)) if cl \
+        else cp.asarray
+    f32 = (a.astype(np.float32), b.astype(np.float32))
+    want = {cp.add: f32[0] + f32[1], ADD_RELU: np.maximum(f32[0] + f32[1], 0), RELU: np.maximum(f32[0], 0),
+            RELU_BPROP: np.where(f32[0] > 0, f32[1], 0)}
+    calls = []
+    real = _vec.run
+    try:
+        _vec.run = lambda *args: calls.append(1) or real(*args)
+        for kernel, w in want.items():
+            args = (dev(a),) if kernel is RELU else (dev(a), dev(b))
+            y = pointwise(kernel, *args)
+            assert y.dtype == dt and lies_in(y, cl)
+            assert np.array_equal(cp.asnumpy(y).astype(np.float32), w.astype(dt).astype(np.float32))
+            out = dev(np.zeros(shape, dt))
+            assert pointwise(kernel, *args, out=out) is out and cp.array_equal(out, y)
+    finally:
+        _vec.run = real
+    assert len(calls) == (8 if np.prod(shape) % 8 == 0 else 0)

@@ -102,22 +102,24 @@ def cast_copy_where(dst, src, mask):
     np.copyto(dst, src, casting="unsafe", where=mask)
 
 
-def _permuted(flat, filters, krsc):
-    """Each filter's range of `flat` as a (K, C, kH, kW) view, lying K, kH, kW, C if krsc."""
-    for o, K, C, kh, kw in filters:
-        a = flat[o:o + K * C * kh * kw]
-        yield a.reshape(K, kh, kw, C).transpose(0, 3, 1, 2) if krsc else a.reshape(K, C, kh, kw)
+def filter_view(a, shape, krsc):
+    """The 1-D range `a` as a (K, C, kH, kW) array: C-contiguous, or lying K, kH, kW, C if krsc (the
+    compute-dtype copies of a channels-last convolution's filters, graph/arena.py)."""
+    K, C, kh, kw = shape
+    return a.reshape(K, kh, kw, C).transpose(0, 3, 1, 2) if krsc else a.reshape(shape)
 
 
 def cast_filters_krsc(dst, src, filters):
     """The (K, C, kH, kW) filters at `filters` ((offset, K, C, kH, kW) each) of the master arena `src`
     into the copies' arena `dst`, each permuted to K, kH, kW, C within its range.   dst, src (P,)."""
-    for d, s in zip(_permuted(dst, filters, True), _permuted(src, filters, False)):
-        np.copyto(d, s, casting="unsafe")
+    for o, *shape in filters:
+        n = int(np.prod(shape))
+        np.copyto(filter_view(dst[o:o + n], shape, True), filter_view(src[o:o + n], shape, False), casting="unsafe")
 
 
 def cast_filters_kcrs(dst, src, filters):
     """The inverse: the copies' K, kH, kW, C filters at `filters` into the master arena `dst` as
     (K, C, kH, kW).   dst, src (P,)."""
-    for d, s in zip(_permuted(dst, filters, False), _permuted(src, filters, True)):
-        np.copyto(d, s, casting="unsafe")
+    for o, *shape in filters:
+        n = int(np.prod(shape))
+        np.copyto(filter_view(dst[o:o + n], shape, False), filter_view(src[o:o + n], shape, True), casting="unsafe")

@@ -2,20 +2,12 @@
 channel innermost. A block of 32 x RY threads holds 32 channels (lane tx: channel c0 + tx, so a warp
 reads 32 neighbouring values) and the rows ty, ty + RY, ... of them, at most R a thread, in
 registers: one launch a direction for M <= R * RY, sums in double in a fixed order (deterministic).
-T, the io type: float, __half or __nv_bfloat16 (read as float, written rounded once); the
-parameters and statistics are float.
+T, the io type: float, __half or __nv_bfloat16 (read as float, written rounded once to nearest even
+by _cuda's from_f); the parameters and statistics are float.
 """
-from ._util import HALF_CODE
+from ._cuda import HALF_CODE
 
 BN_NHWC_SOURCE = HALF_CODE + r"""
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template<typename T> __device__ __forceinline__ T from_f(float v);
-template<> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-template<> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-template<> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
 // The sum over the block's rows of each column (channel), returned to every thread of it.
 __device__ double column_sum(double v) {
     __shared__ double part[32][33], total[32];

@@ -1,11 +1,11 @@
 """Helpers shared by the GPU kernel families: output buffers, pairs, templated CUDA modules."""
 import cupy as cp
-import ml_dtypes
 import numpy as np
 
+from . import _vec
+from ._cuda import HALF_CODE, HALF_CTYPES, Module, sm_count  # noqa: F401  (the families import them from here)
+
 CTYPES = {np.dtype("float32"): "float", np.dtype("float64"): "double"}
-# The 2-byte types of a precision policy, for RawKernels that read them as float (HALF_CODE's Acc).
-HALF_CTYPES = {np.dtype("float16"): "__half", np.dtype(ml_dtypes.bfloat16): "__nv_bfloat16"}
 ITYPES = {np.dtype("int32"): "int", np.dtype("int64"): "long long", np.dtype("uint8"): "unsigned char"}
 
 # Warp and block sums used by the RawKernels; a block has at most 32 warps.
@@ -31,16 +31,6 @@ template<typename T> __device__ T block_sum(T v) {
 """
 
 
-# RawKernels over half types: Acc<T>::type is what a value of T is summed in (float for the 2-byte
-# types: their 8- or 11-bit mantissas would lose a sum's low bits), and conversions are explicit,
-# because float op __half is ambiguous in CUDA's headers.
-HALF_CODE = r"""
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-template<typename T> struct Acc { typedef T type; };
-template<> struct Acc<__half> { typedef float type; };
-template<> struct Acc<__nv_bfloat16> { typedef float type; };
-"""
 # The same for ElementwiseKernels, whose T is CuPy's float16 / bfloat16 class (read as float):
 # `ACC a = 0; a += (ACC)x;` sums in float, `(T)a` rounds back.
 ACC = r"""
@@ -54,19 +44,9 @@ template<> struct minidl_acc<bfloat16> { typedef float type; };
 RELU = cp.ElementwiseKernel("T x", "T y", "y = x > (T)0 ? x : (T)0", "minidl_relu")
 RELU_BPROP = cp.ElementwiseKernel("T y, T gy", "T gx", "gx = y > (T)0 ? gy : (T)0", "minidl_relu_bprop")
 ADD_RELU = cp.ElementwiseKernel("T a, T b", "T y", "T s = a + b; y = s > (T)0 ? s : (T)0", "minidl_add_relu")
+_VEC_OPS = {ADD_RELU: "add_relu", RELU: "relu", RELU_BPROP: "relu_bprop", cp.add: "add"}   # pointwise's fast ones
 
 _buffers = {}   # (device, tag, shape, dtype) -> CuPy array
-_sm_counts = {}  # device id -> streaming multiprocessors
-
-
-def sm_count():
-    """The current GPU's streaming multiprocessors (132 on an H100 SXM or H200), asked once per GPU."""
-    dev = cp.cuda.Device()
-    if dev.id not in _sm_counts:
-        _sm_counts[dev.id] = int(dev.attributes["MultiProcessorCount"])
-    return _sm_counts[dev.id]
-
-
 def buffer(tag, shape, dtype):
     """A device array allocated once per (device, tag, shape, dtype) and reused: a fixed address."""
     key = (cp.cuda.runtime.getDevice(), tag, tuple(shape), np.dtype(dtype).str)
@@ -119,13 +99,25 @@ def pointwise(kernel, *args, out=None):
     """kernel(*args[, out]) over arrays of one shape, in the memory order of the first array:
     channels-last arrays run as their NHWC views, since CuPy indexes a strided array value by
     value, 3x slower (H200: an add of 12.8 MB, 69 us strided, 18 us on the views). The results
-    come back NCHW-shaped, channels-last. Scalars pass through; `out` must lie in that order."""
-    if not channels_last(args[0]):
+    come back NCHW-shaped, channels-last. Scalars pass through; `out` must lie in that order.
+    ADD_RELU, RELU, RELU_BPROP and cp.add go to _vec's 16-byte kernels where the arrays allow."""
+    cl = channels_last(args[0])
+    op = _VEC_OPS.get(kernel)
+    arrays = args + (() if out is None else (out,))
+    if op is not None and all(isinstance(a, cp.ndarray) and a.shape == args[0].shape for a in arrays):
+        views = [a.transpose(NHWC) if cl else a for a in arrays]          # the values in memory order
+        if _vec.takes(views):
+            y = empty(args[0].shape, args[0].dtype, cl) if out is None else out
+            _vec.run(op, views[:len(args)], y.transpose(NHWC) if cl else y)
+            return y
+    if not cl:
         return kernel(*args) if out is None else kernel(*args, out)
     views = [memory(a, True) if isinstance(a, cp.ndarray) and a.ndim == 4 else a for a in args]
     if out is not None:
         views.append(out_array(out, args[0].shape, out.dtype, cl=True).transpose(NHWC))
     y = kernel(*views)
+    if out is not None:
+        return out
     return tuple(v.transpose(0, 3, 1, 2) for v in y) if isinstance(y, tuple) else y.transpose(0, 3, 1, 2)
 
 
@@ -153,18 +145,6 @@ def out_arrays(out, specs):
     """Several outputs: `out` is None, the first array, or a tuple with one array (or None) per spec."""
     outs = tuple(out) if isinstance(out, (tuple, list)) else (out,) + (None,) * (len(specs) - 1)
     return tuple(out_array(o, s, d) for o, (s, d) in zip(outs, specs))
-
-
-class Module:
-    """A CUDA source with templated kernels, compiled once, fetched as `mod.get("name<float>")`."""
-
-    def __init__(self, code, names):
-        self.code, self.names, self._mod = code, list(names), None
-
-    def get(self, name):
-        if self._mod is None:
-            self._mod = cp.RawModule(code=self.code, options=("-std=c++14",), name_expressions=self.names)
-        return self._mod.get_function(name)
 
 
 # NV consecutive floats of shared memory into registers, as float4 or float2 loads where NV allows

@@ -17,7 +17,8 @@ import re
 import cupy as cp
 import numpy as np
 
-from ._util import HALF_CODE, HALF_CTYPES, Module, sm_count
+from ..cpu.optim import filter_view       # the family's view, the same on both sides
+from ._cuda import HALF_CODE, HALF_CTYPES, Module, sm_count
 
 DTYPES = ("float32", "float64")     # ElementwiseKernels on T; lr and t arrive as float64
 
@@ -26,17 +27,9 @@ DTYPES = ("float32", "float64")     # ElementwiseKernels on T; lr and t arrive a
 # For ResNet-50's 25.5M parameters on an H200 CuPy's copyto took 112 us each way, these take 35 us
 # (the copies) and 45 us (the gradients; benchmarks/profile_train.py).
 _CAST_SOURCE = HALF_CODE + r"""
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-// The bits of v rounded to nearest even: bfloat16 by hand, as NumPy's ml_dtypes does (CUDA's
-// __float2bfloat16_rn flushed a float32 subnormal to zero on the H200), a quiet NaN for a NaN.
 template<typename H> __device__ __forceinline__ unsigned short bits(float v);
 template<> __device__ __forceinline__ unsigned short bits<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
-template<> __device__ __forceinline__ unsigned short bits<__nv_bfloat16>(float v) {
-    unsigned int u = __float_as_uint(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+template<> __device__ __forceinline__ unsigned short bits<__nv_bfloat16>(float v) { return bf16_bits(v); }
 
 struct __align__(8) half4 { unsigned short v[4]; };
 
@@ -77,8 +70,7 @@ __global__ void cast_down_krsc(const float* src, H* dst, const long long* f) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = src[o + i];            // (C, RS)
     __syncthreads();
     for (int j = threadIdx.x; j < n; j += blockDim.x) {                                 // (RS, C)
-        unsigned short b = bits<H>(tile[(j % C) * RS + j / C]);
-        dst[o + j] = *reinterpret_cast<H*>(&b);
+        dst[o + j] = from_f<H>(tile[(j % C) * RS + j / C]);
     }
 }
 
@@ -195,34 +187,26 @@ def _descriptors(filters):
     return _filters[key]
 
 
-def _permuted(flat, filters, krsc):
-    """Each filter's range of `flat` as a (K, C, kH, kW) view, lying K, kH, kW, C if krsc."""
-    for o, K, C, kh, kw in filters:
-        a = flat[o:o + K * C * kh * kw]
-        yield a.reshape(K, kh, kw, C).transpose(0, 3, 1, 2) if krsc else a.reshape(K, C, kh, kw)
-
-
 def cast_filters_krsc(dst, src, filters):
     """The (K, C, kH, kW) filters at `filters` ((offset, K, C, kH, kW) each, a tuple) of the float32 arena
     `src` into the half arena `dst`, each permuted to K, kH, kW, C within its range.   dst, src (P,)."""
-    big = max((C * kh * kw for _, _, C, kh, kw in filters), default=0) * 4 > _SMEM
-    if not filters or big or dst.dtype not in HALF_CTYPES or src.dtype != np.float32:
-        for d, s in zip(_permuted(dst, filters, True), _permuted(src, filters, False)):
-            cp.copyto(d, s, casting="unsafe")
-        return
-    desc, smem = _descriptors(filters), max(C * kh * kw for _, _, C, kh, kw in filters) * 4
-    _CAST.get(f"cast_down_krsc<{HALF_CTYPES[dst.dtype]}>")((desc.size // 3,), (256,), (src, dst, desc),
-                                                           shared_mem=smem)
+    _cast_filters(dst, src, filters, "cast_down_krsc", dst.dtype, src.dtype, to_krsc=True)
 
 
 def cast_filters_kcrs(dst, src, filters):
     """The inverse: the half arena's K, kH, kW, C filters at `filters` into the float32 arena `dst` as
     (K, C, kH, kW).   dst, src (P,)."""
-    big = max((C * kh * kw for _, _, C, kh, kw in filters), default=0) * 4 > _SMEM
-    if not filters or big or src.dtype not in HALF_CTYPES or dst.dtype != np.float32:
-        for d, s in zip(_permuted(dst, filters, False), _permuted(src, filters, True)):
-            cp.copyto(d, s, casting="unsafe")
+    _cast_filters(dst, src, filters, "cast_up_kcrs", src.dtype, dst.dtype, to_krsc=False)
+
+
+def _cast_filters(dst, src, filters, kernel, half, single, to_krsc):
+    """One launch, a block a filter k, where the types fit and a filter fits shared memory; else a copy each."""
+    smem = max((C * kh * kw for _, _, C, kh, kw in filters), default=0) * 4
+    if filters and smem <= _SMEM and half in HALF_CTYPES and single == np.float32:
+        desc = _descriptors(filters)
+        _CAST.get(f"{kernel}<{HALF_CTYPES[half]}>")((desc.size // 3,), (256,), (src, dst, desc), shared_mem=smem)
         return
-    desc, smem = _descriptors(filters), max(C * kh * kw for _, _, C, kh, kw in filters) * 4
-    _CAST.get(f"cast_up_kcrs<{HALF_CTYPES[src.dtype]}>")((desc.size // 3,), (256,), (src, dst, desc),
-                                                         shared_mem=smem)
+    for o, *shape in filters:
+        n = int(np.prod(shape))
+        d, s = filter_view(dst[o:o + n], shape, to_krsc), filter_view(src[o:o + n], shape, not to_krsc)
+        cp.copyto(d, s, casting="unsafe")
