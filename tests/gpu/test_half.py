@@ -234,7 +234,8 @@ def test_the_copy_kernels_round_as_numpy_does_at_ties_overflow_subnormals_and_na
     k.cast_copy(low, cp.asarray(x))
     got, nan = cp.asnumpy(low).view(np.uint16), np.isnan(x)
     bad = np.flatnonzero((got != x.astype(dt).view(np.uint16)) & ~nan)
-    assert bad.size == 0, f"{bad.size} differ, e.g. {x[bad[:4]]} -> {got[bad[:4]]} (NumPy {x[bad[:4]].astype(dt).view(np.uint16)})"
+    numpy_bits = x[bad[:4]].astype(dt).view(np.uint16)
+    assert bad.size == 0, f"{bad.size} differ, e.g. {x[bad[:4]]} -> {got[bad[:4]]} (NumPy {numpy_bits})"
     assert np.isnan(cp.asnumpy(low).astype(np.float32)[nan]).all()
     mask = rng.random(x.size) < 0.7
     up = cp.full(x.size, -3.0, np.float32)

@@ -47,6 +47,8 @@ ADD_RELU = cp.ElementwiseKernel("T a, T b", "T y", "T s = a + b; y = s > (T)0 ? 
 _VEC_OPS = {ADD_RELU: "add_relu", RELU: "relu", RELU_BPROP: "relu_bprop", cp.add: "add"}   # pointwise's fast ones
 
 _buffers = {}   # (device, tag, shape, dtype) -> CuPy array
+
+
 def buffer(tag, shape, dtype):
     """A device array allocated once per (device, tag, shape, dtype) and reused: a fixed address."""
     key = (cp.cuda.runtime.getDevice(), tag, tuple(shape), np.dtype(dtype).str)

@@ -18,7 +18,8 @@ _SOURCE = HALF_CODE + r"""
 template<typename T, int OP>
 __global__ void pointwise_vec(const uint4* a, const uint4* b, uint4* y, long long n16) {
     const int V = 16 / sizeof(T);
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n16; i += (long long)gridDim.x * blockDim.x) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n16;
+         i += (long long)gridDim.x * blockDim.x) {
         uint4 va = a[i], vb = OP == 2 ? va : b[i], vo;
         const T* pa = reinterpret_cast<const T*>(&va);
         const T* pb = reinterpret_cast<const T*>(&vb);
@@ -55,4 +56,3 @@ def run(op, args, y):
     a, b = args[0], args[-1]
     _MOD.get(f"pointwise_vec<{_TYPES[a.dtype]}, {OPS[op]}>")((grid,), (threads,), (a, b, y, np.int64(n16)))
     return y
-

@@ -11,8 +11,9 @@ The choice is remembered on disk, keyed by GPU, cuDNN version, op, shapes, dtype
 alignment, tf32 and determinism, as the plan's name (engine and knobs; an index into the
 candidate list would not survive a new cuDNN), in `$MINIDL_CACHE/cudnn-engines.json` (default
 `~/.cache/minidl`). So a second run of the same model takes the same engines (its numbers are the
-same) without timing again, and builds only those plans (`build_remembered`). `MINIDL_AUTOTUNE=0` makes the heuristics' choice the default. Timing needs a stream that is not capturing: a graph first met
-during a CUDA-graph capture takes the heuristics' first plan.
+same) without timing again, and builds only those plans (`build_remembered`). `MINIDL_AUTOTUNE=0`
+makes the heuristics' choice the default. Timing needs a stream that is not capturing: a graph
+first met during a CUDA-graph capture takes the heuristics' first plan.
 """
 import json
 import os

@@ -29,8 +29,8 @@ import numpy as np
 from . import cudnn as _cd
 from ._norm_cuda import BN_SOURCE
 from ._norm_nhwc_cuda import BN_NHWC_SPLIT_SOURCE
-from ._util import (CTYPES, HALF_CTYPES, RELU, RELU_BPROP, Module, astype, buffer, channels_last, in_order, memory, out_array,
-                    lies_in, out_arrays, pointwise, sm_count)
+from ._util import (CTYPES, HALF_CTYPES, RELU, RELU_BPROP, Module, astype, buffer, channels_last, in_order, lies_in,
+                    memory, out_array, out_arrays, pointwise, sm_count)
 
 DTYPES = ("float32", "float64")     # the RawKernels in both; cuDNN's graphs for large float32 channels
 

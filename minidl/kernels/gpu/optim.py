@@ -28,14 +28,17 @@ DTYPES = ("float32", "float64")     # ElementwiseKernels on T; lr and t arrive a
 # (the copies) and 45 us (the gradients; benchmarks/profile_train.py).
 _CAST_SOURCE = HALF_CODE + r"""
 template<typename H> __device__ __forceinline__ unsigned short bits(float v);
-template<> __device__ __forceinline__ unsigned short bits<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
+template<> __device__ __forceinline__ unsigned short bits<__half>(float v) {
+    return __half_as_ushort(__float2half_rn(v));
+}
 template<> __device__ __forceinline__ unsigned short bits<__nv_bfloat16>(float v) { return bf16_bits(v); }
 
 struct __align__(8) half4 { unsigned short v[4]; };
 
 template<typename H>
 __global__ void cast_down(const float4* src, H* dst, long long n4) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4;
+         i += (long long)gridDim.x * blockDim.x) {
         float4 a = src[i];
         half4 o = {{bits<H>(a.x), bits<H>(a.y), bits<H>(a.z), bits<H>(a.w)}};
         reinterpret_cast<half4*>(dst)[i] = o;
@@ -44,7 +47,8 @@ __global__ void cast_down(const float4* src, H* dst, long long n4) {
 
 template<typename H>
 __global__ void cast_up_where(const H* src, const uchar4* mask, float* dst, long long n4) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4;
+         i += (long long)gridDim.x * blockDim.x) {
         uchar4 m = mask[i];
         half4 in = reinterpret_cast<const half4*>(src)[i];
         float f[4];
