@@ -98,6 +98,19 @@ def test_two_ranks_at_b16_end_with_the_weights_of_one_process_at_b32(tmp_path, o
 
 
 @needs_mpi
+def test_four_ranks_at_b8_end_with_the_weights_of_one_process_at_b32(tmp_path):
+    """Any N (the scaling issue's CPU run): 4 ranks, more than this machine's cores, in float64."""
+    flag = ["--momentum", "--float64"]
+    one, four = launch(0, WORKER, "lenet", tmp_path / "one.npz", 32, 30, *flag), \
+        launch(4, WORKER, "lenet", tmp_path / "four.npz", 8, 30, *flag)
+    assert one.returncode == 0 and four.returncode == 0, one.stderr + four.stderr
+    a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "four.npz")
+    assert int(b["size"]) == 4
+    assert np.abs(a["flat"] - b["flat"]).max() / np.abs(a["flat"]).max() <= 1e-12
+    np.testing.assert_allclose(b["score"], a["score"], rtol=1e-12)     # four evaluation shards summed
+
+
+@needs_mpi
 def test_batchnorm_statistics_are_averaged_and_rank_0_saves_a_usual_checkpoint(tmp_path):
     p = launch(2, WORKER, "bn", tmp_path / "bn", 8, 10, "--all-ranks")
     assert p.returncode == 0, p.stderr
