@@ -32,6 +32,7 @@ def main():
         trainer = dl.Trainer(models.resnet(50, device=dev), optim.Momentum(0.01), progress=False, log=lambda s: None,
                              precision=args.precision, channels_last=True)
         rng = np.random.default_rng(0)
+        trainer._step.net.releases = False        # keep every value, to time each layer on it
         trainer.train_step(dev.asarray(rng.standard_normal((batch, 1, 28, 28)).astype(np.float32)),
                            dev.asarray(rng.integers(0, 10, batch).astype(np.int32)))
         net = trainer._step.net

@@ -49,6 +49,7 @@ class TrainStep:
         self.channels_last = model.device.channels_last(policy.compute, channels_last)
         layout = passes.channels_last if self.channels_last else (lambda g: g)
         self.net = model.lower(lambda g: passes.cast(layout(passes.training(g)), policy.compute, policy.param))
+        self.net.releases = True             # each value let go after its last reader (graph/liveness.py)
         self.scaler = DynamicLossScale(model.device, policy.loss_scale) if policy.loss_scale else None
         self.optimizer, self.metrics, self.device = optimizer, metrics, model.device
         self.reducer = reducer

@@ -249,3 +249,37 @@ def test_trainer_works_on_a_model_without_softmax():
     loss, _ = trainer.evaluate((images, labels), batch_size=64)
     assert loss == pytest.approx(nll.mean(), rel=1e-5)
     assert math.isfinite(trainer.fit((images, labels), steps=2, batch_size=32, monitor=1)[0])
+
+
+def test_a_training_step_lets_each_value_go_after_its_last_reader():
+    """Liveness (graph/liveness.py): after a step no layer holds what its backward read and the model
+    keeps no forward values, so between steps only the parameters stay; the training is the same."""
+    import tracemalloc
+
+    def net():
+        x = L.Input((3, 16, 16))
+        h = x
+        for _ in range(3):
+            h = L.ReLU()(L.BatchNorm2D()(L.Conv2D(16, (3, 3), padding=1)(h)))
+        return dl.Model(x, L.Dense(10)(L.Flatten()(h)), device="cpu")
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((64, 3, 16, 16)).astype(np.float32), rng.integers(0, 10, 64).astype(np.int32)
+    held, weights = {}, {}
+    for releases in (False, True):
+        trainer = dl.Trainer(net(), optim.SGD(0.01), progress=False, log=lambda s: None)
+        step = trainer._step
+        assert step.net.releases                       # the step's lowering lets values go by default
+        step.net.releases = releases
+        trainer.train_step(x, y)
+        tracemalloc.start()
+        trainer.train_step(x, y)
+        held[releases] = tracemalloc.get_traced_memory()[0]        # what the second step left allocated
+        tracemalloc.stop()
+        weights[releases] = trainer.model.get_weights()
+        kept = [layer.name for layer in step.net.layers if getattr(layer, "saved", None) is not None]
+        assert (kept == [] and step.net._values is None) if releases else kept
+    one_activation = 64 * 16 * 16 * 16 * 4
+    assert held[False] - held[True] > 3 * one_activation, held      # the activations no longer stay
+    for k, w in weights[False].items():
+        np.testing.assert_array_equal(weights[True][k], w, err_msg=k)

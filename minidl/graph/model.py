@@ -13,9 +13,10 @@ from ..backend import get_device
 from ..layers.base import Layer, Need, _fmt
 from ..layers.node import Input, Node
 from ..precision import is_float
-from . import arena
+from . import arena, liveness
 from .config import graph_of_config
 from .ir import Graph
+from .summary import print_summary
 
 
 class Model:
@@ -36,6 +37,7 @@ class Model:
         self.name, self.seed = name, seed
         self._name_layers()
         self.device, self.copies, self.side_arenas = None, [], {}
+        self.releases, self._deaths = False, None  # True: drop each value after its last reader (liveness.py)
         if _shares is not None:            # a lowering: the same parameters, already in an arena
             self._build_shared(_shares)
             return
@@ -147,12 +149,14 @@ class Model:
             raise ValueError(f"{self.name} takes {len(self.inputs)} input(s), got {len(xs)}")
         for c in self.copies:              # compute-dtype weights from the float32 master
             c.refresh(self.flat)
-        values = {}
+        values, deaths = {}, self._deaths or liveness.forward_deaths(self.nodes, self.outputs)
         for node, x in zip(self.inputs, xs):
             values[id(node)] = self._input(node, x)
-        for node in self.nodes:
+        for node, dead in zip(self.nodes, deaths):
             values[id(node)] = node.layer.forward([values[id(p)] for p in node.parents], training)
-        self._values = values
+            for v in dead if self.releases else ():
+                del values[v]
+        self._values, self._deaths = None if self.releases else values, deaths
         outs = [values[id(o)] for o in self.outputs]
         return outs[0] if self.single_output else outs
 
@@ -200,10 +204,12 @@ class Model:
                     for p in node.layer.params.values():
                         if p.grad is not None:
                             p.grad.fill(0)
+                node.layer.saved = None if self.releases else node.layer.saved
                 ready(node.layer)
                 continue
             need = Need(tuple(input_grads or r for r in reads), accumulate)
             gxs = node.layer.backward(gy, need)
+            node.layer.saved = None if self.releases else node.layer.saved     # read by this backward alone
             ready(node.layer)
             for parent, gx in zip(node.parents, gxs):
                 if gx is None:
@@ -284,20 +290,7 @@ class Model:
 
     def summary(self, print_fn=print):
         """Print layer, output shape and parameter count, one row per layer, and the totals."""
-        rows = [("layer (type)", "output shape", "params")]
-        for node in self.nodes:
-            n = sum(p.size for p in node.layer.params.values() if p.trainable)
-            rows.append((f"{node.layer.name} ({type(node.layer).__name__})", _fmt(node.shape), f"{n:,}"))
-        w = [max(len(r[i]) for r in rows) for i in range(3)]
-        line = "-" * (w[0] + w[1] + w[2] + 4)
-        print_fn(line)
-        for i, r in enumerate(rows):
-            print_fn(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}")
-            if i == 0:
-                print_fn(line)
-        print_fn(line)
-        frozen = sum(p.size for p in self.params.values() if not p.trainable)
-        print_fn(f"total params: {self.n_params:,} trainable, {frozen:,} non-trainable")
+        print_summary(self, print_fn)
 
 
 def Sequential(layers, input_shape, **kwargs):

@@ -46,6 +46,7 @@ def test_one_step_gradients_match_cpu(no_tf32):
         x, y = loader.batch(0, 0)
         trainer = dl.Trainer(model, optim.SGD(0.0), graph=False, progress=False, log=lambda s: None)
         net = trainer._step.net             # the training lowering: fused outputs are post-ReLU
+        net.releases = False                # keep every layer's output to compare
         trainer._step.forward_backward(x, y)
         outs[name] = {n.layer.name: dev.to_host(net._values[id(n)]) for n in net.nodes}
         grads[name] = model.get_grads()

@@ -110,6 +110,7 @@ def main(*argv):
              "dropout": lambda: dropout_net(device)}[args.mode]()
     opt = optim.get("momentum", lr=0.01, momentum=0.9) if args.momentum else optim.Adam(lr=1e-3)
     trainer = dl.Trainer(model, opt, seed=0, world=world, graph=not args.eager)
+    trainer._step.net.releases = args.mode != "dropout"      # keep the dropout mask for the test to read
     if args.resume:
         trainer.resume(args.checkpoint)
     if args.stop_at:

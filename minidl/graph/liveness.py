@@ -1,0 +1,25 @@
+"""When a training step lets go of a value: liveness over the static graph.
+
+Forward: a node's output is read by the nodes after it; once the last of them has run, the model
+drops its reference (never an output's). What a layer's backward needs it keeps in `saved`, which
+only its own backward reads: the model drops that right after it. The allocator then gives the
+memory to what comes later, as Caffe and MXNet share buffers, with CuPy's pool (inside a captured
+step the graph's private pool) doing the assignment: the gradients of backward reuse the
+activations of forward, and a captured step's warm-up leaves its memory to the capture instead of
+holding a second copy of every activation.
+"""
+
+
+def forward_deaths(nodes, outputs):
+    """For each node k, in order: the ids of the values whose last reader is node k (inputs and
+    outputs of nodes; an output of the model never)."""
+    last = {}
+    for k, node in enumerate(nodes):
+        for p in node.parents:
+            last[id(p)] = k
+    keep = {id(o) for o in outputs}
+    deaths = [[] for _ in nodes]
+    for v, k in last.items():
+        if v not in keep:
+            deaths[k].append(v)
+    return deaths

@@ -1,0 +1,19 @@
+"""A model's summary table: layer, output shape and parameter count, one row per layer, and the totals."""
+from ..layers.base import _fmt
+
+
+def print_summary(model, print_fn=print):
+    rows = [("layer (type)", "output shape", "params")]
+    for node in model.nodes:
+        n = sum(p.size for p in node.layer.params.values() if p.trainable)
+        rows.append((f"{node.layer.name} ({type(node.layer).__name__})", _fmt(node.shape), f"{n:,}"))
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    line = "-" * (w[0] + w[1] + w[2] + 4)
+    print_fn(line)
+    for i, r in enumerate(rows):
+        print_fn(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}")
+        if i == 0:
+            print_fn(line)
+    print_fn(line)
+    frozen = sum(p.size for p in model.params.values() if not p.trainable)
+    print_fn(f"total params: {model.n_params:,} trainable, {frozen:,} non-trainable")
