@@ -204,12 +204,14 @@ class Model:
                     for p in node.layer.params.values():
                         if p.grad is not None:
                             p.grad.fill(0)
-                node.layer.saved = None if self.releases else node.layer.saved
+                if self.releases:
+                    node.layer.saved = None
                 ready(node.layer)
                 continue
             need = Need(tuple(input_grads or r for r in reads), accumulate)
             gxs = node.layer.backward(gy, need)
-            node.layer.saved = None if self.releases else node.layer.saved     # read by this backward alone
+            if self.releases:              # what the layer saved is read by this backward alone
+                node.layer.saved = None
             ready(node.layer)
             for parent, gx in zip(node.parents, gxs):
                 if gx is None:
