@@ -212,7 +212,7 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
         y32 = bn_fprop_train(astype(x, gamma.dtype), *args[1:7], out=(None, mean, invstd), relu=relu)[0]
         y[...] = astype(y32, x.dtype)
         return y, mean, invstd
-    if cl or not _use_kernel(x):               # channels-last: cuDNN's NHWC kernels, at every size
+    if cl or not _use_kernel(x):               # channels-last: cuDNN's NHWC kernels where ours leave it
         try:
             _cudnn_fprop(*args)
             if relu:
