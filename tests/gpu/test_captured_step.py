@@ -76,3 +76,42 @@ def test_training_step_captures_into_a_cuda_graph(no_tf32, rand):
     assert eager[3] > 0
     for got, want in zip((p, rm, rv, total), eager):
         close(got, want, "optim")
+
+
+def test_a_captured_call_keeps_no_cycle_and_release_destroys_its_graph():
+    """NCCL's destroy waits for the graphs that recorded its collectives: a CapturedCall must not be
+    kept alive by a cycle through its function, and release_all() must destroy every live graph."""
+    import gc
+    import weakref
+
+    from minidl.backend import CaptureError, get_device
+    from minidl.kernels.gpu import capture
+
+    dev = get_device("cuda")
+
+    class Owner:                                  # as a TrainStep holds its captured step
+        def __init__(self):
+            self.a = dev.xp.zeros(4, np.float32)
+
+            def step():
+                self.a += 1
+            self.call = dev.capture(step, warmup=1)
+
+    owner = Owner()
+    owner.call.replay()
+    assert float(owner.a[0]) == 2.0               # the warm-up, then one replay
+    gone = weakref.ref(owner.call)
+    gc_was_on = gc.isenabled()
+    gc.disable()                                  # without the cyclic collector: plain reference counts
+    try:
+        del owner
+        assert gone() is None
+    finally:
+        if gc_was_on:
+            gc.enable()
+    b = dev.xp.zeros(1, np.float32)
+    kept = dev.capture(lambda: b.__iadd__(1), warmup=1)
+    capture.release_all()
+    assert kept.graph is None
+    with pytest.raises(CaptureError, match="released"):
+        kept.replay()

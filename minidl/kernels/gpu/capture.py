@@ -26,7 +26,9 @@ object, so memory the graph reads or writes (its temporaries included) is never 
 code afterwards. Temporaries freed during the capture are reused by later allocations of the
 same capture, which is safe because a graph captured on one stream runs its kernels in order.
 Every live CapturedCall is kept in a weak registry, so `live_pools()` (and through it
-`Device.memory_bytes()`) counts the memory the graphs hold besides CuPy's default pool.
+`Device.memory_bytes()`) counts the memory the graphs hold besides CuPy's default pool, and
+`release_all()` can destroy every graph: NCCL's communicator destroy waits until the graphs that
+recorded its collectives are gone (collectives.Communicator.close).
 """
 import gc
 import weakref
@@ -40,6 +42,12 @@ _LIVE = weakref.WeakSet()      # every CapturedCall not yet collected: their pri
 def live_pools():
     """The private memory pools of the CapturedCalls alive now."""
     return [c.pool for c in list(_LIVE)]
+
+
+def release_all():
+    """Destroy the graph of every live CapturedCall (they cannot replay afterwards)."""
+    for c in list(_LIVE):
+        c.release()
 
 
 class CaptureError(RuntimeError):
@@ -60,7 +68,7 @@ class CapturedCall:
         if warmup < 1:
             raise ValueError(f"at least one warm-up run is needed (kernels compile there), got {warmup}")
         cp = device.xp
-        self.device, self.stream, self.fn = device, device.stream, fn
+        self.device, self.stream, self.name = device, device.stream, getattr(fn, "__name__", "fn")
         self.pool = cp.cuda.MemoryPool()
         _LIVE.add(self)
         with self.stream, cp.cuda.using_allocator(self.pool.malloc):
@@ -69,6 +77,8 @@ class CapturedCall:
             self.stream.synchronize()   # warm-up errors surface here, before capturing
             self.result, self.graph = self._capture(fn)
             self.graph.upload(self.stream)  # instantiate and upload now, not at the first replay
+        # fn is not kept: a closure over its owner would make a reference cycle, and the graph would
+        # live until the cyclic collector ran (a communicator's destroy at exit waits for it)
 
     def _capture(self, fn):
         # No cyclic garbage collection while capturing: a collected CUDA object (stream, event,
@@ -102,8 +112,14 @@ class CapturedCall:
 
     def replay(self):
         """Launch the graph on device.stream (asynchronous); returns `result`."""
+        if self.graph is None:
+            raise CaptureError(f"CapturedCall({self.name}) was released: capture it again")
         self.graph.launch(self.stream)
         return self.result
+
+    def release(self):
+        """Destroy the graph and drop its outputs (the private pool's memory stays until this object goes)."""
+        self.graph = self.result = None
 
     __call__ = replay
 
@@ -113,4 +129,4 @@ class CapturedCall:
         return self.pool.total_bytes()
 
     def __repr__(self):
-        return f"CapturedCall({getattr(self.fn, '__name__', 'fn')}, {self.nbytes / 2**20:.1f} MiB)"
+        return f"CapturedCall({self.name}, {self.nbytes / 2**20:.1f} MiB)"

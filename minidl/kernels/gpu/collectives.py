@@ -13,13 +13,18 @@ graph. Every rank issues the same collectives in the same order, all on one stre
 UNVERIFIED on two GPUs: written without a GPU to run it on. What DESIGN.md records from 2 H200s
 (NCCL 2.28.9, CuPy 14): an all-reduce issued with cupy.cuda.nccl on a capturing CuPy stream is
 recorded into the CUDA graph and replays correctly; a process that exits without destroying its
-communicator hangs. tests/gpu/test_distributed.py checks the fork/join of the two streams on one
-GPU, eager and captured.
+communicator hangs. Read since in NCCL 2.28.9's source: its destroy waits for every graph that
+recorded the communicator's collectives to be destroyed, so `close` releases the captured graphs
+first (not yet run on two GPUs: the 2-rank hang seen after the first step may be this one, at exit).
+tests/gpu/test_distributed.py checks the fork/join of the two streams on one GPU, eager and captured.
 """
 import atexit
+import gc
 
 import cupy as cp
 from cupy.cuda import nccl
+
+from . import capture
 
 _OPS = {"sum": nccl.NCCL_SUM, "min": nccl.NCCL_MIN, "max": nccl.NCCL_MAX}
 _TYPES = {"float16": nccl.NCCL_FLOAT16, "float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64,
@@ -91,9 +96,15 @@ class Communicator(ReductionStream):
         self.comm.bcast(a.data.ptr, a.size, _TYPES[a.dtype.name], root, stream.ptr)
 
     def close(self):
-        """Destroy the communicator (once), its work done: the ranks then exit without hanging."""
+        """Destroy the communicator (once), its work done: the ranks then exit without hanging.
+
+        NCCL's destroy waits until every CUDA graph that recorded this communicator's collectives is
+        destroyed (NCCL 2.28's commDestroySync counts them), so the graphs go first: release_all(),
+        and a collection for any held only by reference cycles. Captured steps cannot replay after."""
         if self.comm is not None:
             self.stream.synchronize()
             cp.cuda.get_current_stream().synchronize()
+            capture.release_all()
+            gc.collect()
             self.comm.destroy()
             self.comm = None
