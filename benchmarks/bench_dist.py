@@ -6,14 +6,16 @@ root and NVLink SHARP must stay off:
 
     NCCL_NVLS_ENABLE=0 python benchmarks/bench_dist.py --launcher "mpirun --allow-run-as-root"
 
-Per case and N it prints images/s (N x b per step, b per rank), ms per step, and the all-reduce of
-the whole gradient alone, ms (minidl: its Reducer's buckets on the reduction stream, eager;
+Per case, precision and N it prints images/s (N x b per step, b per rank), ms per step, and the
+all-reduce of the whole gradient alone, ms (minidl: its Reducer's buckets on the reduction stream, eager;
 PyTorch: torch.distributed.all_reduce of one buffer as large). The step's communication that
 backward does not hide is roughly ms/step at N = 2 less ms/step at N = 1. minidl runs its captured
 step (the bucketed NCCL all-reduce inside the CUDA graph); PyTorch DDP runs eager (its default 25
 MiB buckets, overlapped with backward), on the same batches (the minidl Loader's rank slices).
-fp32 only for now: bf16 comes with the precision policy. --bucket-mib sets minidl's bucket size.
-UNVERIFIED: written without a GPU. Without usable GPUs it says so in one line and exits 2.
+--precision fp32 bf16 (both by default): minidl's precision policy (float32 master weights and
+gradients, summed in float32), PyTorch under autocast bf16. A worker that does not end within
+--timeout seconds is reported as failed. --bucket-mib sets minidl's bucket size.
+UNVERIFIED on two GPUs (bf16 not run at all yet). Without usable GPUs it says so in one line and exits 2.
 """
 import argparse
 import json
@@ -42,13 +44,13 @@ def _timed(fit, sync, barrier, steps):
     return time.perf_counter() - t0
 
 
-def minidl_worker(case, steps, world, train):
+def minidl_worker(case, steps, world, train, precision):
     import minidl as dl
     from minidl import models, optim
     dev = dl.get_device("cuda", gpu=world.local_rank if world.size > 1 else None)
     model = models.get(case["model"], depth=case["depth"], device=dev, seed=0)
     opt = optim.get(case["optimizer"], lr=case["lr"], **({"momentum": 0.9} if case["optimizer"] == "momentum" else {}))
-    trainer = dl.Trainer(model, opt, progress=False, log=lambda s: None, world=world)
+    trainer = dl.Trainer(model, opt, progress=False, log=lambda s: None, world=world, precision=precision)
     s = _timed(lambda n: trainer.fit(train, steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
                world.comm.Barrier if world.comm else lambda: None, steps)
     reducer = trainer.reducer
@@ -56,7 +58,7 @@ def minidl_worker(case, steps, world, train):
     return s, ar, len(reducer.buckets) if reducer else 0
 
 
-def torch_worker(case, steps, world, train):
+def torch_worker(case, steps, world, train, precision):
     import torch
     import torch.distributed as tdist
     import torch.nn.functional as F
@@ -78,7 +80,9 @@ def torch_worker(case, steps, world, train):
             e, k = divmod(done[0], len(order))
             idx = torch.from_numpy(order.indices(e, k)).cuda()
             opt.zero_grad()
-            F.cross_entropy(model(x_all[idx]), y_all[idx]).backward()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
+            loss.backward()
             opt.step()
             done[0] += 1
     s = _timed(fit, torch.cuda.synchronize, tdist.barrier, steps)
@@ -93,15 +97,29 @@ def torch_worker(case, steps, world, train):
     return s, start.elapsed_time(end) / 20, None
 
 
-def worker(framework, name, steps):
+def worker(framework, name, steps, precision):
     import minidl as dl
     from minidl import distributed
     world = distributed.init()
     fn = minidl_worker if framework == "minidl" else torch_worker
-    s, ar, buckets = fn(CASES[name], steps, world, dl.data.load("mnist", "train"))
+    s, ar, buckets = fn(CASES[name], steps, world, dl.data.load("mnist", "train"), precision)
     if world.main:
         print(json.dumps({"images_s": steps * CASES[name]["batch"] * world.size / s, "ms_step": 1e3 * s / steps,
                           "allreduce_ms": ar, "buckets": buckets}))
+
+
+def _launch(cmd, env, timeout, head):
+    """The result line of one launch of the workers, or None (printed: why it failed or that it hung)."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"{head} failed: still running after {timeout:.0f} s (killed)")
+        return None
+    if r.returncode:
+        why = [ln for ln in r.stderr.splitlines() if "rror" in ln][-1:] or r.stderr.strip().splitlines()[-1:]
+        print(f"{head} failed (exit {r.returncode}): {' '.join(why)[:200]}")
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
@@ -112,11 +130,13 @@ def main(argv=None):
     p.add_argument("--launcher", default=os.environ.get("MINIDL_MPIEXEC", "mpiexec"),
                    help="the MPI launcher command, without -n (default $MINIDL_MPIEXEC or mpiexec)")
     p.add_argument("--bucket-mib", type=float, help="minidl's gradient bucket size (default 8)")
+    p.add_argument("--precision", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
+    p.add_argument("--timeout", type=float, default=900, help="seconds a launch may take (default 900)")
     p.add_argument("--json", help="also append one JSON line per result to this file")
     p.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "CASE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        return worker(*args.worker, args.steps)
+        return worker(*args.worker, args.steps, args.precision[0])
     from minidl import distributed
     if distributed.launched_by_mpi():
         sys.exit("bench_dist: run it without mpirun/mpiexec: it launches each case's ranks itself (--launcher)")
@@ -129,27 +149,29 @@ def main(argv=None):
         return 2
     import cupy
     gpus = cupy.cuda.runtime.getDeviceCount()
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))     # the caller's too (cuDNN Frontend)
+    # the caller's PYTHONPATH too (where the cuDNN Frontend may live)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path, NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE", "0"))
     if args.bucket_mib is not None:
         env["MINIDL_BUCKET_MIB"] = str(args.bucket_mib)
-    print(f"{'case':<15}{'N':>3}  {'framework':<10}{'images/s':>12}{'ms/step':>10}{'all-reduce ms':>15}{'buckets':>9}")
+    print(f"{'case':<15}{'prec':<6}{'N':>3}  {'framework':<10}{'images/s':>12}{'ms/step':>10}{'all-reduce ms':>15}"
+          f"{'buckets':>9}")
     for name in args.cases:
-        for n in [n for n in args.ranks if n <= gpus]:
-            for framework in ("minidl", "torch-ddp"):
-                cmd = launcher + ["-n", str(n), sys.executable, __file__, "--worker", framework, name,
-                                  "--steps", str(args.steps)]
-                r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                if r.returncode:
-                    why = [ln for ln in r.stderr.splitlines() if "rror" in ln][-1:] or r.stderr.strip().splitlines()[-1:]
-                    print(f"{name:<15}{n:>3}  {framework:<10} failed (exit {r.returncode}): {' '.join(why)[:200]}")
-                    continue
-                res = json.loads(r.stdout.strip().splitlines()[-1])
-                print(f"{name:<15}{n:>3}  {framework:<10}{res['images_s']:>12,.0f}{res['ms_step']:>10.3f}"
-                      f"{res['allreduce_ms']:>15.3f}{res['buckets'] if res['buckets'] is not None else '-':>9}")
-                if args.json:
-                    with open(args.json, "a") as f:
-                        f.write(json.dumps(dict(res, case=name, ranks=n, framework=framework)) + "\n")
+        for precision in args.precision:
+            for n in [n for n in args.ranks if n <= gpus]:
+                for framework in ("minidl", "torch-ddp"):
+                    cmd = launcher + ["-n", str(n), sys.executable, __file__, "--worker", framework, name,
+                                      "--steps", str(args.steps), "--precision", precision]
+                    head = f"{name:<15}{precision:<6}{n:>3}  {framework:<10}"
+                    res = _launch(cmd, env, args.timeout, head)
+                    if res is None:
+                        continue
+                    print(f"{head}{res['images_s']:>12,.0f}{res['ms_step']:>10.3f}{res['allreduce_ms']:>15.3f}"
+                          f"{res['buckets'] if res['buckets'] is not None else '-':>9}")
+                    if args.json:
+                        with open(args.json, "a") as f:
+                            f.write(json.dumps(dict(res, case=name, precision=precision, ranks=n,
+                                                    framework=framework)) + "\n")
     return 0
 
 
