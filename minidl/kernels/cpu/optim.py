@@ -112,14 +112,19 @@ def filter_view(a, shape, krsc):
 def cast_filters_krsc(dst, src, filters):
     """The (K, C, kH, kW) filters at `filters` ((offset, K, C, kH, kW) each) of the master arena `src`
     into the copies' arena `dst`, each permuted to K, kH, kW, C within its range.   dst, src (P,)."""
-    for o, *shape in filters:
-        n = int(np.prod(shape))
-        np.copyto(filter_view(dst[o:o + n], shape, True), filter_view(src[o:o + n], shape, False), casting="unsafe")
+    cast_filters(dst, src, filters, to_krsc=True)
 
 
 def cast_filters_kcrs(dst, src, filters):
     """The inverse: the copies' K, kH, kW, C filters at `filters` into the master arena `dst` as
     (K, C, kH, kW).   dst, src (P,)."""
+    cast_filters(dst, src, filters, to_krsc=False)
+
+
+def cast_filters(dst, src, filters, to_krsc, copyto=np.copyto):
+    """Each filter range cast-copied from src's layout into dst's, one copy a filter (the GPU's fallback
+    too, with CuPy's copyto)."""
     for o, *shape in filters:
         n = int(np.prod(shape))
-        np.copyto(filter_view(dst[o:o + n], shape, False), filter_view(src[o:o + n], shape, True), casting="unsafe")
+        copyto(filter_view(dst[o:o + n], shape, to_krsc), filter_view(src[o:o + n], shape, not to_krsc),
+               casting="unsafe")

@@ -17,7 +17,7 @@ import re
 import cupy as cp
 import numpy as np
 
-from ..cpu.optim import filter_view       # the family's view, the same on both sides
+from ..cpu.optim import cast_filters, filter_view  # noqa: F401  (filter_view: the family's, on both sides)
 from ._cuda import HALF_CODE, HALF_CTYPES, Module, sm_count
 
 DTYPES = ("float32", "float64")     # ElementwiseKernels on T; lr and t arrive as float64
@@ -210,7 +210,4 @@ def _cast_filters(dst, src, filters, kernel, half, single, to_krsc):
         desc = _descriptors(filters)
         _CAST.get(f"{kernel}<{HALF_CTYPES[half]}>")((desc.size // 3,), (256,), (src, dst, desc), shared_mem=smem)
         return
-    for o, *shape in filters:
-        n = int(np.prod(shape))
-        d, s = filter_view(dst[o:o + n], shape, to_krsc), filter_view(src[o:o + n], shape, not to_krsc)
-        cp.copyto(d, s, casting="unsafe")
+    cast_filters(dst, src, filters, to_krsc, copyto=cp.copyto)
