@@ -1,8 +1,9 @@
 """Training speed: minidl and PyTorch train the same architecture on the same MNIST batches.
 
 Both use the minidl loader's seeded order and the same optimizer; PyTorch runs eagerly and with its
-whole step captured in a CUDA graph. Peak memory: minidl's is what CuPy's pools reserve, CUDA-graph
-pools included (Device.memory_bytes); PyTorch's is torch.cuda.max_memory_reserved / _allocated.
+whole step captured in a CUDA graph. Peak memory: minidl's is CuPy's pool's reserve plus the most its
+captured steps held (Device.memory_bytes: warm-ups, the planned arena, anything that missed it);
+PyTorch's is torch.cuda.max_memory_reserved / _allocated.
 
 `precision` (fp32, bf16, fp16): minidl trains under that policy (float32 master weights); PyTorch
 runs its best configuration for it: fp32 as it is, bf16 and fp16 under torch.autocast with the model
@@ -43,7 +44,8 @@ def minidl_train(case, train, test, graph=True, seed=0, precision="fp32", channe
     ms = (time.perf_counter() - t0) / (steps - WARMUP) * 1e3
     mem = dev.memory_bytes()                      # before evaluating: the training step's memory
     _, acc = trainer.evaluate(test, batch_size=1000)
-    return {"ms_per_step": ms, "test_accuracy": acc, "steps": steps,
+    plans = [call.memory.describe() for _, call in trainer._step._captured.values()]
+    return {"ms_per_step": ms, "test_accuracy": acc, "steps": steps, "memory_plan": "; ".join(plans),
             "peak_reserved_mb": mem.reserved / 2 ** 20, "in_use_mb": mem.used / 2 ** 20}
 
 
@@ -174,6 +176,9 @@ def print_table(results, out=print):
             ratio = lambda ref: f"{ref['ms_per_step'] / v['ms_per_step']:.2f}x" if ref else "-"
             out(f"{name:<12} {runner:<13} {v['ms_per_step']:>9.3f} {ratio(te):>15} {ratio(tg):>15} "
                 f"{v['peak_reserved_mb']:>13.0f} {v['in_use_mb']:>11.0f} {v['test_accuracy']:>8.2f}%")
-    out("reserved: peak memory held by the allocator (minidl: CuPy's pool and the CUDA graphs' pools); in use: "
-        "minidl's live arrays after training, PyTorch's peak allocated")
+    out("reserved: peak memory held by the allocator (minidl: CuPy's pool and the captured steps' memory, warm-ups "
+        "and planned arena); in use: minidl's live arrays after training, PyTorch's peak allocated")
+    for name, r in results.items():
+        if r.get("minidl", {}).get("memory_plan"):
+            out(f"{name}: {r['minidl']['memory_plan']}")
 

@@ -25,8 +25,8 @@ KERNEL_FAMILIES = ("conv", "dense", "activation", "merge", "pad", "pool", "norm"
                    "dropout", "softmax", "optim", "direct", "augment")
 
 MemoryUse = collections.namedtuple("MemoryUse", "used reserved")
-MemoryUse.__doc__ = """Device memory in bytes: `used` by live arrays now, `reserved` by the pools (their high-water
-mark: CuPy pools keep freed blocks), over CuPy's default pool and every live CapturedCall's pool."""
+MemoryUse.__doc__ = """Device memory in bytes: `used` by live arrays now, `reserved` the high-water mark (CuPy's
+default pool keeps freed blocks; a captured call's memory counts the most it held: warm-ups, arena, misses)."""
 
 
 class DeviceError(RuntimeError):
@@ -231,13 +231,13 @@ class Device:
         return cp.cuda.get_elapsed_time(start, end) / repeats
 
     def memory_bytes(self):
-        """MemoryUse(used, reserved) of device memory: CuPy's default pool plus every live CapturedCall's
-        private pool (graph memory lives there). None on cpu (NumPy allocations are not tracked)."""
+        """MemoryUse(used, reserved) of device memory: CuPy's default pool plus every captured call's memory
+        (kernels/gpu/planned_memory.py: graph memory lives there). None on cpu (NumPy allocations are not tracked)."""
         if self.name != "cuda":
             return None
-        live = importlib.import_module("minidl.kernels.gpu.capture").live_pools()
-        pools = [self.xp.get_default_memory_pool()] + live
-        return MemoryUse(sum(p.used_bytes() for p in pools), sum(p.total_bytes() for p in pools))
+        pool = self.xp.get_default_memory_pool()
+        calls = importlib.import_module("minidl.kernels.gpu.planned_memory").live_memory()
+        return MemoryUse(pool.used_bytes() + sum(u for u, _ in calls), pool.total_bytes() + sum(r for _, r in calls))
 
     def free_memory(self):
         """Give CuPy's cached, unused blocks back to the GPU, so that the `reserved` of the next

@@ -130,12 +130,13 @@ class TrainStep:
             self._update(loss_sum)
             self.metrics.add(loss_sum, correct)
 
-        # The warm-up run really trains: snapshot everything a step changes and put it back.
+        # The warm-up runs really train: snapshot everything a step changes and put it back. Two: the
+        # first compiles and chooses engines, the second is traced for the memory plan (capture.py).
         state = [model.flat, model.state_flat, self.metrics.loss, self.metrics.correct, self.finite,
                  self.good_steps, self.device.rng.offset] + self.optimizer.device_arrays()
         state += self.scaler.device_arrays() if self.scaler is not None else []
         saved = [a.copy() for a in state]
-        call = self.device.capture(step, warmup=1)
+        call = self.device.capture(step, warmup=2)
         for a, b in zip(state, saved):
             a[...] = b
         return idx, call

@@ -21,14 +21,13 @@ The rules `fn` must follow, because a graph replays kernels, never Python:
 - Everything `fn` needs compiled or planned is done by the warm-up runs (CuPy kernels, cuDNN
   graphs and their workspaces, kernel-family scratch buffers); the capture itself only records.
 
-Memory: warm-up and capture allocate from a private `cupy.cuda.MemoryPool` kept alive by this
-object, so memory the graph reads or writes (its temporaries included) is never handed to other
-code afterwards. Temporaries freed during the capture are reused by later allocations of the
-same capture, which is safe because a graph captured on one stream runs its kernels in order.
-Every live CapturedCall is kept in a weak registry, so `live_pools()` (and through it
-`Device.memory_bytes()`) counts the memory the graphs hold besides CuPy's default pool, and
-`release_all()` can destroy every graph: NCCL's communicator destroy waits until the graphs that
-recorded its collectives are gone (collectives.Communicator.close).
+Memory (planned_memory.py): the warm-ups run on exact allocations (the device holds only what is
+alive), the last of them traced; the capture allocates from one arena planned by liveness over that
+trace (memplan.py), each array at an address fixed for the life of this object, so memory the graph
+reads or writes is never handed to other code. Every live CapturedCall's memory is counted by
+`planned_memory.live_memory()` (and through it `Device.memory_bytes()`), and `release_all()` can destroy every
+graph: NCCL's communicator destroy waits until the graphs that recorded its collectives are gone
+(collectives.Communicator.close).
 """
 import gc
 import weakref
@@ -36,12 +35,7 @@ import weakref
 
 _RULES = ("inside it, avoid host synchronisation (.get(), float(), synchronize()) and host-to-device "
           "copies (see minidl.kernels.gpu.capture)")
-_LIVE = weakref.WeakSet()      # every CapturedCall not yet collected: their private pools hold memory
-
-
-def live_pools():
-    """The private memory pools of the CapturedCalls alive now."""
-    return [c.pool for c in list(_LIVE)]
+_LIVE = weakref.WeakSet()      # every CapturedCall not yet collected
 
 
 def release_all():
@@ -59,7 +53,8 @@ class CapturedCall:
 
     `result` is what `fn` returned during the capture (its output arrays, whose addresses stay
     valid for the life of this object and are rewritten by every replay). `warmup` eager runs
-    (one or two) come first; their results are dropped.
+    come first, their results dropped; the last is traced for the memory plan, so with two the
+    first does what happens once (compiling, timing cuDNN's engines) and the plan fits the capture.
     """
 
     def __init__(self, device, fn, warmup=2):
@@ -69,13 +64,19 @@ class CapturedCall:
             raise ValueError(f"at least one warm-up run is needed (kernels compile there), got {warmup}")
         cp = device.xp
         self.device, self.stream, self.name = device, device.stream, getattr(fn, "__name__", "fn")
-        self.pool = cp.cuda.MemoryPool()
+        from .planned_memory import PlannedMemory      # CuPy itself: imported only where a GPU is used
+        self.memory = PlannedMemory(self.stream, cp.cuda.MemoryPool())
+        weakref.finalize(self, self.memory.retire)
         _LIVE.add(self)
-        with self.stream, cp.cuda.using_allocator(self.pool.malloc):
-            for _ in range(warmup):
+        with self.stream:
+            with cp.cuda.using_allocator(self.memory.exact):
+                for _ in range(warmup - 1):
+                    fn()
+            with self.memory.tracing():
                 fn()
             self.stream.synchronize()   # warm-up errors surface here, before capturing
-            self.result, self.graph = self._capture(fn)
+            with self.memory.capture():
+                self.result, self.graph = self._capture(fn)
             self.graph.upload(self.stream)  # instantiate and upload now, not at the first replay
         # fn is not kept: a closure over its owner would make a reference cycle, and the graph would
         # live until the cyclic collector ran (a communicator's destroy at exit waits for it)
@@ -118,15 +119,15 @@ class CapturedCall:
         return self.result
 
     def release(self):
-        """Destroy the graph and drop its outputs (the private pool's memory stays until this object goes)."""
+        """Destroy the graph and drop its outputs (the arena stays until this object goes)."""
         self.graph = self.result = None
 
     __call__ = replay
 
     @property
     def nbytes(self):
-        """Device memory held by the private pool (the graph's temporaries and outputs)."""
-        return self.pool.total_bytes()
+        """Device memory held for the graph now: its arena (temporaries and outputs), and what missed it."""
+        return self.memory.used_bytes
 
     def __repr__(self):
-        return f"CapturedCall({self.name}, {self.nbytes / 2**20:.1f} MiB)"
+        return f"CapturedCall({self.name}, {self.nbytes / 2**20:.1f} MiB; {self.memory.describe()})"

@@ -1,0 +1,171 @@
+"""The memory of a captured call: warm-ups on exact allocations, the capture in one planned arena.
+
+CapturedCall (capture.py) runs `fn` through three CuPy allocators of one `PlannedMemory`:
+
+1. `exact` for the warm-ups: one cudaMalloc per array, freed when the array goes, so the device
+   holds only what is alive (no pool keeps a warm-up's freed blocks). The last warm-up is traced:
+   each allocation's size and its birth and death on a clock of allocation events.
+2. `make_plan` (memplan.py) gives each traced allocation an offset in one arena by liveness.
+3. `planned` for the capture: its k-th allocation lands at the k-th offset, provided the size is
+   the traced one and every earlier array sharing those bytes is gone (checked, never assumed);
+   anything else (a miss) and arrays of other streams come from a private CuPy pool, as before
+   planning. Frees of exact arrays during the capture wait until it ends (no cudaFree inside it).
+
+The graph then reads and writes the arena at fixed addresses; it lives as long as any array in it.
+"""
+import contextlib
+import gc
+import weakref
+
+import cupy as cp
+
+from .memplan import make_plan
+
+_LIVE = weakref.WeakSet()        # every PlannedMemory whose arrays may still hold device memory
+
+
+def live_memory():
+    """(used, reserved) bytes of every PlannedMemory alive: reserved is its high-water mark while its
+    call lives, then what its arrays still hold (kernel families' caches can outlive a call)."""
+    return [(m.used_bytes, m.used_bytes if m.retired else m.peak_bytes) for m in list(_LIVE)]
+
+
+class _Exact:
+    """Owner of one exact allocation: frees it (or defers the free) and ticks the trace when it goes."""
+    __slots__ = ("memory", "mem", "k")
+
+    def __init__(self, memory, mem, k):
+        self.memory, self.mem, self.k = memory, mem, k
+
+    def __del__(self):
+        m = self.memory
+        m.live -= self.mem.size
+        if m.trace is not None and self.k is not None:
+            m.trace[2][self.k] = m._tick()
+        if m.capturing:
+            m.deferred.append(self.mem)     # cudaFree is not a call to make inside a capture
+
+
+class _Planned:
+    """Owner of one planned array in the arena: marks its slot free when it goes."""
+    __slots__ = ("memory", "k")
+
+    def __init__(self, memory, k):
+        self.memory, self.k = memory, k
+
+    def __del__(self):
+        self.memory.alive.discard(self.k)
+
+
+class PlannedMemory:
+    """Allocators for one captured call on `stream`; `pool` takes misses and other streams' arrays."""
+
+    def __init__(self, stream, pool):
+        self.stream, self.pool, self.device_id = stream, pool, cp.cuda.Device().id
+        self.live = self.peak = self.clock = 0
+        self.trace, self.plan, self.arena, self.warmup_peak = None, None, None, 0
+        self.capturing, self.deferred, self.retired = False, [], False
+        self.alive, self.k, self.misses = set(), 0, 0
+        _LIVE.add(self)
+
+    def _tick(self):
+        self.clock += 1
+        return self.clock
+
+    def _ours(self, size):
+        return size > 0 and cp.cuda.get_current_stream().ptr == self.stream.ptr
+
+    def _pointer(self, ptr, size, owner):
+        return cp.cuda.memory.MemoryPointer(cp.cuda.memory.UnownedMemory(ptr, size, owner, self.device_id), 0)
+
+    # -- 1. warm-ups ----------------------------------------------------------------------------
+    def exact(self, size):
+        """An allocation of its own (cudaMalloc), freed when its array goes."""
+        try:
+            mem = cp.cuda.memory.Memory(size)
+        except cp.cuda.memory.OutOfMemoryError:
+            cp.get_default_memory_pool().free_all_blocks()    # blocks other code let go of, then once more
+            mem = cp.cuda.memory.Memory(size)
+        k = None
+        if self.trace is not None and self._ours(size):
+            sizes, births, deaths = self.trace
+            k = len(sizes)
+            sizes.append(size), births.append(self._tick()), deaths.append(None)
+        self.live += size
+        self.peak = max(self.peak, self.live + self.arena_bytes)
+        return self._pointer(mem.ptr, size, _Exact(self, mem, k))
+
+    @contextlib.contextmanager
+    def tracing(self):
+        """Record the allocations (and frees) of this stream's arrays made inside the block.
+
+        Cyclic garbage collection is off meanwhile, so every death happens where reference counts
+        put it, as it will in the capture (which runs with the collector off too)."""
+        gc_was_on = gc.isenabled()
+        gc.disable()
+        self.trace = trace = ([], [], [])
+        try:
+            with cp.cuda.using_allocator(self.exact):
+                yield
+        finally:
+            self.trace = None
+            if gc_was_on:
+                gc.enable()
+        sizes, births, deaths = trace
+        end = self._tick()                     # arrays still alive live to the end
+        self.plan = make_plan(sizes, births, [end if d is None else d for d in deaths])
+
+    # -- 3. the capture -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def capture(self):
+        """Allocate from the plan inside the block (the arena is allocated on entry)."""
+        self.warmup_peak = self.peak
+        self.arena = cp.cuda.memory.Memory(self.plan.total)
+        self.peak = max(self.peak, self.live + self.arena_bytes)
+        self.capturing, self.k = True, 0
+        try:
+            with cp.cuda.using_allocator(self.planned):
+                yield
+        finally:
+            self.capturing = False
+        self.deferred.clear()                  # the exact arrays freed during the capture go now
+
+    def planned(self, size):
+        """The k-th allocation of the capture: at its planned offset when that is safe, else from the pool."""
+        if not self._ours(size):
+            return self.pool.malloc(size)
+        k, p = self.k, self.plan
+        self.k += 1
+        if k >= len(p.sizes) or p.sizes[k] != size or not self.alive.isdisjoint(p.sharers[k]):
+            self.misses += 1
+            return self.pool.malloc(size)
+        self.alive.add(k)
+        return self._pointer(self.arena.ptr + p.offsets[k], size, _Planned(self, k))
+
+    def retire(self):
+        """Its call is gone: from now on only what its arrays still hold counts."""
+        self.retired = True
+
+    # -- what it holds --------------------------------------------------------------------------
+    @property
+    def arena_bytes(self):
+        return self.arena.size if self.arena is not None else 0
+
+    @property
+    def used_bytes(self):
+        """Exact arrays alive now, the arena, and the pool's arrays."""
+        return self.live + self.arena_bytes + self.pool.used_bytes()
+
+    @property
+    def peak_bytes(self):
+        """The most this call's memory ever held: exact arrays plus the arena, and the pool's reserve."""
+        return self.peak + self.pool.total_bytes()
+
+    def describe(self):
+        """One line: the plan's arena against its lower bound, and what missed it."""
+        if self.plan is None:
+            return "no plan"
+        p, mib = self.plan, 2 ** -20
+        return (f"planned arena {p.total * mib:.1f} MiB for {len(p.sizes)} arrays (the most alive at once: "
+                f"{p.lower_bound * mib:.1f} MiB), {self.misses} missed it; the warm-ups held at most "
+                f"{self.warmup_peak * mib:.1f} MiB, arrays of their own now {self.live * mib:.1f} MiB")
