@@ -1,6 +1,9 @@
 """Planned memory (kernels/gpu/planned_memory.py): a captured training step lives in one arena
 planned by liveness, every allocation of the capture on its plan; a capture that departs from its
 trace still computes right (what does not fit the plan goes to the pool), and the device counts it."""
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -10,6 +13,7 @@ pytest.importorskip("cudnn")
 import minidl as dl  # noqa: E402
 from minidl import models, optim  # noqa: E402
 from minidl.backend import CapturedCall  # noqa: E402
+from minidl.kernels.gpu import planned_memory  # noqa: E402
 
 
 def _data(n=256, seed=0):
@@ -89,3 +93,20 @@ def test_warm_ups_hold_only_what_is_alive():
     assert call.memory.peak <= 4 * 4 * mib                          # warm-ups freed each temporary at once
     dev.sync()
     np.testing.assert_array_equal(cp.asnumpy(call.replay()[:4]), np.full(4, 17, np.float32))
+
+
+def test_an_array_a_cache_keeps_from_the_warm_ups_does_not_keep_the_arena():
+    dev = dl.get_device("cuda")
+    x, cache = cp.ones(4096, dtype=cp.float32), []
+
+    def fn():
+        if not cache:                              # filled at the first call, as a kernel family's scratch
+            cache.append(cp.zeros(1 << 20, dtype=cp.float32))
+        return cp.tanh(x) + cache[0][:4096]
+    call = CapturedCall(dev, fn)
+    memory = weakref.ref(call.memory)
+    assert call.memory.books.live >= cache[0].nbytes
+    del call
+    gc.collect()
+    assert memory() is None                        # the arena went with the call
+    assert any(used >= cache[0].nbytes for used, _ in planned_memory.live_memory())   # still counted

@@ -21,29 +21,52 @@ import cupy as cp
 
 from .memplan import make_plan
 
-_LIVE = weakref.WeakSet()        # every PlannedMemory whose arrays may still hold device memory
+_LEDGERS = weakref.WeakSet()     # the exact allocations' books of every PlannedMemory, while arrays remain
 
 
 def live_memory():
-    """(used, reserved) bytes of every PlannedMemory alive: reserved is its high-water mark while its
-    call lives, then what its arrays still hold (kernel families' caches can outlive a call)."""
-    return [(m.used_bytes, m.used_bytes if m.retired else m.peak_bytes) for m in list(_LIVE)]
+    """(used, reserved) bytes of each PlannedMemory: reserved is its high-water mark while its call
+    lives, then what its arrays still hold (a kernel family's cache can outlive the call)."""
+    rows = []
+    for ledger in list(_LEDGERS):
+        m = ledger.memory()
+        if m is None:
+            rows.append((ledger.live, ledger.live))
+        else:
+            rows.append((m.used_bytes, m.used_bytes if m.retired else m.peak_bytes))
+    return rows
+
+
+class _Ledger:
+    """The books of a PlannedMemory's exact allocations: bytes alive, the trace's clock and records,
+    and the frees deferred while capturing. Its arrays refer to it alone, so an array a kernel
+    family keeps after the call does not keep the call's arena alive."""
+
+    def __init__(self, memory):
+        self.memory = weakref.ref(memory)
+        self.live = self.clock = 0
+        self.trace, self.capturing, self.deferred = None, False, []
+        _LEDGERS.add(self)
+
+    def tick(self):
+        self.clock += 1
+        return self.clock
 
 
 class _Exact:
     """Owner of one exact allocation: frees it (or defers the free) and ticks the trace when it goes."""
-    __slots__ = ("memory", "mem", "k")
+    __slots__ = ("ledger", "mem", "k")
 
-    def __init__(self, memory, mem, k):
-        self.memory, self.mem, self.k = memory, mem, k
+    def __init__(self, ledger, mem, k):
+        self.ledger, self.mem, self.k = ledger, mem, k
 
     def __del__(self):
-        m = self.memory
-        m.live -= self.mem.size
-        if m.trace is not None and self.k is not None:
-            m.trace[2][self.k] = m._tick()
-        if m.capturing:
-            m.deferred.append(self.mem)     # cudaFree is not a call to make inside a capture
+        books = self.ledger
+        books.live -= self.mem.size
+        if books.trace is not None and self.k is not None:
+            books.trace[2][self.k] = books.tick()
+        if books.capturing:
+            books.deferred.append(self.mem)     # cudaFree is not a call to make inside a capture
 
 
 class _Planned:
@@ -62,15 +85,9 @@ class PlannedMemory:
 
     def __init__(self, stream, pool):
         self.stream, self.pool, self.device_id = stream, pool, cp.cuda.Device().id
-        self.live = self.peak = self.clock = 0
-        self.trace, self.plan, self.arena, self.warmup_peak = None, None, None, 0
-        self.capturing, self.deferred, self.retired = False, [], False
+        self.books, self.peak = _Ledger(self), 0
+        self.plan, self.arena, self.warmup_peak, self.retired = None, None, 0, False
         self.alive, self.k, self.misses = set(), 0, 0
-        _LIVE.add(self)
-
-    def _tick(self):
-        self.clock += 1
-        return self.clock
 
     def _ours(self, size):
         return size > 0 and cp.cuda.get_current_stream().ptr == self.stream.ptr
@@ -86,14 +103,14 @@ class PlannedMemory:
         except cp.cuda.memory.OutOfMemoryError:
             cp.get_default_memory_pool().free_all_blocks()    # blocks other code let go of, then once more
             mem = cp.cuda.memory.Memory(size)
-        k = None
-        if self.trace is not None and self._ours(size):
-            sizes, births, deaths = self.trace
+        books, k = self.books, None
+        if books.trace is not None and self._ours(size):
+            sizes, births, deaths = books.trace
             k = len(sizes)
-            sizes.append(size), births.append(self._tick()), deaths.append(None)
-        self.live += size
-        self.peak = max(self.peak, self.live + self.arena_bytes)
-        return self._pointer(mem.ptr, size, _Exact(self, mem, k))
+            sizes.append(size), births.append(books.tick()), deaths.append(None)
+        books.live += size
+        self.peak = max(self.peak, books.live + self.arena_bytes)
+        return self._pointer(mem.ptr, size, _Exact(books, mem, k))
 
     @contextlib.contextmanager
     def tracing(self):
@@ -103,16 +120,16 @@ class PlannedMemory:
         put it, as it will in the capture (which runs with the collector off too)."""
         gc_was_on = gc.isenabled()
         gc.disable()
-        self.trace = trace = ([], [], [])
+        self.books.trace = trace = ([], [], [])
         try:
             with cp.cuda.using_allocator(self.exact):
                 yield
         finally:
-            self.trace = None
+            self.books.trace = None
             if gc_was_on:
                 gc.enable()
         sizes, births, deaths = trace
-        end = self._tick()                     # arrays still alive live to the end
+        end = self.books.tick()                # arrays still alive live to the end
         self.plan = make_plan(sizes, births, [end if d is None else d for d in deaths])
 
     # -- 3. the capture -------------------------------------------------------------------------
@@ -121,14 +138,14 @@ class PlannedMemory:
         """Allocate from the plan inside the block (the arena is allocated on entry)."""
         self.warmup_peak = self.peak
         self.arena = cp.cuda.memory.Memory(self.plan.total)
-        self.peak = max(self.peak, self.live + self.arena_bytes)
-        self.capturing, self.k = True, 0
+        self.peak = max(self.peak, self.books.live + self.arena_bytes)
+        self.books.capturing, self.k = True, 0
         try:
             with cp.cuda.using_allocator(self.planned):
                 yield
         finally:
-            self.capturing = False
-        self.deferred.clear()                  # the exact arrays freed during the capture go now
+            self.books.capturing = False
+        self.books.deferred.clear()            # the exact arrays freed during the capture go now
 
     def planned(self, size):
         """The k-th allocation of the capture: at its planned offset when that is safe, else from the pool."""
@@ -154,7 +171,7 @@ class PlannedMemory:
     @property
     def used_bytes(self):
         """Exact arrays alive now, the arena, and the pool's arrays."""
-        return self.live + self.arena_bytes + self.pool.used_bytes()
+        return self.books.live + self.arena_bytes + self.pool.used_bytes()
 
     @property
     def peak_bytes(self):
@@ -168,4 +185,4 @@ class PlannedMemory:
         p, mib = self.plan, 2 ** -20
         return (f"planned arena {p.total * mib:.1f} MiB for {len(p.sizes)} arrays (the most alive at once: "
                 f"{p.lower_bound * mib:.1f} MiB), {self.misses} missed it; the warm-ups held at most "
-                f"{self.warmup_peak * mib:.1f} MiB, arrays of their own now {self.live * mib:.1f} MiB")
+                f"{self.warmup_peak * mib:.1f} MiB, arrays of their own now {self.books.live * mib:.1f} MiB")
