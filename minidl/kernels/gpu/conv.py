@@ -9,7 +9,7 @@ import cupy as cp
 import numpy as np
 
 from ..cpu.conv import ConvPlan, conv2d_plan  # noqa: F401  plans are shape arithmetic: one definition
-from . import cudnn as _cd
+from . import cudnn as _cd, engines, small_conv as _small
 from ._util import RELU, buffer, channels_last, in_order, lies_in, out_array, pointwise
 
 # float64: cuDNN's double engines, if it has them (dtype_problem); float16/bfloat16: half io, FLOAT compute
@@ -18,6 +18,11 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")
 # y (N, K, S) += b[k], then max(y, 0) if relu: the float64 epilogue (fused into the cuDNN graph in float32).
 _bias_act = cp.ElementwiseKernel("raw T b, int32 K, int32 S, int32 relu", "T y",
                                  "T t = y + b[(i / S) % K]; y = relu && t < (T)0 ? (T)0 : t", "minidl_conv_bias_act")
+# Batches of at most SMALL_N samples may convolve forward in small_conv.py's kernel (a GEMV a block)
+# instead: each shape is timed both ways once (engines.fastest). At batch 1 on the H200 it won 38 of
+# ResNet-50's 53 convolutions in float32 and 10 in bfloat16, where cuDNN's batch-tiled engines spend
+# up to 27 us on what reading the weights takes 1-2 us; at batch 2 and beyond it lost more than it won.
+SMALL_N = 1
 _verdicts = {}      # (GPU, deterministic engines only) -> None, or why cuDNN builds no float64 convolution
 
 
@@ -65,8 +70,19 @@ def _check_x(plan, x, what="x"):
 
 def _fprop(op, plan, x, w, b, out, relu, cl):
     _check_x(plan, x)
-    K = plan.w_shape[0]
     y = out_array(out, (x.shape[0],) + tuple(plan.out_shape[1:]), x.dtype, cl=cl)
+    if x.shape[0] <= SMALL_N and _small.supported(plan, x, w, b):
+        key = ("conv_fprop", x.shape, x.strides, w.shape, w.strides, x.dtype.name, plan.stride, plan.pads,
+               b is not None, relu, cl)
+        small = lambda: _small.small_conv2d_fprop(plan, x, w, b, y, relu, cl)      # noqa: E731
+        if engines.fastest(key, {"cudnn": lambda: _cudnn_fprop(op, plan, x, w, b, y, relu), "small": small}) \
+                == "small":
+            return small()
+    return _cudnn_fprop(op, plan, x, w, b, y, relu)
+
+
+def _cudnn_fprop(op, plan, x, w, b, y, relu):
+    K = plan.w_shape[0]
     fuse = x.dtype != np.float64            # cuDNN's fusion engines take no double: the epilogue is ours
     arrays = dict(x=x, w=w, y=y) if b is None or not fuse else dict(x=x, w=w, b=b, y=y)
 

@@ -75,22 +75,32 @@ def _plan(g, i):
 
 
 def _time(g, pack, index, workspace_ptr, handle):
-    """Milliseconds of one execute of plan `index`, or None where it fails to run or be captured.
+    """Milliseconds of one execute of plan `index`, or None where it fails to run or be captured."""
+    def run():
+        g.execute_plan_at_index(pack, workspace_ptr, index=index, handle=handle())   # handle() binds the stream
+    try:
+        return _time_captured(run)
+    finally:
+        handle()                                     # bound back to the current stream
 
-    The runs are recorded as one CUDA graph and replayed: launched from Python one by one, an
-    execute costs more host time (~12 us) than many of these kernels take on the GPU, and the
-    timing would measure the host. An engine that cannot be captured is no candidate anyway: a
-    training step is captured whole.
+
+def _time_captured(fn):
+    """Milliseconds of one fn(), or None where it fails to run or be captured.
+
+    The runs are recorded as one CUDA graph on a stream of their own and replayed: launched from
+    Python one by one, a call costs more host time (~12 us for a cuDNN execute) than many of these
+    kernels take on the GPU, and the timing would measure the host. What cannot be captured is no
+    candidate anyway: a training step is captured whole. One untimed run comes first (it builds,
+    compiles and chooses what it needs outside the capture).
     """
     stream = cp.cuda.Stream(non_blocking=True)
     try:
         with stream:
-            h = handle()                             # bound to `stream` while inside it
-            g.execute_plan_at_index(pack, workspace_ptr, index=index, handle=h)   # untimed first run
+            fn()
             stream.begin_capture()
             try:
                 for _ in range(TIMED_RUNS):
-                    g.execute_plan_at_index(pack, workspace_ptr, index=index, handle=h)
+                    fn()
             finally:
                 graph = stream.end_capture()
             graph.launch(stream)
@@ -99,11 +109,39 @@ def _time(g, pack, index, workspace_ptr, handle):
             graph.launch(stream)
             stop.record(stream)
             stop.synchronize()
-    except Exception:                   # noqa: BLE001  a plan that fails to run is not a candidate
+    except Exception:                   # noqa: BLE001  what fails to run is not a candidate
         return None
-    finally:
-        handle()                                     # bound back to the current stream
     return cp.cuda.get_elapsed_time(start, stop) / TIMED_RUNS
+
+
+def fastest(key, candidates):
+    """The name of the fastest of `candidates` ({name: fn}, fn() one run writing fixed arrays), each
+    timed once as a captured graph and remembered on disk under this GPU, cuDNN and `key`; the first
+    name without autotuning, or while the stream is capturing (no timing then)."""
+    names = list(candidates)
+    if not autotune_enabled():
+        return names[0]
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
+    gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    key = repr((gpu, _cudnn_version(), key))
+    path = cache_path()
+    table = _read(path)
+    if table.get(key) in candidates:
+        return table[key]
+    if cp.cuda.get_current_stream().is_capturing():
+        return names[0]
+    cp.cuda.get_current_stream().synchronize()     # timing runs on its own stream: nothing pending
+    times = {n: _time_captured(fn) for n, fn in candidates.items()}
+    ok = [n for n in names if times[n] is not None]
+    best = min(ok, key=times.get) if ok else names[0]
+    table[key] = best
+    _write(path, table)
+    return best
+
+
+def _cudnn_version():
+    from . import cudnn                             # cudnn.py imports this module: import when asked
+    return cudnn.version()
 
 
 def build_remembered(g, key):
