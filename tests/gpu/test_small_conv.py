@@ -22,6 +22,7 @@ SHAPES = [   # x (N, C, H, W), w (K, C, kH, kW), stride, padding: ResNet-50's ki
     ((1, 512, 1, 1), (64, 512, 3, 3), (1, 1), 1),      # one position: only the centre tap is read
     ((1, 2048, 1, 1), (512, 2048, 1, 1), (1, 1), 0),   # layer 4: a matrix-vector product
     ((3, 5, 6, 5), (7, 5, 3, 2), (1, 2), (1, 0)),      # odd sizes, three samples
+    ((1, 12, 3, 3), (16, 12, 1, 1), (1, 1), 1),        # 1x1, padded: 16-byte loads in float32 only (12 = 3 x 4)
 ]
 DTYPES = {"float32": ("conv", np.float32), "bfloat16": ("bfloat16", ml_dtypes.bfloat16),
           "float16": ("float16", np.float16)}

@@ -5,8 +5,9 @@ for a handful of outputs, so the time is the weights' bytes over memory bandwidt
 two. cuDNN's engines, tiled for batches, take 8 to 27 us on the H200 for ResNet-50's layer-3 and -4
 convolutions at batch 1 (benchmarks/profile_infer.py). Here a block owns output channel k of sample
 n at up to PW output positions: its threads stride over the C*kH*kW products in the weights' memory
-order (coalesced reads of the row, U loads in flight a thread), accumulate in float, and sum across
-the block (shuffles, then shared memory); bias and ReLU are applied on the sum.
+order (coalesced reads of the row, U loads in flight a thread; a 1x1 filter over channels-last x in
+16-byte loads of weights and pixels), accumulate in float, and sum across the block (shuffles, then
+shared memory); bias and ReLU are applied on the sum.
 Any stride and padding, NCHW or channels-last x and y, K, C, kH, kW or K, kH, kW, C weights, float32 /
 float16 / bfloat16. conv.py decides when to use it (`SMALL_N`); the CPU's conv2d_fprop is its reference.
 """
@@ -22,7 +23,9 @@ _SOURCE = HALF_CODE + r"""
 #define U 4
 // PW positions a block, KH x KW taps: compile-time, so that nothing is computed for positions a block
 // does not have and the tap arithmetic divides by constants
-template<typename T, int XCL, int WCL, int YCL, int PW, int KH, int KW>
+// V > 1: a 1x1 filter over channels-last x, C a multiple of V: weights and a pixel's channels are
+// both contiguous, read V at a time (16 bytes)
+template<typename T, int XCL, int WCL, int YCL, int PW, int KH, int KW, int V>
 __global__ void __launch_bounds__(NT, 8) small_conv(const T* __restrict__ x, const T* __restrict__ w,
         const T* __restrict__ b, T* __restrict__ y, int N, int C, int H, int W, int K, int SH,
         int SW, int PT, int PL, int OH, int OW, int has_b, int relu, int chunks)
@@ -42,29 +45,57 @@ __global__ void __launch_bounds__(NT, 8) small_conv(const T* __restrict__ x, con
         acc[q] = 0.f;
     }
     const T* wk = w + (size_t)k * CRS;
-    for (int r0 = tid; r0 < CRS; r0 += NT * U) {
+    if (V > 1) {
+        const uint4* w4 = reinterpret_cast<const uint4*>(wk);
+        const uint4* x4 = reinterpret_cast<const uint4*>(x);
+        size_t pix[PW];                              // each position's pixel, in 16-byte units
+        bool in[PW];
         #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int r = r0 + u * NT;
-            const bool ok = r < CRS;
-            int c, ij;                               // r walks the weights' row in memory order
-            if (WCL) { c = r %% C; ij = r / C; } else { c = r / KHW; ij = r - c * KHW; }
-            const int i = ij / KW, j = ij - i * KW;
-            bool in[PW];
-            bool any = false;
+        for (int q = 0; q < PW; ++q) {
+            in[q] = q < np && ih0[q] >= 0 && ih0[q] < H && iw0[q] >= 0 && iw0[q] < W;
+            pix[q] = in[q] ? (((size_t)n * H + ih0[q]) * W + iw0[q]) * (C / V) : 0;
+        }
+        #pragma unroll 2
+        for (int rv = tid; rv < C / V; rv += NT) {
+            const uint4 wr = __ldg(w4 + rv);
+            const T* wt = reinterpret_cast<const T*>(&wr);
             #pragma unroll
             for (int q = 0; q < PW; ++q) {
-                const int ih = ih0[q] + i, iw = iw0[q] + j;
-                in[q] = ok && q < np && ih >= 0 && ih < H && iw >= 0 && iw < W;
-                any |= in[q];
+                if (in[q]) {
+                    const uint4 xr = __ldg(x4 + pix[q] + rv);
+                    const T* xt = reinterpret_cast<const T*>(&xr);
+                    float sum = 0.f;
+                    #pragma unroll
+                    for (int e = 0; e < V; ++e) sum += to_f(wt[e]) * to_f(xt[e]);
+                    acc[q] += sum;
+                }
             }
-            const float wv = any ? to_f(__ldg(wk + r)) : 0.f;   // a weight only padding meets is not read
+        }
+    } else {
+        for (int r0 = tid; r0 < CRS; r0 += NT * U) {
             #pragma unroll
-            for (int q = 0; q < PW; ++q) {
-                const int ih = ih0[q] + i, iw = iw0[q] + j;
-                const size_t xi = XCL ? (((size_t)n * H + ih) * W + iw) * C + c
-                                      : (((size_t)n * C + c) * H + ih) * W + iw;
-                acc[q] += wv * (in[q] ? to_f(__ldg(x + xi)) : 0.f);
+            for (int u = 0; u < U; ++u) {
+                const int r = r0 + u * NT;
+                const bool ok = r < CRS;
+                int c, ij;                               // r walks the weights' row in memory order
+                if (WCL) { c = r %% C; ij = r / C; } else { c = r / KHW; ij = r - c * KHW; }
+                const int i = ij / KW, j = ij - i * KW;
+                bool in[PW];
+                bool any = false;
+                #pragma unroll
+                for (int q = 0; q < PW; ++q) {
+                    const int ih = ih0[q] + i, iw = iw0[q] + j;
+                    in[q] = ok && q < np && ih >= 0 && ih < H && iw >= 0 && iw < W;
+                    any |= in[q];
+                }
+                const float wv = any ? to_f(__ldg(wk + r)) : 0.f;   // a weight only padding meets is not read
+                #pragma unroll
+                for (int q = 0; q < PW; ++q) {
+                    const int ih = ih0[q] + i, iw = iw0[q] + j;
+                    const size_t xi = XCL ? (((size_t)n * H + ih) * W + iw) * C + c
+                                          : (((size_t)n * C + c) * H + ih) * W + iw;
+                    acc[q] += wv * (in[q] ? to_f(__ldg(x + xi)) : 0.f);
+                }
             }
         }
     }
@@ -104,10 +135,18 @@ def _positions(P):
     return next(pw for pw in (1, 2, 4, PW) if P <= pw or pw == PW)
 
 
+def _vector(x, w):
+    """Elements a 16-byte load reads where the 1x1 path applies (channels-last x, C a multiple), else 1."""
+    V = 16 // x.dtype.itemsize
+    ok = (w.shape[2:] == (1, 1) and lies_in(x, True) and x.shape[1] % V == 0
+          and x.data.ptr % 16 == 0 and w.data.ptr % 16 == 0)
+    return V if ok else 1
+
+
 def kernel(x, w, cl, P):
     K, _, KH, KW = w.shape
     name = (f"small_conv<{_CTYPES[x.dtype]}, {int(channels_last(x))}, {int(channels_last(w))}, {int(cl)}, "
-            f"{_positions(P)}, {KH}, {KW}>")
+            f"{_positions(P)}, {KH}, {KW}, {_vector(x, w)}>")
     if name not in _MODULES:
         _MODULES[name] = Module(_SOURCE, [name])
     return _MODULES[name].get(name)
