@@ -72,8 +72,8 @@ def _fprop(op, plan, x, w, b, out, relu, cl):
     _check_x(plan, x)
     y = out_array(out, (x.shape[0],) + tuple(plan.out_shape[1:]), x.dtype, cl=cl)
     if x.shape[0] <= SMALL_N and _small.supported(plan, x, w, b):
-        key = ("conv_fprop", x.shape, x.strides, w.shape, w.strides, x.dtype.name, plan.stride, plan.pads,
-               b is not None, relu, cl)
+        key = ("conv_fprop", _cd.version(), x.shape, x.strides, w.shape, w.strides, x.dtype.name, plan.stride,
+               plan.pads, b is not None, relu, cl)
         small = lambda: _small.small_conv2d_fprop(plan, x, w, b, y, relu, cl)      # noqa: E731
         if engines.fastest(key, {"cudnn": lambda: _cudnn_fprop(op, plan, x, w, b, y, relu), "small": small}) \
                 == "small":

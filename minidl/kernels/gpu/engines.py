@@ -116,14 +116,15 @@ def _time_captured(fn):
 
 def fastest(key, candidates):
     """The name of the fastest of `candidates` ({name: fn}, fn() one run writing fixed arrays), each
-    timed once as a captured graph and remembered on disk under this GPU, cuDNN and `key`; the first
-    name without autotuning, or while the stream is capturing (no timing then)."""
+    timed once as a captured graph and remembered on disk under this GPU and `key` (which names the
+    libraries' versions where they matter); the first name without autotuning, or while the stream
+    is capturing (no timing then)."""
     names = list(candidates)
     if not autotune_enabled():
         return names[0]
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
     gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    key = repr((gpu, _cudnn_version(), key))
+    key = repr((gpu, key))
     path = cache_path()
     table = _read(path)
     if table.get(key) in candidates:
@@ -137,11 +138,6 @@ def fastest(key, candidates):
     table[key] = best
     _write(path, table)
     return best
-
-
-def _cudnn_version():
-    from . import cudnn                             # cudnn.py imports this module: import when asked
-    return cudnn.version()
 
 
 def build_remembered(g, key):
