@@ -10,7 +10,7 @@ import numpy as np
 
 from ..cpu.conv import ConvPlan, conv2d_plan  # noqa: F401  plans are shape arithmetic: one definition
 from . import cudnn as _cd, engines, small_conv as _small
-from ._util import RELU, buffer, channels_last, in_order, lies_in, out_array, pointwise
+from ._util import RELU, channels_last, in_order, lies_in, out_array, pointwise
 
 # float64: cuDNN's double engines, if it has them (dtype_problem); float16/bfloat16: half io, FLOAT compute
 DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -136,9 +136,9 @@ def conv2d_wgrad(plan, x, gy, gw, accumulate=True):
         gy = in_order(gy, channels_last(x))
     if gw.shape != tuple(plan.w_shape):
         raise ValueError(f"conv2d_wgrad: gw has shape {gw.shape}, expected {plan.w_shape}")
-    # cuDNN overwrites its output: to accumulate, compute into a scratch buffer (one per shape, fixed
-    # address), then add; to overwrite, write gw itself (one kernel).
-    dw = buffer("conv_wgrad", gw.shape, gw.dtype) if accumulate else gw
+    # cuDNN overwrites its output: to accumulate, compute into a temporary, then add; to overwrite,
+    # write gw itself (one kernel).
+    dw = cp.empty(gw.shape, gw.dtype) if accumulate else gw
 
     def build(g, io):
         io.output("dw", g.conv_wgrad(image=io.input("x"), loss=io.input("gy"), **_conv_args(plan, x.dtype)))

@@ -10,7 +10,7 @@ import cupy as cp
 import numpy as np
 
 from ._cublas import gemm
-from ._util import CTYPES, HALF_CODE, HALF_CTYPES, REDUCE, Module, buffer, channels_last, memory, out_array
+from ._util import CTYPES, HALF_CODE, HALF_CTYPES, REDUCE, Module, channels_last, memory, out_array
 
 # cuBLAS sgemm and dgemm; GemmEx on float16/bfloat16 with float32 accumulation; the bias sum templated
 DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -85,7 +85,7 @@ def bias_grad(gy, gb, accumulate=True):
     t = _TYPES[gy.dtype]
     P = int(min(MAX_PARTS, max(1, -(-N * S // PART))))   # few channels, many values: split each
     # the partial sums stay in the accumulation type (float for the half types)
-    part = buffer("bias_grad_parts", (K * P,), np.float32 if gy.dtype in HALF_CTYPES else gy.dtype) if P > 1 else gb
+    part = cp.empty((K * P,), np.float32 if gy.dtype in HALF_CTYPES else gy.dtype) if P > 1 else gb
     _SUM.get(f"channel_sum_part<{t}>")((K, P), (256,), (gy, part, gb, np.int64(N), np.int64(K), np.int64(S),
                                                         np.int64(P), np.int32(accumulate)))
     if P > 1:

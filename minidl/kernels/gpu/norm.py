@@ -29,8 +29,8 @@ import numpy as np
 from . import cudnn as _cd
 from ._norm_cuda import BN_SOURCE
 from ._norm_nhwc_cuda import BN_NHWC_SPLIT_SOURCE
-from ._util import (CTYPES, HALF_CTYPES, RELU, RELU_BPROP, Module, astype, buffer, channels_last, in_order, lies_in,
-                    memory, out_array, out_arrays, pointwise, sm_count)
+from ._util import (CTYPES, HALF_CTYPES, RELU, RELU_BPROP, Module, astype, channels_last, empty, in_order,
+                    lies_in, memory, out_array, out_arrays, pointwise, sm_count)
 
 DTYPES = ("float32", "float64")     # the RawKernels in both; cuDNN's graphs for large float32 channels
 
@@ -202,7 +202,7 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
         if B == 1:                             # one launch
             _NHWC.get(f"bn_fwd_nhwc<{t}, {R}>")(grid, block, (xm, gamma, beta, ym, mean, invstd) + tail)
         else:                                  # partial statistics, then combined and applied
-            part = buffer("bn_nhwc_part", (B, C, 2), np.float64)
+            part = cp.empty((B, C, 2), np.float64)
             _NHWC.get(f"bn_stats_nhwc<{t}, {R}>")(grid, block, (xm, part, np.int32(M), np.int32(C)))
             _NHWC.get(f"bn_norm_nhwc<{t}, {R}>")(grid, block, (xm, part, gamma, beta, ym, mean, invstd) + tail)
         return y, mean, invstd
@@ -263,7 +263,7 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
             _NHWC.get(f"bn_bwd_nhwc<{t}, {R}>")(grid, block, (
                 xm, gym, ym, gamma, mean, invstd, ggamma, gbeta, gxm) + tail + (np.int32(accumulate),))
         else:                                  # partial sums, then combined and applied
-            part = buffer("bn_nhwc_part", (B, C, 2), np.float64)
+            part = cp.empty((B, C, 2), np.float64)
             _NHWC.get(f"bn_bwd_sums_nhwc<{t}, {R}>")(grid, block, (xm, gym, ym, mean, invstd, part) + tail)
             _NHWC.get(f"bn_bwd_dx_nhwc<{t}, {R}>")(grid, block, (
                 xm, gym, ym, gamma, mean, invstd, part, ggamma, gbeta, gxm) + tail + (np.int32(accumulate),))
@@ -275,13 +275,11 @@ def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=F
                                   accumulate=accumulate), x.dtype)
         return gx
     if cl or not _use_kernel(x):
-        if relu:                                 # masked gy in a scratch buffer: fixed address per shape
-            masked = buffer("bn_gy_relu", x.shape, x.dtype)
-            masked = masked.reshape(x.shape[0], *x.shape[2:], x.shape[1]).transpose(0, 3, 1, 2) if cl else masked
-            gy, relu = pointwise(RELU_BPROP, y, gy, out=masked), False
-        # cuDNN overwrites dscale/dbias: accumulating goes through scratch buffers and an add.
-        dgamma = buffer("bn_dgamma", ggamma.shape, ggamma.dtype) if accumulate else ggamma
-        dbeta = buffer("bn_dbeta", gbeta.shape, gbeta.dtype) if accumulate else gbeta
+        if relu:                                 # masked gy in a temporary of gy's memory order
+            gy, relu = pointwise(RELU_BPROP, y, gy, out=empty(x.shape, x.dtype, cl)), False
+        # cuDNN overwrites dscale/dbias: accumulating goes through temporaries and an add.
+        dgamma = cp.empty(ggamma.shape, ggamma.dtype) if accumulate else ggamma
+        dbeta = cp.empty(gbeta.shape, gbeta.dtype) if accumulate else gbeta
         try:
             _cudnn_bprop(x, gy, gamma, mean, invstd, dgamma, dbeta, gx)
             if accumulate:

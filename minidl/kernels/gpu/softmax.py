@@ -1,4 +1,5 @@
 """Softmax and fused softmax cross-entropy on the GPU: one warp per row, no host synchronisation."""
+import cupy as cp
 import numpy as np
 
 from ._util import CTYPES, ITYPES, REDUCE, Module, buffer, out_array
@@ -110,8 +111,7 @@ def softmax_xent(z, labels, gz=None, smoothing=0.0):
     if not (z.flags.c_contiguous and labels.flags.c_contiguous):
         raise ValueError("softmax_xent: z and labels must be C-contiguous")
     gz = out_array(gz, z.shape, z.dtype, "gz")
-    loss_rows = buffer("xent_loss_rows", (N,), z.dtype)
-    hit_rows = buffer("xent_hit_rows", (N,), np.int64)
+    loss_rows, hit_rows = cp.empty((N,), z.dtype), cp.empty((N,), np.int64)
     loss_sum = buffer(f"xent_loss_sum_{N}_{K}", (), z.dtype)
     correct = buffer(f"xent_correct_{N}_{K}", (), np.int64)
     name = f"xent<{CTYPES[z.dtype]}, {ITYPES[labels.dtype]}>"
