@@ -19,8 +19,8 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")
 _bias_act = cp.ElementwiseKernel("raw T b, int32 K, int32 S, int32 relu", "T y",
                                  "T t = y + b[(i / S) % K]; y = relu && t < (T)0 ? (T)0 : t", "minidl_conv_bias_act")
 # Batches of at most SMALL_N samples may convolve forward in small_conv.py's kernel (a GEMV a block)
-# instead: each shape is timed both ways once (engines.fastest). At batch 1 on the H200 it won 38 of
-# ResNet-50's 53 convolutions in float32 and 10 in bfloat16, where cuDNN's batch-tiled engines spend
+# instead: each shape is timed both ways once (engines.fastest). At batch 1 on the H200 it won 40 of
+# ResNet-50's 53 convolutions in float32 and 19 in bfloat16, where cuDNN's batch-tiled engines spend
 # up to 27 us on what reading the weights takes 1-2 us; at batch 2 and beyond it lost more than it won.
 SMALL_N = 1
 _verdicts = {}      # (GPU, deterministic engines only) -> None, or why cuDNN builds no float64 convolution

@@ -26,7 +26,7 @@ _LEDGERS = weakref.WeakSet()     # the exact allocations' books of every Planned
 
 def live_memory():
     """(used, reserved) bytes of each PlannedMemory: reserved is its high-water mark while its call
-    lives, then what its arrays still hold (a kernel family's cache can outlive the call)."""
+    lives, then what its arrays still hold (cuDNN's workspace, for one, outlives the call)."""
     rows = []
     for ledger in list(_LEDGERS):
         m = ledger.memory()
