@@ -14,7 +14,10 @@ step (the bucketed NCCL all-reduce inside the CUDA graph); PyTorch DDP runs eage
 MiB buckets, overlapped with backward), on the same batches (the minidl Loader's rank slices).
 --precision fp32 bf16 (both by default): minidl's precision policy (float32 master weights and
 gradients, summed in float32), PyTorch under autocast bf16. A worker that does not end within
---timeout seconds is reported as failed. --bucket-mib sets minidl's bucket size.
+--timeout seconds is reported as failed. --bucket-mib sets minidl's bucket size. At the end a Markdown
+table gives each result's speed-up and efficiency against one GPU and minidl's ratio to PyTorch DDP
+(benchmarks/scaling.py); --plot draws images/s against N. --from-json FILE reads results appended by
+--json on other machines (2, 4 and 8 GPUs) and prints the table and plot of all of them, without GPUs.
 UNVERIFIED on two GPUs (bf16 not run at all yet). Without usable GPUs it says so in one line and exits 2.
 """
 import argparse
@@ -29,6 +32,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks import scaling  # noqa: E402
 CASES = {"resnet50-b256": dict(model="resnet", depth=50, batch=256, optimizer="momentum", lr=0.05),
          "lenet-b256": dict(model="lenet", depth=None, batch=256, optimizer="adam", lr=1e-3)}
 WARMUP = 10
@@ -133,10 +137,14 @@ def main(argv=None):
     p.add_argument("--precision", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
     p.add_argument("--timeout", type=float, default=900, help="seconds a launch may take (default 900)")
     p.add_argument("--json", help="also append one JSON line per result to this file")
+    p.add_argument("--plot", help="draw images/s against N into this PNG (matplotlib)")
+    p.add_argument("--from-json", help="no runs: the table (and --plot) of the results in this JSON-lines file")
     p.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "CASE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         return worker(*args.worker, args.steps, args.precision[0])
+    if args.from_json:
+        return _report(scaling.read(args.from_json), args.plot)
     from minidl import distributed
     if distributed.launched_by_mpi():
         sys.exit("bench_dist: run it without mpirun/mpiexec: it launches each case's ranks itself (--launcher)")
@@ -156,6 +164,7 @@ def main(argv=None):
         env["MINIDL_BUCKET_MIB"] = str(args.bucket_mib)
     print(f"{'case':<15}{'prec':<6}{'N':>3}  {'framework':<10}{'images/s':>12}{'ms/step':>10}{'all-reduce ms':>15}"
           f"{'buckets':>9}")
+    results = []
     for name in args.cases:
         for precision in args.precision:
             for n in [n for n in args.ranks if n <= gpus]:
@@ -166,12 +175,20 @@ def main(argv=None):
                     res = _launch(cmd, env, args.timeout, head)
                     if res is None:
                         continue
+                    results.append(dict(res, case=name, precision=precision, ranks=n, framework=framework))
                     print(f"{head}{res['images_s']:>12,.0f}{res['ms_step']:>10.3f}{res['allreduce_ms']:>15.3f}"
                           f"{res['buckets'] if res['buckets'] is not None else '-':>9}")
                     if args.json:
                         with open(args.json, "a") as f:
-                            f.write(json.dumps(dict(res, case=name, precision=precision, ranks=n,
-                                                    framework=framework)) + "\n")
+                            f.write(json.dumps(results[-1]) + "\n")
+    return _report(results, args.plot)
+
+
+def _report(results, plot_path):
+    print(scaling.table(results))
+    if plot_path and results:
+        scaling.plot(results, plot_path)
+        print(f"plot: {plot_path}")
     return 0
 
 
