@@ -2,11 +2,10 @@
 
 Forward: a node's output is read by the nodes after it; once the last of them has run, the model
 drops its reference (never an output's). What a layer's backward needs it keeps in `saved`, which
-only its own backward reads: the model drops that right after it. The allocator then gives the
-memory to what comes later, as Caffe and MXNet share buffers, with CuPy's pool (inside a captured
-step the graph's private pool) doing the assignment: the gradients of backward reuse the
-activations of forward, and a captured step's warm-up leaves its memory to the capture instead of
-holding a second copy of every activation.
+only its own backward reads: the model drops that right after it. Memory then goes to what comes
+later, as Caffe and MXNet share buffers: eagerly CuPy's pool hands it on; a captured step is traced
+with these deaths and planned (kernels/gpu/planned_memory.py), so the gradients of backward reuse the
+activations of forward at addresses fixed once.
 """
 
 

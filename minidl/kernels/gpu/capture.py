@@ -19,15 +19,15 @@ The rules `fn` must follow, because a graph replays kernels, never Python:
   read the same host memory at every replay, which by then may be freed or changed. Copy into
   the input buffers before `replay()` instead.
 - Everything `fn` needs compiled or planned is done by the warm-up runs (CuPy kernels, cuDNN
-  graphs and their workspaces, kernel-family scratch buffers); the capture itself only records.
+  graphs and their workspace, cuBLAS's workspace); the capture itself only records.
 
 Memory (planned_memory.py): the warm-ups run on exact allocations (the device holds only what is
 alive), the last of them traced; the capture allocates from one arena planned by liveness over that
 trace (memplan.py), each array at an address fixed for the life of this object, so memory the graph
-reads or writes is never handed to other code. Every live CapturedCall's memory is counted by
-`planned_memory.live_memory()` (and through it `Device.memory_bytes()`), and `release_all()` can destroy every
-graph: NCCL's communicator destroy waits until the graphs that recorded its collectives are gone
-(collectives.Communicator.close).
+reads or writes is never handed to other code. Every captured call's memory is counted by
+`planned_memory.live_memory()` (and through it `Device.memory_bytes()`), and `release_all()` can
+destroy every graph: NCCL's communicator destroy waits until the graphs that recorded its
+collectives are gone (collectives.Communicator.close).
 """
 import gc
 import weakref
