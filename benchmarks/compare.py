@@ -30,18 +30,28 @@ def copy_weights(model, twin):
 
 
 def markdown_table(results, epochs):
-    """One row per model and listed epoch: test accuracy and cumulative training time of each framework.
+    """One row per model and listed epoch: test accuracy, the time per epoch since the row before
+    (the first row: since the start, capture and plans included), minidl's speed-up there (PyTorch's
+    time per epoch over minidl's) and the cumulative training time of each framework.
 
     results: {model: {framework: [{"epoch", "test_accuracy", "train_s"}, ...]}}.
     """
-    head = ["model", "epochs"] + [f"{f} accuracy (%)" for f in FRAMEWORKS] + [f"{f} time (s)" for f in FRAMEWORKS]
+    head = (["model", "epochs"] + [f"{f} accuracy (%)" for f in FRAMEWORKS] + [f"{f} s/epoch" for f in FRAMEWORKS]
+            + ["speed-up"] + [f"{f} total (s)" for f in FRAMEWORKS])
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model, runs in results.items():
         by_epoch = {f: {r["epoch"]: r for r in runs.get(f, [])} for f in FRAMEWORKS}
-        for e in epochs:
+        for prev, e in zip([0] + list(epochs), epochs):
+            per_epoch = {}
+            for f in FRAMEWORKS:
+                now, before = by_epoch[f].get(e), by_epoch[f].get(prev, {"train_s": 0.0} if prev == 0 else None)
+                if now and before:
+                    per_epoch[f] = (now["train_s"] - before["train_s"]) / (e - prev)
             cells = [model, str(e)]
-            for key, fmt in (("test_accuracy", "{:.2f}"), ("train_s", "{:.1f}")):
-                cells += [fmt.format(by_epoch[f][e][key]) if e in by_epoch[f] else "-" for f in FRAMEWORKS]
+            cells += ["{:.2f}".format(by_epoch[f][e]["test_accuracy"]) if e in by_epoch[f] else "-" for f in FRAMEWORKS]
+            cells += ["{:.3f}".format(per_epoch[f]) if f in per_epoch else "-" for f in FRAMEWORKS]
+            cells.append("{:.1f}x".format(per_epoch["PyTorch"] / per_epoch["minidl"]) if len(per_epoch) == 2 else "-")
+            cells += ["{:.2f}".format(by_epoch[f][e]["train_s"]) if e in by_epoch[f] else "-" for f in FRAMEWORKS]
             rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 

@@ -83,6 +83,7 @@ class Device:
                 _use_gpu(cp, gpu)
             self.xp = cp
             self.stream = importlib.import_module("minidl.kernels.gpu.stream").compute_stream()
+            importlib.import_module("minidl.kernels.gpu._cublas").prepare()     # its one-time setup
             self.rng = CounterRNG(cp, seed)
             self.can_capture = True
         else:
@@ -272,7 +273,7 @@ def cuda_status():
     except DeviceError as e:
         return False, str(e)
     try:
-        importlib.import_module("cudnn")   # the cuDNN Frontend Python API
+        importlib.import_module("minidl.kernels.gpu.frontend").load()   # the cuDNN Frontend Python API
     except Exception as e:
         return False, f"the cuDNN Frontend (import cudnn) is missing: {e}"
     return True, "CuPy, a CUDA device and the cuDNN Frontend are usable"

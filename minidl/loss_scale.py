@@ -39,7 +39,7 @@ class DynamicLossScale:
         self.skipped += overflow
         # clean + 1 on a clean live step, 0 after an overflow, unchanged once the run has diverged
         self.clean[...] = xp.where(overflow, 0, self.clean + self.gate)
-        grow = self.clean >= cfg.interval
+        grow = xp.greater_equal(self.clean, cfg.interval)     # not `>=`: optim/schedules.py
         factor = xp.where(overflow, np.float32(cfg.backoff), xp.where(grow, np.float32(cfg.growth), np.float32(1)))
         xp.multiply(self.scale, factor, out=self.scale)
         self.clean[...] = xp.where(grow, 0, self.clean)

@@ -77,13 +77,15 @@ def test_compare_copies_minidl_weights_into_the_torch_twin():
 
 def test_compare_writes_one_markdown_row_per_model_and_epoch():
     from benchmarks.compare import markdown_table
-    runs = {"minidl": [{"epoch": 1, "test_accuracy": 97.123, "train_s": 2.04},
-                       {"epoch": 5, "test_accuracy": 98.5, "train_s": 10.0}],
+    runs = {"minidl": [{"epoch": 1, "test_accuracy": 97.123, "train_s": 0.5},
+                       {"epoch": 5, "test_accuracy": 98.5, "train_s": 0.9}],
             "PyTorch": [{"epoch": 1, "test_accuracy": 97.0, "train_s": 3.0}]}
     lines = markdown_table({"simplenet": runs}, [1, 5]).splitlines()
-    assert lines[0].startswith("| model | epochs | minidl accuracy (%) | PyTorch accuracy (%)")
-    assert lines[2] == "| simplenet | 1 | 97.12 | 97.00 | 2.0 | 3.0 |"
-    assert lines[3] == "| simplenet | 5 | 98.50 | - | 10.0 | - |"
+    assert lines[0] == ("| model | epochs | minidl accuracy (%) | PyTorch accuracy (%) | minidl s/epoch | "
+                        "PyTorch s/epoch | speed-up | minidl total (s) | PyTorch total (s) |")
+    assert lines[2] == "| simplenet | 1 | 97.12 | 97.00 | 0.500 | 3.000 | 6.0x | 0.50 | 3.00 |"
+    # epochs 2-5 take minidl 0.4 s, 0.1 s each; PyTorch has no row there
+    assert lines[3] == "| simplenet | 5 | 98.50 | - | 0.100 | - | - | 0.90 | - |"
 
 
 def test_compare_without_a_gpu_is_one_line_and_exit_2(capsys):

@@ -86,13 +86,13 @@ class Optimizer:
         operation of its formula. The table is refilled in place when lr changes.
         """
         if self._lr_fn[0] is not self.schedule:
-            schedule, horizon = self.schedule, getattr(self.schedule, "horizon", None)
+            schedule, horizon, xp = self.schedule, getattr(self.schedule, "horizon", None), self.xp
             self._lr_table = None
             if horizon is None:
-                fn = lambda lr, t: schedule(lr, t - 1.0)                   # noqa: E731
+                fn = lambda lr, t: schedule(lr, xp.subtract(t, 1.0))     # noqa: E731  (not t - 1.0: schedules.py)
             else:
                 self._lr_table = self.xp.asarray(self._tabulate(schedule, horizon))
-                table, xp, last = self._lr_table, self.xp, horizon + 1
+                table, last = self._lr_table, horizon + 1
                 fn = lambda lr, t: xp.take(table, xp.minimum(t, last).astype(np.int64))   # noqa: E731
             self._lr_fn = (schedule, fn)
         return self._lr_fn[1]

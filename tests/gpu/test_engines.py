@@ -21,6 +21,7 @@ def fresh(tmp_path, monkeypatch):
     FP32 without tensor cores leaves too few engines at these shapes to choose among)."""
     monkeypatch.setenv("MINIDL_CACHE", str(tmp_path))
     monkeypatch.setattr(engines, "_disk", {})
+    monkeypatch.setattr(engines, "_chosen", {})
     monkeypatch.setattr(cudnn, "_graphs", {})
     engines.set_autotune(True)
     yield tmp_path

@@ -55,6 +55,7 @@ def test_small_conv_matches_the_cpu(shape, dtype, rand, no_tf32):
 
 def test_batch_one_is_timed_both_ways_and_larger_batches_take_cudnn(rand, no_tf32, tmp_path, monkeypatch):
     monkeypatch.setenv("MINIDL_CACHE", str(tmp_path))          # a fresh choice table
+    monkeypatch.setattr(engines, "_chosen", {})                 # and nothing remembered in memory
     plan = conv.conv2d_plan((None, 64, 7, 7), (64, 64, 3, 3), (1, 1), 1, (1, 1))
     w, b = cp.asarray(rand(64, 64, 3, 3) / 24), cp.asarray(rand(64))
     for N in (conv.SMALL_N, conv.SMALL_N + 1):

@@ -47,12 +47,16 @@ def sm_count():
 
 
 class Module:
-    """A CUDA source with templated kernels, compiled once, fetched as `mod.get("name<float>")`."""
+    """A CUDA source with templated kernels, fetched as `mod.get("name<float>")`: compiled once with
+    all of `names`, or, where names is None, each name on its own when first asked for (a source
+    with many instantiations of which a run uses few). CuPy caches the compiled code on disk."""
 
-    def __init__(self, code, names):
-        self.code, self.names, self._mod = code, list(names), None
+    def __init__(self, code, names=None):
+        self.code, self.names, self._mods = code, None if names is None else list(names), {}
 
     def get(self, name):
-        if self._mod is None:
-            self._mod = cp.RawModule(code=self.code, options=("-std=c++14",), name_expressions=self.names)
-        return self._mod.get_function(name)
+        key = name if self.names is None else None
+        if key not in self._mods:
+            self._mods[key] = cp.RawModule(code=self.code, options=("-std=c++14",),
+                                           name_expressions=[name] if self.names is None else self.names)
+        return self._mods[key].get_function(name)

@@ -45,12 +45,13 @@ What the cuDNN Frontend 1.20 Python API does (read from the wheel's bindings and
 """
 import collections
 
-import cudnn as _fe
 import cupy as cp
 import ml_dtypes
 import numpy as np
 
-from . import engines
+from . import engines, frontend
+
+_fe = frontend.load()             # the cuDNN Frontend, without the PyTorch it would import
 
 calls = collections.Counter()   # op name -> executes, so tests can assert the cuDNN path ran
 _state = {"tf32": True, "deterministic": True}

@@ -27,6 +27,7 @@ WORKSPACE_CAP = 64 << 20            # bytes a timed plan may ask for beyond the 
 report = []                         # (key, plans timed, heuristic ms, chosen ms, chosen workspace bytes)
 _state = {"autotune": os.environ.get("MINIDL_AUTOTUNE", "1") != "0"}   # the default; flags set it
 _disk = {}          # path -> {key: plan name}, read once
+_chosen = {}        # (GPU, key) -> the name fastest() chose: an eager call asks no more
 
 
 def set_autotune(on):
@@ -122,22 +123,24 @@ def fastest(key, candidates):
     names = list(candidates)
     if not autotune_enabled():
         return names[0]
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
+    memo = (cp.cuda.runtime.getDevice(), key)
+    if _chosen.get(memo) in candidates:
+        return _chosen[memo]
+    props = cp.cuda.runtime.getDeviceProperties(memo[0])
     gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    key = repr((gpu, key))
+    disk_key = repr((gpu, key))
     path = cache_path()
     table = _read(path)
-    if table.get(key) in candidates:
-        return table[key]
-    if cp.cuda.get_current_stream().is_capturing():
-        return names[0]
-    cp.cuda.get_current_stream().synchronize()     # timing runs on its own stream: nothing pending
-    times = {n: _time_captured(fn) for n, fn in candidates.items()}
-    ok = [n for n in names if times[n] is not None]
-    best = min(ok, key=times.get) if ok else names[0]
-    table[key] = best
-    _write(path, table)
-    return best
+    if table.get(disk_key) not in candidates:
+        if cp.cuda.get_current_stream().is_capturing():
+            return names[0]
+        cp.cuda.get_current_stream().synchronize()     # timing runs on its own stream: nothing pending
+        times = {n: _time_captured(fn) for n, fn in candidates.items()}
+        ok = [n for n in names if times[n] is not None]
+        table[disk_key] = min(ok, key=times.get) if ok else names[0]
+        _write(path, table)
+    _chosen[memo] = table[disk_key]
+    return _chosen[memo]
 
 
 def build_remembered(g, key):

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(NT, 8) small_conv(const T* __restrict__ x, con
 """ % _THREADS
 
 _CTYPES = {np.dtype("float32"): "float", **HALF_CTYPES}
-_MODULES = {}          # kernel name -> Module: each variant compiled when first used (CuPy caches it on disk)
+_MOD = Module(_SOURCE)      # each variant compiled when first used
 
 
 def supported(plan, x, w, b):
@@ -147,9 +147,7 @@ def kernel(x, w, cl, P):
     K, _, KH, KW = w.shape
     name = (f"small_conv<{_CTYPES[x.dtype]}, {int(channels_last(x))}, {int(channels_last(w))}, {int(cl)}, "
             f"{_positions(P)}, {KH}, {KW}, {_vector(x, w)}>")
-    if name not in _MODULES:
-        _MODULES[name] = Module(_SOURCE, [name])
-    return _MODULES[name].get(name)
+    return _MOD.get(name)
 
 
 def small_conv2d_fprop(plan, x, w, b=None, out=None, relu=False, cl=False):

@@ -1,0 +1,20 @@
+"""The cuDNN Frontend's Python module (`cudnn`), imported without PyTorch.
+
+`import cudnn` imports torch when it is installed, for a torch-tensor wrapper (cudnn.wrapper) that
+minidl never calls: minidl hands the Frontend raw device pointers and the Frontend's own data types.
+On the H200 machine that import took 4.6 s of the 5 s `get_device("cuda")` cost (2026-11-24). So the
+first import hides torch from the Frontend; a process that imported torch itself keeps it as it is.
+"""
+import importlib
+import sys
+
+
+def load():
+    """The `cudnn` module; ImportError (or the Frontend's own error) when it cannot be imported."""
+    if "cudnn" in sys.modules or "torch" in sys.modules:
+        return importlib.import_module("cudnn")
+    sys.modules["torch"] = None        # while set, `import torch` raises ModuleNotFoundError
+    try:
+        return importlib.import_module("cudnn")
+    finally:
+        del sys.modules["torch"]

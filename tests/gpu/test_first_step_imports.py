@@ -1,0 +1,36 @@
+"""A training step imports nothing heavy: CuPy answers the first `array <op> python number` of a
+process by importing cupyx.scipy.sparse and SciPy (0.44 s on the H200 machine), so the step's
+device arithmetic calls CuPy's ufuncs instead (minidl/optim/schedules.py). Checked in a fresh process:
+this one has imported SciPy long ago."""
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("cupy")
+pytest.importorskip("cudnn")
+
+SCRIPT = r"""
+import sys
+import numpy as np
+import minidl as dl
+from minidl import models, optim
+from minidl.optim import schedules
+
+rng = np.random.default_rng(0)
+images, labels = rng.integers(0, 256, (128, 28, 28), dtype=np.uint8), rng.integers(0, 10, 128).astype(np.uint8)
+dev = dl.get_device("cuda")
+for schedule, precision in ((None, "fp32"), (schedules.cosine(12), "fp16"),
+                            (schedules.warmup(3, schedules.cosine(12)), "bf16")):
+    opt = optim.SGD(lr=0.01, schedule=schedule)
+    trainer = dl.Trainer(models.get("lenet", device=dev), opt, precision=precision, progress=False, log=lambda s: None)
+    trainer.fit((images, labels), steps=6, batch_size=32, monitor=6)
+    trainer.evaluate((images, labels), batch_size=64)
+print(sorted(m for m in ("scipy", "scipy.sparse", "cupyx.scipy.sparse") if m in sys.modules))
+"""
+
+
+def test_training_steps_do_not_import_scipy():
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
