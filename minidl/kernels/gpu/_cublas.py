@@ -100,11 +100,15 @@ def gemm(a, b, c, trans_a=False, trans_b=False, beta=0.0):
 
 
 def prepare():
-    """Set cuBLAS up on the current GPU: its handle, bound to the current stream, and one 1x1 GEMM.
+    """Set cuBLAS up on the current GPU: its handle, bound to the current stream, and one 1x1 GEMM of
+    each form a dense layer runs (fprop a @ b, dgrad a @ bᵀ, wgrad aᵀ @ b).
 
-    A process's first GEMM loads the library's state and first kernels (65-75 ms on the H200,
-    2026-11-24, against 0.1 ms for the next); a Device does it when it is made, like the CUDA
-    context, so that it stays out of the first training step.
+    A process's first GEMM loads the library's state (65-75 ms on the H200, 2026-11-24, against
+    0.1 ms for the next), and a form's first call the kernels cuBLAS picks for it; a Device does this
+    when it is made, like the CUDA context, so that it stays out of the first training step. It
+    covers what cuBLAS picks by form alone: at SimpleNet's shapes the first fprop and wgrad then
+    take 0.2-0.3 ms, while dgrad, whose kernel depends on the shape, still loads one (28-46 ms).
     """
     one = cp.ones((1, 1), np.float32)
-    gemm(one, one, cp.empty((1, 1), np.float32))
+    for trans_a, trans_b in ((False, False), (False, True), (True, False)):
+        gemm(one, one, cp.empty((1, 1), np.float32), trans_a, trans_b)
