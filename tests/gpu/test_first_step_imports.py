@@ -1,7 +1,7 @@
 """A training step imports nothing heavy: CuPy answers the first `array <op> python number` of a
 process by importing cupyx.scipy.sparse and SciPy (0.44 s on the H200 machine), so the step's
-device arithmetic calls CuPy's ufuncs instead (minidl/optim/schedules.py). Checked in a fresh process:
-this one has imported SciPy long ago."""
+device arithmetic calls CuPy's ufuncs instead (minidl/optim/schedules.py). Checked in a fresh
+process: this one may have imported SciPy already."""
 import subprocess
 import sys
 
