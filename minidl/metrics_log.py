@@ -60,6 +60,35 @@ class MetricsLog:
         self.close()
 
 
+class Logs:
+    """Several logs as one (a JSON file and TensorBoard, say): each record goes to every log."""
+
+    def __init__(self, *logs):
+        self.logs = logs
+
+    def interval(self, **record):
+        for log in self.logs:
+            log.interval(**record)
+
+    def evaluation(self, **record):
+        for log in self.logs:
+            log.evaluation(**record)
+
+    def close(self):
+        for log in self.logs:
+            log.close()
+
+
+def open_logs(path=None, tensorboard=None):
+    """The logs of a run as one: a JSON Lines file at `path`, TensorBoard scalars in the folder
+    `tensorboard` (minidl.tensorboard_log), or both; None for neither."""
+    logs = [MetricsLog(path)] if path else []
+    if tensorboard:
+        from .tensorboard_log import TensorBoardLog
+        logs.append(TensorBoardLog(tensorboard))
+    return Logs(*logs) if len(logs) > 1 else logs[0] if logs else None
+
+
 def read(path):
     """(intervals, evaluations): the records of a metrics file, each a list of dicts in file order.
 

@@ -5,6 +5,7 @@
 """
 import argparse
 import contextlib
+import importlib.util
 import math
 import os
 import signal
@@ -97,6 +98,12 @@ def check_args(p, args, batch_split="train"):
         why = _unwritable(a["metrics"])
         if why:
             error("metrics", f"{a['metrics']} {why}")
+    if a.get("tensorboard"):
+        why = _unwritable(os.path.join(a["tensorboard"], "events"))       # the folder, made if missing
+        if why:
+            error("tensorboard", f"{a['tensorboard']}: an event file there {why}")
+        if importlib.util.find_spec("tensorboardX") is None:
+            error("tensorboard", "needs tensorboardX: pip install 'minidl[tensorboard]'")
     if a.get("save_artifact"):
         why = _unwritable(a["save_artifact"])
         if why:
@@ -161,6 +168,8 @@ def parser():
                         "seeded runs then differ in the last bits)")
     p.add_argument("--metrics", metavar="PATH",
                    help="append one JSON line per monitoring interval and per evaluation (minidl.plot draws them)")
+    p.add_argument("--tensorboard", metavar="DIR",
+                   help="also write the same records as TensorBoard scalars into DIR (needs tensorboardX)")
     p.add_argument("--save-every", type=positive, metavar="N",
                    help="also save a resumable checkpoint every N steps (to --checkpoint)")
     p.add_argument("--resume", action="store_true",
@@ -171,8 +180,7 @@ def parser():
 def run(args, out=print):
     import minidl as dl
     from minidl import data, distributed, models, optim
-
-    from minidl.metrics_log import MetricsLog
+    from minidl.metrics_log import open_logs
     from minidl.threads import set_threads
 
     model_name, depth = recipes.model_of(args)
@@ -219,7 +227,7 @@ def run(args, out=print):
         f"{name} lr {lr:g} {plan.schedule}, batch {args.batch_size}"
         f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")
 
-    log = MetricsLog(args.metrics) if args.metrics and world.main else None      # rank 0 writes
+    log = open_logs(args.metrics, args.tensorboard) if world.main else None      # rank 0 writes
     if trainer.step < total:
         with _stop_on_signals(trainer):            # SIGINT/SIGTERM: finish the step, save, exit 130/143
             trainer.fit(train, steps=total - trainer.step, batch_size=args.batch_size, monitor=args.monitor,

@@ -155,6 +155,7 @@ def exits_2(main, args, flag, capsys):
     (["-s", "--checkpoint", "a-file/x.npz"], "--checkpoint"),   # a file where the folder should be
     (["-s", "--checkpoint", "."], "--checkpoint"),               # a folder, not a file
     (["--precision", "fp8"], "--precision"),
+    (["--tensorboard", "a-file"], "--tensorboard"),               # a file where the folder should be
 ])
 def test_train_rejects_bad_values_before_reading_data(args, flag, no_data, capsys):
     from minidl import train as cli
@@ -208,3 +209,13 @@ def test_channels_last_flag_is_on_off_or_the_devices_choice():
     assert p.parse_args([]).channels_last is None                    # Device.channels_last decides
     assert p.parse_args(["--channels-last"]).channels_last is True
     assert p.parse_args(["--no-channels-last"]).channels_last is False
+
+
+def test_tensorboard_without_tensorboardx_is_one_line_before_any_data(no_data, capsys, monkeypatch):
+    import importlib.util
+    from minidl import train as cli
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorboardX" else real(name, *a))
+    err = exits_2(cli.main, ["--tensorboard", "runs"], "--tensorboard", capsys)
+    assert "pip install 'minidl[tensorboard]'" in err

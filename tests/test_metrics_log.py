@@ -77,3 +77,21 @@ def test_plot_bad_files_are_one_error_line_and_exit_2(tmp_path, capsys, content,
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "c.png").exists()
+
+
+def test_open_logs_gives_one_log_for_one_or_both_sinks(tmp_path):
+    pytest.importorskip("tensorboardX")
+    from minidl.tensorboard_log import TensorBoardLog
+    assert metrics_log.open_logs() is None
+    assert isinstance(metrics_log.open_logs(tmp_path / "a.jsonl"), MetricsLog)
+    assert isinstance(metrics_log.open_logs(tensorboard=tmp_path / "tb0"), TensorBoardLog)
+    both = metrics_log.open_logs(tmp_path / "b.jsonl", tmp_path / "tb")
+    both.interval(step=5, epoch=0, loss=math.nan, accuracy=50.0, lr=0.1, images_per_s=1e3)
+    both.evaluation(step=5, epoch=0, test_loss=0.5, test_accuracy=90.0)
+    both.close()
+    intervals, evals = metrics_log.read(tmp_path / "b.jsonl")
+    assert intervals[0]["loss"] is None and evals[0]["test_accuracy"] == 90.0
+    from tests.helpers.tensorboard_events import scalars as read_scalars
+    scalars = read_scalars(tmp_path / "tb")
+    assert "train/loss" not in scalars                          # a diverged loss has no point, as null above
+    assert scalars["train/accuracy"] == [(5, 50.0)] and scalars["test/accuracy"] == [(5, 90.0)]

@@ -110,3 +110,20 @@ def test_metrics_file_has_one_line_per_interval_and_the_evaluation(tmp_path, mon
     assert [r["step"] for r in intervals] == [5, 10, 15, 20]
     assert all(r["images_per_s"] > 0 and 0 <= r["accuracy"] <= 100 and r["lr"] > 0 for r in intervals)
     assert len(evals) == 1 and evals[0]["step"] == 20 and 0 <= evals[0]["test_accuracy"] <= 100
+
+
+def test_tensorboard_gets_the_records_of_the_metrics_file(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboardX")
+    from minidl import metrics_log
+    argv = BASE + ["-n", "10", "-b", "16", "--metrics", "run.jsonl", "--tensorboard", "tb/run"]
+    assert run(argv, tmp_path, monkeypatch) == 0
+    intervals, evals = metrics_log.read(tmp_path / "run.jsonl")
+    from tests.helpers.tensorboard_events import scalars as read_scalars
+    scalars = read_scalars(tmp_path / "tb" / "run")
+    assert set(scalars) == {"train/loss", "train/accuracy", "train/lr", "train/images_per_s", "test/loss",
+                            "test/accuracy"}
+    for name in ("loss", "accuracy", "lr", "images_per_s"):        # float32 in the event file
+        want = [(r["step"], r[name]) for r in intervals]
+        assert [s for s, _ in scalars[f"train/{name}"]] == [s for s, _ in want] == [5, 10]
+        np.testing.assert_allclose([v for _, v in scalars[f"train/{name}"]], [v for _, v in want], rtol=1e-6)
+    np.testing.assert_allclose(scalars["test/accuracy"][0], (10, evals[0]["test_accuracy"]), rtol=1e-6)

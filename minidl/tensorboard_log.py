@@ -1,0 +1,46 @@
+"""Training metrics as TensorBoard scalars, beside (or instead of) the JSON Lines of metrics_log.
+
+    log = TensorBoardLog("runs/lenet")          # then: tensorboard --logdir runs
+    log.interval(step=100, epoch=0, loss=0.41, accuracy=88.2, lr=0.01, images_per_s=51000.0)
+    log.evaluation(step=938, epoch=1, test_loss=0.09, test_accuracy=97.1)
+
+The same records as MetricsLog, under the tags train/loss, train/accuracy, train/lr,
+train/images_per_s and <name>/loss, <name>/accuracy for an evaluation of the set <name>, each at
+its step. tensorboardX writes the event files (it needs protobuf, not TensorFlow or PyTorch): the
+`tensorboard` extra.
+"""
+import math
+
+
+class TensorBoardLog:
+    """Scalars in a TensorBoard event file under the folder `logdir` (created if missing)."""
+
+    def __init__(self, logdir):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise ImportError("TensorBoard logs need tensorboardX: pip install 'minidl[tensorboard]'") from None
+        self.writer = SummaryWriter(logdir=str(logdir))
+
+    def _scalars(self, step, prefix, values):
+        for name, v in values.items():
+            if v is not None and math.isfinite(float(v)):     # as MetricsLog's null: a diverged loss has no point
+                self.writer.add_scalar(f"{prefix}/{name}", float(v), int(step))
+        self.writer.flush()
+
+    def interval(self, step, epoch, loss, accuracy, lr, images_per_s, wall_s=None):
+        """One training interval (MetricsLog.interval's arguments; epoch and wall_s are the event's)."""
+        self._scalars(step, "train", {"loss": loss, "accuracy": accuracy, "lr": lr, "images_per_s": images_per_s})
+
+    def evaluation(self, step, epoch, test_loss, test_accuracy, name="test", wall_s=None):
+        """One evaluation of the set `name` after `step` training steps."""
+        self._scalars(step, name, {"loss": test_loss, "accuracy": test_accuracy})
+
+    def close(self):
+        self.writer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
