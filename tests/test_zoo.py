@@ -95,3 +95,10 @@ def test_compare_without_a_gpu_is_one_line_and_exit_2(capsys):
     assert compare.main(["--epochs", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("compare: ") and err.count("\n") == 1
+
+
+def test_compare_framework_without_json_is_a_flag_error(capsys):
+    from benchmarks import compare
+    with pytest.raises(SystemExit) as e:
+        compare.main(["--epochs", "1", "--framework", "minidl"])
+    assert e.value.code == 2 and "--framework needs --json" in capsys.readouterr().err

@@ -1,7 +1,9 @@
-"""A training step imports nothing heavy: CuPy answers the first `array <op> python number` of a
-process by importing cupyx.scipy.sparse and SciPy (0.44 s on the H200 machine), so the step's
-device arithmetic calls CuPy's ufuncs instead (minidl/optim/schedules.py). Checked in a fresh
-process: this one may have imported SciPy already."""
+"""A training step imports and compiles nothing it need not: CuPy answers the first `array <op>
+python number` of a process by importing cupyx.scipy.sparse and SciPy (0.44 s on the H200 machine),
+so the step's device arithmetic calls CuPy's ufuncs instead (minidl/optim/schedules.py); and CuPy
+compiles an empty file once per set of compile options (13 ms), so every minidl kernel compiles
+with the same options (kernels/gpu/_cuda.py OPTIONS). Checked in a fresh process: this one may have
+imported SciPy or compiled under other options already."""
 import subprocess
 import sys
 
@@ -26,11 +28,22 @@ for schedule, precision in ((None, "fp32"), (schedules.cosine(12), "fp16"),
     trainer = dl.Trainer(models.get("lenet", device=dev), opt, precision=precision, progress=False, log=lambda s: None)
     trainer.fit((images, labels), steps=6, batch_size=32, monitor=6)
     trainer.evaluate((images, labels), batch_size=64)
+from cupy.cuda import compiler
+print(len(compiler._empty_file_preprocess_cache))    # CuPy's compiler fingerprints: one per option set
 print(sorted(m for m in ("scipy", "scipy.sparse", "cupyx.scipy.sparse") if m in sys.modules))
 """
 
 
-def test_training_steps_do_not_import_scipy():
+@pytest.fixture(scope="module")
+def fresh_run():
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    return out.stdout.strip().splitlines()
+
+
+def test_training_steps_do_not_import_scipy(fresh_run):
+    assert fresh_run[-1] == "[]"
+
+
+def test_every_kernel_compiles_under_one_set_of_options(fresh_run):
+    assert fresh_run[-2] == "1"

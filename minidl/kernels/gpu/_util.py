@@ -3,7 +3,7 @@ import cupy as cp
 import numpy as np
 
 from . import _vec
-from ._cuda import HALF_CODE, HALF_CTYPES, Module, sm_count  # noqa: F401  (the families import them from here)
+from ._cuda import HALF_CODE, HALF_CTYPES, OPTIONS, Module, sm_count  # noqa: F401  (the families import them from here)
 
 CTYPES = {np.dtype("float32"): "float", np.dtype("float64"): "double"}
 ITYPES = {np.dtype("int32"): "int", np.dtype("int64"): "long long", np.dtype("uint8"): "unsigned char"}
@@ -189,7 +189,7 @@ def raw_kernel(key, make_source, name):
     hit = _raw.get(key)
     if hit is None:
         src, smem = make_source()
-        mod = cp.RawModule(code=src, options=("-std=c++14",))
+        mod = cp.RawModule(code=src, options=OPTIONS)
         kern = mod.get_function(name)
         if smem > 48 * 1024:                        # beyond 48 KiB dynamic shared memory is opt-in
             kern.max_dynamic_shared_size_bytes = smem
