@@ -217,7 +217,8 @@ def main(argv=None):
     points = {f: run_apart(f, argv, args.out) for f in FRAMEWORKS}
     failed = [f for f, pts in points.items() if pts is None]
     if failed:
-        print(f"compare: the {' and '.join(failed)} run failed (its error is above)", file=sys.stderr)
+        print(f"compare: the {' and '.join(failed)} run{'s' * (len(failed) > 1)} failed (the error is above)",
+              file=sys.stderr)
         return 1
     results = {key: {f: points[f][key] for f in FRAMEWORKS} for key in points["minidl"]}
     for key, runs in results.items():
