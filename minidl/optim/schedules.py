@@ -1,17 +1,24 @@
 """Learning-rate schedules: callables f(base_lr, step) -> lr, with step counted from 0.
 
-base_lr and step may be numbers or 0-d device arrays: the expressions use NumPy ufuncs (which
-CuPy arrays answer too), so an optimizer evaluates its schedule on the device, inside a
-captured training step, without reading anything back to the host. The first time a process
-hands CuPy a NumPy ufunc, or an operator with a Python number (`array - 1.0`), CuPy imports
-cupyx.scipy.sparse and SciPy: 0.44 s on the H200 machine (2026-11-24). A schedule with a horizon
-is tabulated on the host (Optimizer._lr_at in base.py) and the constant one does no arithmetic, so
-only the others (step_decay, inverse_time) pay that, once, in the first step.
+base_lr and step may be numbers or 0-d device arrays, so an optimizer evaluates its schedule on the
+device, inside a captured training step, without reading anything back to the host. The formulas
+call the ufuncs of the step's own array module (_xp) with no Python operators between arrays and
+numbers: the first time a process hands CuPy a NumPy ufunc or an operator with a Python number
+(`array - 1.0`), CuPy imports cupyx.scipy.sparse and SciPy, 0.44 s on the H200 machine
+(2026-11-24). A schedule with a horizon (cosine) is tabulated on the host instead
+(Optimizer._lr_at in base.py).
 
 Each carries a JSON-able `config` ({"name": ..., **arguments}) so an optimizer's state can name
 its schedule and `get(**config)` can rebuild it.
 """
+import sys
+
 import numpy as np
+
+
+def _xp(a):
+    """The array module of `a`: CuPy for a device array, else NumPy (numbers included)."""
+    return sys.modules["cupy"] if type(a).__module__.startswith("cupy") else np
 
 
 def _schedule(fn, name, **kw):
@@ -29,8 +36,11 @@ def step_decay(step_size, gamma=0.1):
     """lr = base_lr · gamma^⌊step / step_size⌋."""
     if step_size < 1:
         raise ValueError(f"step_decay: step_size must be >= 1, got {step_size}")
-    return _schedule(lambda base_lr, step: base_lr * np.power(gamma, np.floor_divide(step, step_size)),
-                     "step_decay", step_size=step_size, gamma=gamma)
+
+    def f(base_lr, step):
+        xp = _xp(step)
+        return xp.multiply(base_lr, xp.power(gamma, xp.floor_divide(step, step_size)))
+    return _schedule(f, "step_decay", step_size=step_size, gamma=gamma)
 
 
 def cosine(total_steps, min_lr=0.0):
@@ -49,7 +59,11 @@ def inverse_time(decay):
     """lr = base_lr / (1 + decay · step)   (the seed trainer's decay)."""
     if decay < 0:
         raise ValueError(f"inverse_time: decay must be >= 0, got {decay}")
-    return _schedule(lambda base_lr, step: base_lr / (1 + decay * step), "inverse_time", decay=decay)
+
+    def f(base_lr, step):
+        xp = _xp(step)
+        return xp.divide(base_lr, xp.add(1.0, xp.multiply(decay, step)))
+    return _schedule(f, "inverse_time", decay=decay)
 
 
 def warmup(steps, schedule):
@@ -60,7 +74,8 @@ def warmup(steps, schedule):
     inner = resolve(schedule)
 
     def f(base_lr, step):
-        return inner(base_lr, step) * np.minimum(1.0, (step + 1.0) / steps)
+        xp = _xp(step)
+        return xp.multiply(inner(base_lr, step), xp.minimum(1.0, xp.divide(xp.add(step, 1.0), steps)))
     if getattr(inner, "horizon", None) is not None:      # constant past both: still tabulated
         f.horizon = max(inner.horizon, steps)
     return _schedule(f, "warmup", steps=steps, schedule=getattr(inner, "config", None))
