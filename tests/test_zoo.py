@@ -102,3 +102,20 @@ def test_compare_framework_without_json_is_a_flag_error(capsys):
     with pytest.raises(SystemExit) as e:
         compare.main(["--epochs", "1", "--framework", "minidl"])
     assert e.value.code == 2 and "--framework needs --json" in capsys.readouterr().err
+
+
+def test_torch_recipe_shift_moves_each_image_by_at_most_s_pixels_with_zero_fill():
+    torch = pytest.importorskip("torch")
+    from benchmarks.torch_recipe import shifted
+    torch.manual_seed(0)
+    x = torch.rand(64, 1, 28, 28) + 1          # no zeros of its own: a zero is fill
+    grid = torch.arange(28)
+    out = shifted(x, 2, grid, grid)
+    moves = set()
+    for i in range(64):
+        found = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
+                 if torch.equal(out[i, 0], torch.nn.functional.pad(x[i, 0], (2, 2, 2, 2))[2 + dy:30 + dy, 2 + dx:30 + dx])]
+        assert len(found) == 1
+        moves.add(found[0])
+    assert len(moves) > 10                      # the offsets differ from image to image
+    assert torch.equal(shifted(x, 0, grid, grid), x)
