@@ -59,7 +59,7 @@ def main(argv=None):
         return 2
     torch.manual_seed(args.seed)
     dev = torch.device("cuda")
-    depth = args.model.removeprefix("resnet")
+    depth = args.model.removeprefix("resnet") or "18"          # "resnet" alone: the zoo's ResNet-18
     case = {"model": "resnet", "depth": int(depth)} if depth.isdigit() else {"model": args.model}
     net = copy_weights(models.get(args.model, seed=args.seed), torch_model(case)).to(dev)
 

@@ -138,7 +138,7 @@ class Trainer:
 
         checkpoint: where a stop request (request_stop) and every `save_every` steps save (default
         save_to); each save first checks that training stayed finite. metrics_log: a
-        minidl.metrics_log.MetricsLog that gets one record per monitoring interval.
+        log from minidl.metrics_log.open_logs that gets one record per monitoring interval.
         """
         for what, v in (("steps", steps), ("epochs", epochs), ("batch_size", batch_size), ("monitor", monitor),
                         ("save_every", save_every)):

@@ -106,8 +106,8 @@ def prepare():
     A process's first GEMM loads the library's state (65-75 ms on the H200, 2026-11-24, against
     0.1 ms for the next), and a form's first call the kernels cuBLAS picks for it; a Device does this
     when it is made, like the CUDA context, so that it stays out of the first training step. It
-    covers what cuBLAS picks by form alone: at SimpleNet's shapes the first fprop and wgrad then
-    take 0.2-0.3 ms, while dgrad, whose kernel depends on the shape, still loads one (28-46 ms).
+    covers the library's state and what cuBLAS picks by form alone; a shape whose kernel differs
+    still loads that kernel at its first call (SimpleNet's dense wgrad: 26-30 ms on the H200).
     """
     one = cp.ones((1, 1), np.float32)
     for trans_a, trans_b in ((False, False), (False, True), (True, False)):
