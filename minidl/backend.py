@@ -262,7 +262,9 @@ def _import_cupy():
         import cupy
         cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # ImportError, or CUDA driver errors surfacing as several types
-        raise DeviceError(f"no usable GPU (CuPy and a CUDA device are needed): {type(e).__name__}: {e}") from None
+        from .install_hint import install_hint
+        hint = f" ({install_hint('cuda', 'cupy-cuda13x')})" if isinstance(e, ImportError) else ""
+        raise DeviceError(f"no usable GPU (CuPy and a CUDA device are needed): {type(e).__name__}: {e}{hint}") from None
     return cupy
 
 

@@ -134,7 +134,8 @@ def _mpi_world():
     try:
         from mpi4py import MPI
     except ImportError:
-        sys.exit("error: started by an MPI launcher, but mpi4py is missing (pip install 'minidl[dist]')")
+        from .install_hint import install_hint
+        sys.exit(f"error: started by an MPI launcher, but mpi4py is missing ({install_hint('dist', 'mpi4py', 'mpich')})")
     comm = MPI.COMM_WORLD
     host = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)     # the ranks on this host
     world = World(comm.rank, comm.size, host.rank, comm)

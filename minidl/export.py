@@ -16,6 +16,7 @@ import os
 import sys
 
 from .checkpoint import SAFETENSORS_FORMAT, load_model
+from .install_hint import install_hint
 
 
 def save_safetensors(path, model):
@@ -23,7 +24,7 @@ def save_safetensors(path, model):
     try:
         from safetensors.numpy import save_file
     except ImportError:
-        raise ValueError("--safetensors needs the safetensors package (pip install minidl[export])") from None
+        raise ValueError(f"--safetensors needs the safetensors package ({install_hint('export', 'safetensors')})") from None
     from .torch_names import to_torch
     tensors = to_torch(model)
     meta = {"format": SAFETENSORS_FORMAT, "model": json.dumps(model.config()), "names": "pytorch"}
@@ -70,7 +71,7 @@ def run(args):
             from .onnx_export import OPSET, save_onnx
             import onnx  # noqa: F401  (named in the error below when absent)
         except ImportError:
-            raise ValueError("--onnx needs the onnx package (pip install minidl[export])") from None
+            raise ValueError(f"--onnx needs the onnx package ({install_hint('export', 'onnx')})") from None
         save_onnx(args.onnx, model, args.probabilities)
         print(f"wrote {args.onnx}: {model.name} inference graph, ONNX opset {OPSET}, dynamic batch"
               f"{', probabilities' if args.probabilities else ', logits'}")

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from .install_hint import install_hint
 from .metrics_log import MetricsError, read
 
 
@@ -55,7 +56,7 @@ def main(argv=None):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return _fail("plotting needs matplotlib (pip install minidl[plot])")
+        return _fail(f"plotting needs matplotlib ({install_hint('plot', 'matplotlib')})")
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         return _fail(f"-o {args.output}: no such folder {folder}")

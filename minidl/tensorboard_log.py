@@ -19,7 +19,8 @@ class TensorBoardLog:
         try:
             from tensorboardX import SummaryWriter
         except ImportError:
-            raise ImportError("TensorBoard logs need tensorboardX: pip install 'minidl[tensorboard]'") from None
+            from .install_hint import install_hint
+            raise ImportError(f"TensorBoard logs need tensorboardX ({install_hint('tensorboard', 'tensorboardX')})") from None
         self.writer = SummaryWriter(logdir=str(logdir))
 
     def _scalars(self, step, prefix, values):

@@ -103,7 +103,8 @@ def check_args(p, args, batch_split="train"):
         if why:
             error("tensorboard", f"{a['tensorboard']}: an event file there {why}")
         if importlib.util.find_spec("tensorboardX") is None:
-            error("tensorboard", "needs tensorboardX: pip install 'minidl[tensorboard]'")
+            from minidl.install_hint import install_hint
+            error("tensorboard", f"needs tensorboardX ({install_hint('tensorboard', 'tensorboardX')})")
     if a.get("save_artifact"):
         why = _unwritable(a["save_artifact"])
         if why:

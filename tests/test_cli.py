@@ -218,4 +218,4 @@ def test_tensorboard_without_tensorboardx_is_one_line_before_any_data(no_data, c
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "tensorboardX" else real(name, *a))
     err = exits_2(cli.main, ["--tensorboard", "runs"], "--tensorboard", capsys)
-    assert "pip install 'minidl[tensorboard]'" in err
+    assert "pip install '.[tensorboard]' in minidl's checkout, or pip install tensorboardX" in err

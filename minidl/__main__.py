@@ -1,0 +1,6 @@
+"""python -m minidl COMMAND [ARGS]: the same as the `minidl` console script (minidl/cli.py)."""
+import sys
+
+from minidl.cli import main
+
+sys.exit(main())

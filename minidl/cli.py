@@ -1,0 +1,43 @@
+"""minidl COMMAND [ARGS]: the console script and `python -m minidl`, one door to the command lines.
+
+Each command is a module with a `main(argv)` that also runs as `python -m minidl.<command>`; this
+dispatcher only picks the module, so a flag means the same through either door.
+"""
+import importlib
+import sys
+
+# command -> one line of help; the module is minidl.<command> (docs/architecture.md: "a command")
+COMMANDS = {
+    "train": "train LeNet-5 or a ResNet on MNIST / Fashion-MNIST, then score the test set",
+    "infer": "run a checkpoint's inference lowering: accuracy, latency, throughput",
+    "export": "write a checkpoint as an ONNX graph and/or PyTorch-named safetensors",
+    "plot": "draw loss and accuracy curves from --metrics JSON lines",
+}
+
+
+def usage():
+    """The help text: the commands and where each one's flags are described."""
+    width = max(map(len, COMMANDS))
+    lines = ["usage: minidl COMMAND [ARGS]   (also: python -m minidl COMMAND [ARGS])", "", "commands:"]
+    lines += [f"  {name:<{width}}  {what}" for name, what in COMMANDS.items()]
+    lines += ["", "minidl COMMAND -h shows a command's flags; minidl --version the version."]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    """Dispatch argv[0] to minidl.<command>.main(argv[1:]); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from minidl import __version__
+        print(f"minidl {__version__}")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"minidl: unknown command {command!r}; the commands are {', '.join(COMMANDS)} (minidl -h)",
+              file=sys.stderr)
+        return 2
+    return importlib.import_module(f"minidl.{command}").main(rest)
+
