@@ -33,6 +33,14 @@ def launched_by_mpi(environ=None):
     return size is None or int(size) > 1          # mpiexec -n 1 is one process: no MPI needed
 
 
+def size_from_env(environ=None):
+    """The number of ranks the launcher started (1 without one), read before MPI is set up."""
+    env = os.environ if environ is None else environ
+    if not launched_by_mpi(env):
+        return 1
+    return int(next((env[v] for v in _SIZE_VARS if v in env), 1))
+
+
 class World:
     """This process among the ranks: `rank` of `size`, `local_rank` on its host, `comm` (mpi4py's or None)."""
 

@@ -4,6 +4,7 @@ accuracies are measured; `benchmarks/recipes.sh` runs them all.
 """
 import math
 
+from . import distributed
 from .runplan import RunPlan
 
 # Per model: optimizer, lr, schedule, warm-up steps, weight decay, label smoothing, shift in pixels,
@@ -56,7 +57,7 @@ def plan(args):
                    steps=None if args.epochs else args.steps, epochs=args.epochs, optimizer=opt, lr=float(lr),
                    weight_decay=float(pick("weight_decay")), schedule=pick("schedule"), seed=args.seed,
                    warmup=pick("warmup"), label_smoothing=float(pick("label_smoothing")), shift=pick("shift"),
-                   flip=pick("flip"), precision=args.precision)
+                   flip=pick("flip"), precision=args.precision, ranks=distributed.size_from_env())
 
 
 def check(a, error, images):

@@ -3,39 +3,49 @@ import numpy as np
 
 
 class CounterRNG:
-    """The device's generator for dropout: counter-based (Philox4x32-10, kernels.*.dropout), so a draw
-    depends on `key` and a counter alone. `offset` (a 0-d uint64 on the device) is where the next
-    draw starts; kernels advance it there, so a captured CUDA graph draws anew at every replay, and
-    the whole state is two numbers, saved in checkpoints on either device.
+    """The device's generator for dropout masks, shifts and flips: counter-based (Philox4x32-10,
+    kernels.*.dropout), so a draw depends on `key` and a counter alone. `offset` (a 0-d uint64 on
+    the device) is where the next draw starts; kernels advance it there, so a captured CUDA graph
+    draws anew at every replay, and the whole state is two numbers, saved in checkpoints on either
+    device.
 
-    `subsequence` picks one of the seed's independent streams (cuRAND's word) by changing the key:
-    data-parallel rank r draws subsequence r, so ranks draw different masks for their different
-    images; subsequence 0 is the seed's own key. The state saved is the seed's key and the offset,
-    the same on every rank (each draws as many numbers per step), so each rank resumes its own stream.
+    Data-parallel ranks share one stream, keyed by the global batch: a kernel drawing `count`
+    numbers for its rank's slice of a batch starts at offset + skip(count) (rank r of N takes
+    draws r x count onwards, the draws one process at N x b would give those images) and then
+    advances the offset by advance(count) = N x count, as that process would. So N ranks shift,
+    flip and mask exactly the images one process would, and the state saved is the same on every
+    rank: a run resumes at any N that keeps the global batch.
     """
 
-    def __init__(self, xp, seed, subsequence=0):
+    def __init__(self, xp, seed):
         seed = int(seed)
-        self.seed_key = (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
-        self.subsequence = int(subsequence)
+        self.key = (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
         self.offset = xp.zeros((), np.uint64)
+        self.rank, self.ranks = 0, 1
 
-    @property
-    def key(self):
-        """The Philox key of the draws: the seed's, its high word moved by subsequence x 0x9E3779B9
-        (an odd constant, so the subsequences of one seed below 2^32 all have distinct keys)."""
-        k0, k1 = self.seed_key
-        return k0, (k1 + self.subsequence * 0x9E3779B9) & 0xFFFFFFFF
+    def shard(self, rank, ranks):
+        """Draw as rank `rank` of `ranks`, each holding the same share of every batch."""
+        if not 0 <= rank < ranks:
+            raise ValueError(f"rank must be in [0, {ranks}), got {rank}")
+        self.rank, self.ranks = int(rank), int(ranks)
+
+    def skip(self, count):
+        """Where this rank's `count` draws begin, counted from `offset`."""
+        return self.rank * count
+
+    def advance(self, count):
+        """Past the draws of every rank's `count` (after the kernel that read `offset`)."""
+        self.offset += self.ranks * count
 
     def state(self):
-        return {"key": list(self.seed_key), "offset": int(self.offset)}
+        return {"key": list(self.key), "offset": int(self.offset)}
 
     def set_state(self, state):
-        """Continue the draws `state()` describes (its seed's key and its offset) in this subsequence."""
+        """Continue the draws `state()` describes (its key and its offset)."""
         key = state.get("key") if isinstance(state, dict) else None
         ok = (isinstance(key, list) and len(key) == 2 and all(type(k) is int and 0 <= k <= 0xFFFFFFFF for k in key)
               and type(state.get("offset")) is int and 0 <= state["offset"] < 2 ** 63)
         if not ok:
             raise ValueError(f"generator state must be {{'key': [two 32-bit ints], 'offset': int}}, got {state!r}"[:200])
-        self.seed_key = tuple(key)
+        self.key = tuple(key)
         self.offset.fill(state["offset"])

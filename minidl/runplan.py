@@ -2,7 +2,9 @@
 
 A resumed run must be the run that was planned: `-n` / `--epochs` give the run's total (not
 steps to add), the schedule spans that total, and a command that would change the plan of the
-run it resumes is refused, naming the flag that differs.
+run it resumes is refused, naming the flag that differs. Data-parallel ranks count by the global
+batch (-b per rank x N ranks): a run may resume at another N that keeps it, since N ranks draw and
+step exactly as one process at that batch (minidl.distributed).
 """
 from dataclasses import MISSING, asdict, dataclass, fields
 
@@ -30,6 +32,7 @@ class RunPlan:
     label_smoothing: float = 0.0
     shift: int = 0          # training images shifted by random integers of up to this many pixels
     flip: bool = False      # training images mirrored left to right, each with probability 1/2
+    ranks: int = 1          # data-parallel ranks, each taking batch_size images of every step
 
     def total_steps(self, per_epoch):
         """The run's length in steps, for a training set of `per_epoch` batches."""
@@ -44,7 +47,14 @@ class RunPlan:
         unset = {f.name: None if f.default is MISSING else f.default for f in fields(self)}   # older plans
         for k, flag in FLAGS.items():
             mine, theirs = getattr(self, k), saved.get(k, unset[k])
-            if mine != theirs:
+            if k == "batch_size":          # the global batch: any split of it over the ranks
+                ranks = saved.get("ranks", 1)
+                ranks = ranks if type(ranks) is int and ranks > 0 else 0       # a crafted plan: no match
+                if mine * self.ranks != theirs * ranks:
+                    out.append(f"-b {mine} (the checkpoint's run: {theirs})" if self.ranks == ranks == 1 else
+                               f"-b {mine} x {self.ranks} ranks = {mine * self.ranks} images a step (the "
+                               f"checkpoint's run: {theirs} x {ranks} = {theirs * ranks}; keep -b x ranks)")
+            elif mine != theirs:
                 out.append(f"{flag} {_show(mine)} (the checkpoint's run: {_show(theirs)})")
         return out
 

@@ -59,13 +59,15 @@ class Trainer:
         self.step = 0                      # steps trained so far (restored by resume)
         self.plan = None                   # the run's plan (JSON), saved in its checkpoints
         self._stop = None                  # a signal number once a stop is requested
+        self._global_batch = None          # images a step over all ranks, of the last fit (saved)
+        self._resumed_batch = None         # the checkpoint's, which the next fit must keep
         self.progress = sys.stdout.isatty() if progress is None else progress
         self.metrics = Mean(self.device)   # one set of accumulators: captured graphs add into it
         self.world = world or distributed.init()
         if not self.world.main:            # rank 0 prints
             log, self.log, self.progress = _quiet, _quiet, False
         self.reducer = self.world.reducer(self.device)     # None for one process
-        self.device.rng.subsequence = self.world.rank      # each rank its own dropout masks
+        self.device.rng.shard(self.world.rank, self.world.size)   # ranks draw as one process would
         self._step = TrainStep(model, optimizer, self.metrics, self.reducer, precision, label_smoothing, shift,
                                flip, channels_last)
         self.precision, self.channels_last = self._step.policy, self._step.channels_last
@@ -148,6 +150,7 @@ class Trainer:
         if save_every is not None and not checkpoint:
             raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
         loader = self._train_loader(data, batch_size)
+        self._check_global_batch(loader.batch_size)
         self._step.blank = loader.blank      # shifted images are filled with the background
         per_epoch = len(loader)
         if steps is None:
@@ -209,6 +212,15 @@ class Trainer:
             self.save(save_to)
         return result
 
+    def _check_global_batch(self, batch_size):
+        """A resumed run goes on with the global batch it was trained with, over any number of ranks."""
+        saved, ranks = self._resumed_batch, self.world.size
+        if saved is not None and batch_size * ranks != saved:
+            per_rank = f"batch_size={saved // ranks}" if saved % ranks == 0 else f"a number of ranks dividing {saved}"
+            raise ValueError(f"fit: the checkpoint's run trained on batches of {saved} images; batch_size "
+                             f"{batch_size} x {ranks} rank{'s' * (ranks > 1)} is {batch_size * ranks}: use {per_rank}")
+        self._global_batch, self._resumed_batch = batch_size * ranks, None
+
     def _stopped(self, bar, start, path):
         signum, self._stop = self._stop, None
         if bar is not None:
@@ -265,7 +277,9 @@ class Trainer:
         self._average_state()
         if not self.world.main:              # rank 0 saves: the same checkpoint as one process
             return None
-        meta = {"step": self.step, "seed": self.seed}
+        meta = {"step": self.step, "seed": self.seed, "ranks": self.world.size}
+        if self._global_batch is not None:
+            meta["global_batch"] = self._global_batch
         if self.plan is not None:
             meta["plan"] = self.plan
         rng = self.device.rng_state()
@@ -281,6 +295,8 @@ class Trainer:
         self._step.forget_captures()       # captured steps hold the old step count
         self.step, self.seed = int(meta.get("step", 0)), int(meta.get("seed", self.seed))
         self.plan = meta.get("plan", self.plan)
+        batch = meta.get("global_batch")
+        self._resumed_batch = batch if type(batch) is int and batch > 0 else None
         self.device.set_rng_state(meta.get("rng"))
         if self._step.scaler is not None and "loss_scale" in meta:      # else it starts afresh
             try:

@@ -113,18 +113,29 @@ def test_counter_generator_draws_continue_where_they_stopped():
         third.set_state({"key": [1, 2], "offset": -1})
 
 
-def test_subsequences_draw_apart_and_resume_from_the_seed_state():
-    """Data-parallel rank r draws subsequence r of the seed (its own key); subsequence 0 is the
-    seed's own stream; a saved state (seed key, offset) continues each subsequence where it was."""
-    ranks = [CounterRNG(np, 5, subsequence=r) for r in range(4)]
-    assert ranks[0].key == CounterRNG(np, 5).key and len({r.key for r in ranks}) == 4
-    masks = [dropout.dropout_fprop(np.ones(4096, np.float32), 0.5, r)[1] for r in ranks]
-    for a in range(4):
-        for b in range(a):
-            assert 0.4 < np.mean(masks[a] != masks[b]) < 0.6          # as apart as independent masks
-    state = ranks[2].state()
-    assert state == ranks[0].state()                                  # every rank saves the same state
-    again = CounterRNG(np, 99, subsequence=2)
-    again.set_state(state)
+def test_ranks_draw_their_slices_of_one_process_draws_and_save_its_state():
+    """Data-parallel rank r of N draws what one process at N x b draws for the images r b .. (r+1) b
+    of the global batch (dropout masks, shifts and flips alike), every rank advances as that
+    process does, and a saved state continues on any rank."""
+    from minidl.kernels.cpu import augment
+    one, ranks = CounterRNG(np, 5), [CounterRNG(np, 5) for _ in range(4)]
+    for r, rng in enumerate(ranks):
+        rng.shard(r, 4)
+    x = np.arange(8 * 1 * 6 * 6, dtype=np.float32).reshape(8, 1, 6, 6)
+    for _ in range(3):                                   # draws in sequence, as a step's layers make them
+        whole = dropout.dropout_fprop(np.ones((8, 64), np.float32), 0.5, one)[1]
+        parts = [dropout.dropout_fprop(np.ones((2, 64), np.float32), 0.5, r)[1] for r in ranks]
+        np.testing.assert_array_equal(np.concatenate(parts), whole)
+        for draw in (lambda v, g: augment.random_shift(v, 2, -1.0, g), augment.random_flip):
+            whole = draw(x, one)
+            np.testing.assert_array_equal(np.concatenate([draw(x[2 * r:2 * r + 2], g) for r, g in enumerate(ranks)]),
+                                          whole)
+    assert all(r.state() == one.state() for r in ranks)          # every rank saves the same state
+    again = CounterRNG(np, 99)
+    again.shard(2, 4)
+    again.set_state(ranks[2].state())
     np.testing.assert_array_equal(dropout.dropout_fprop(np.ones(64, np.float32), 0.5, again)[1],
                                   dropout.dropout_fprop(np.ones(64, np.float32), 0.5, ranks[2])[1])
+    with pytest.raises(ValueError, match="rank must be in"):
+        again.shard(4, 4)
+

@@ -8,6 +8,10 @@ every rank writes OUT.<rank>.npz.
     dropout OUT B STEPS    a small MLP with dropout, Adam; OUT.<rank>.npz also holds its last mask
     fail OUT               rank 1 raises after a few steps while the others train on
 
+--shift P / --flip: the recipe's augmentation (random shifts of up to P pixels, random flips);
+--grads: OUT also holds the gradient arena after the last step (summed over the ranks);
+--drop-bucket I: the reducer skips bucket I (a fault on purpose, for the tests that must catch it);
+--nudge: the initial weights moved by one ulp (a rounding-sized difference, to measure chaos);
 --checkpoint C: stop requests and --resume use C; --stop-at R:S: rank R alone asks to stop during
 step S; --count: count the host's MPI calls (the npz gets `blocking`, `nonblocking`, `buckets`);
 --device cuda: one GPU per rank (TF32 off); --bucket-mib M: the reducer's bucket size; --eager: no
@@ -83,6 +87,11 @@ def parse(argv):
     p.add_argument("--bucket-mib", type=float)
     p.add_argument("--eager", action="store_true")
     p.add_argument("--watchdog", type=float)
+    p.add_argument("--shift", type=int, default=0)
+    p.add_argument("--flip", action="store_true")
+    p.add_argument("--grads", action="store_true")
+    p.add_argument("--drop-bucket", type=int)
+    p.add_argument("--nudge", action="store_true")
     return p.parse_args(argv)
 
 
@@ -109,7 +118,12 @@ def main(*argv):
     model = {"lenet": lambda: models.get("lenet", device=device, seed=0), "bn": lambda: bn_net(device),
              "dropout": lambda: dropout_net(device)}[args.mode]()
     opt = optim.get("momentum", lr=0.01, momentum=0.9) if args.momentum else optim.Adam(lr=1e-3)
-    trainer = dl.Trainer(model, opt, seed=0, world=world, graph=not args.eager)
+    if args.nudge:
+        flat = device.to_host(model.flat)
+        model.flat[...] = device.xp.asarray(np.nextafter(flat, np.inf, dtype=flat.dtype))
+    trainer = dl.Trainer(model, opt, seed=0, world=world, graph=not args.eager, shift=args.shift, flip=args.flip)
+    if args.drop_bucket is not None and trainer.reducer:
+        _drop_bucket(trainer.reducer.buckets, args.drop_bucket)
     trainer._step.net.releases = args.mode != "dropout"      # keep the dropout mask for the test to read
     if args.resume:
         trainer.resume(args.checkpoint)
@@ -130,12 +144,20 @@ def main(*argv):
     score = trainer.evaluate(data(300, seed=2), batch_size=64)
     if args.mode == "bn":
         trainer.save(args.out + ".ckpt.npz")
+    if args.grads:
+        arrays["grads"] = device.to_host(trainer._step.net.grads)
     arrays.update(flat=device.to_host(model.flat), state=device.to_host(model.state_flat), fit=result, score=score,
                   size=world.size, step=trainer.step)
     if args.all_ranks or args.mode == "dropout":
         np.savez(f"{args.out}.{world.rank}.npz", **arrays)
     elif world.main:
         np.savez(args.out, **arrays)
+
+
+def _drop_bucket(buckets, i):
+    """Bucket i is never summed over the ranks: each rank keeps its own part of it."""
+    start, dropped = buckets.start, buckets.views[i]
+    buckets.start = lambda view: None if view is dropped else start(view)
 
 
 def _stop_at(trainer, world, rank, step):

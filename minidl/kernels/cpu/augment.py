@@ -5,7 +5,8 @@ Both are drawn from the device's counter-based generator (Philox4x32-10, kernels
 shift of image n takes draws offset + 2n (rows) and offset + 2n + 1 (columns) and advances the
 offset by 2N; a flip of image n takes draw offset + n and advances it by N. The GPU twin computes
 the very same shifts and flips, so a captured training step augments anew at every replay and a
-resumed run continues the same draws.
+resumed run continues the same draws. Among data-parallel ranks the offset is the global batch's
+(CounterRNG.skip): image n of rank r draws as image r N + n of one process.
 """
 import numpy as np
 
@@ -22,13 +23,13 @@ def shift_draws(N, max_shift, key, offset):
 
 def random_shift(x, max_shift, fill, rng, out=None):
     """y[n, c, h, w] = x[n, c, h - dy_n, w - dx_n], `fill` where that falls outside the image;
-    dy_n, dx_n uniform in [-max_shift, max_shift] from `rng` (key, offset), which advances by 2N.
+    dy_n, dx_n uniform in [-max_shift, max_shift] from `rng` (key, offset), which advances by 2N (per rank).
 
     x (N, C, H, W) -> y (N, C, H, W).
     """
     N, C, H, W = x.shape
-    dy, dx = shift_draws(N, max_shift, rng.key, int(rng.offset))
-    rng.offset += 2 * N
+    dy, dx = shift_draws(N, max_shift, rng.key, int(rng.offset) + rng.skip(2 * N))
+    rng.advance(2 * N)
     m = max_shift
     padded = np.full((N, C, H + 2 * m, W + 2 * m), fill, dtype=x.dtype)     # (N, C, H + 2m, W + 2m)
     padded[:, :, m:m + H, m:m + W] = x
@@ -49,13 +50,13 @@ def flip_draws(N, key, offset):
 
 def random_flip(x, rng, out=None):
     """y[n, c, h, w] = x[n, c, h, W - 1 - w] where f_n, else x[n, c, h, w]; f_n true with probability
-    1/2 from `rng` (key, offset), which advances by N.
+    1/2 from `rng` (key, offset), which advances by N (per rank).
 
     x (N, C, H, W) -> y (N, C, H, W).
     """
     N = x.shape[0]
-    f = flip_draws(N, rng.key, int(rng.offset))
-    rng.offset += N
+    f = flip_draws(N, rng.key, int(rng.offset) + rng.skip(N))
+    rng.advance(N)
     y = np.where(f[:, None, None, None], x[..., ::-1], x)
     if out is None:
         return y

@@ -31,8 +31,8 @@ def dropout_fprop(x, rate, rng, out=None):
 
     x (any shape) -> y, mask (x's shape and dtype).
     """
-    u = philox_uniform(x.size, rng.key, int(rng.offset)).reshape(x.shape)
-    rng.offset += x.size
+    u = philox_uniform(x.size, rng.key, int(rng.offset) + rng.skip(x.size)).reshape(x.shape)
+    rng.advance(x.size)
     mask = np.where(u >= np.float32(rate), x.dtype.type(1.0 / (1.0 - rate)), x.dtype.type(0.0))
     return np.multiply(x, mask, out=out), mask
 

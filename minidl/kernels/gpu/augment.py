@@ -2,7 +2,7 @@
 kernels.cpu.augment.
 
 One thread per output pixel recomputes its image's Philox draws (a shift: offset + 2n and
-offset + 2n + 1; a flip: offset + n);
+offset + 2n + 1; a flip: offset + n; both after the rank's skip, CounterRNG.skip);
 the offset lives on the device and advances there, so a captured CUDA graph shifts anew at every
 replay without the host.
 """
@@ -14,10 +14,10 @@ from .dropout import PHILOX
 DTYPES = ("float32", "float64", "float16", "bfloat16")   # a copy of pixels: T in, T out
 
 _shift = cp.ElementwiseKernel(
-    "raw T x, uint64 off, uint32 k0, uint32 k1, int32 H, int32 W, int32 CHW, int32 m, T fill", "T y",
+    "raw T x, uint64 off, uint64 skip, uint32 k0, uint32 k1, int32 H, int32 W, int32 CHW, int32 m, T fill", "T y",
     """
     long long n = i / CHW, h = (i / W) % H, w = i % W;
-    unsigned long long c0 = off + 2ull * (unsigned long long)n;
+    unsigned long long c0 = off + skip + 2ull * (unsigned long long)n;
     unsigned long long ry = minidl_philox_first(c0, k0, k1) >> 8, rx = minidl_philox_first(c0 + 1ull, k0, k1) >> 8;
     long long dy = (long long)((ry * (unsigned long long)(2 * m + 1)) >> 24) - m;
     long long dx = (long long)((rx * (unsigned long long)(2 * m + 1)) >> 24) - m;
@@ -26,10 +26,10 @@ _shift = cp.ElementwiseKernel(
     """, "minidl_random_shift", preamble=PHILOX)
 
 _flip = cp.ElementwiseKernel(
-    "raw T x, uint64 off, uint32 k0, uint32 k1, int32 W, int32 CHW", "T y",
+    "raw T x, uint64 off, uint64 skip, uint32 k0, uint32 k1, int32 W, int32 CHW", "T y",
     """
     long long n = i / CHW, w = i % W;
-    bool flip = (minidl_philox_first(off + (unsigned long long)n, k0, k1) >> 31) != 0u;   // u >= 1/2
+    bool flip = (minidl_philox_first(off + skip + (unsigned long long)n, k0, k1) >> 31) != 0u;   // u >= 1/2
     y = flip ? x[i - w + (W - 1 - w)] : x[i];
     """, "minidl_random_flip", preamble=PHILOX)
 
@@ -42,8 +42,8 @@ def random_shift(x, max_shift, fill, rng, out=None):
     if not x.flags.c_contiguous:
         raise ValueError("random_shift: x must be C-contiguous")
     y = out_array(out, x.shape, x.dtype)
-    _shift(x, rng.offset, rng.key[0], rng.key[1], H, W, C * H * W, max_shift, x.dtype.type(fill), y)
-    rng.offset += 2 * N
+    _shift(x, rng.offset, rng.skip(2 * N), rng.key[0], rng.key[1], H, W, C * H * W, max_shift, x.dtype.type(fill), y)
+    rng.advance(2 * N)
     return y
 
 
@@ -54,6 +54,6 @@ def random_flip(x, rng, out=None):
     if not x.flags.c_contiguous:
         raise ValueError("random_flip: x must be C-contiguous")
     y = out_array(out, x.shape, x.dtype)
-    _flip(x, rng.offset, rng.key[0], rng.key[1], W, C * H * W, y)
-    rng.offset += N
+    _flip(x, rng.offset, rng.skip(N), rng.key[0], rng.key[1], W, C * H * W, y)
+    rng.advance(N)
     return y

@@ -23,9 +23,9 @@ __device__ unsigned int minidl_philox_first(unsigned long long ctr, unsigned int
 }
 """
 _fwd = cp.ElementwiseKernel(
-    "T x, uint64 off, uint32 k0, uint32 k1, float32 rate, float64 scale", "T y, T mask",
+    "T x, uint64 off, uint64 skip, uint32 k0, uint32 k1, float32 rate, float64 scale", "T y, T mask",
     """
-    float u = (float)(minidl_philox_first(off + (unsigned long long)i, k0, k1) >> 8) * (1.0f / 16777216.0f);
+    float u = (float)(minidl_philox_first(off + skip + (unsigned long long)i, k0, k1) >> 8) * (1.0f / 16777216.0f);
     mask = u >= rate ? (T)scale : (T)0;
     y = (T)(x * mask);                       // half types: the product in float, rounded once
     """, "minidl_dropout_philox", preamble=PHILOX)
@@ -47,8 +47,8 @@ def dropout_fprop(x, rate, rng, out=None):
         raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
     cl = channels_last(x)             # the draws follow memory order: the i-th value in memory, the i-th draw
     y, mask = (out_array(o, x.shape, x.dtype, cl=cl) for o in (out if isinstance(out, (tuple, list)) else (out, None)))
-    pointwise(_fwd, x, rng.offset, rng.key[0], rng.key[1], rate, 1.0 / (1.0 - rate), y, mask)
-    rng.offset += x.size
+    pointwise(_fwd, x, rng.offset, rng.skip(x.size), rng.key[0], rng.key[1], rate, 1.0 / (1.0 - rate), y, mask)
+    rng.advance(x.size)
     return y, mask
 
 
