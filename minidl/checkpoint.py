@@ -1,4 +1,4 @@
-"""Checkpoints: tensors and JSON metadata in one .npz, no pickle, written atomically.
+"""Checkpoints: tensors and JSON metadata in one .npz, no pickle, written by minidl.files' writer.
 
 A checkpoint holds the architecture (Model.config()), every parameter and running statistic,
 the optimizer's state, the step and the random generator state, so a resumed run continues
@@ -6,10 +6,11 @@ exactly where the saved one stopped.
 """
 import json
 import os
-import tempfile
 import zipfile
 
 import numpy as np
+
+from . import files
 
 FORMAT = "minidl-checkpoint-1"
 
@@ -18,56 +19,14 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, corrupt, or does not fit the model."""
 
 
-def write_npz(path, arrays, info):
-    """Write tensors and a JSON record as one .npz, atomically: a temporary file, then rename."""
+def write_npz(path, arrays, info, replace=True):
+    """Write tensors and a JSON record as one .npz through minidl.files' writer (regular files only,
+    through symlinks, temp file + fsync + rename); replace=False never replaces an existing file."""
     arrays = dict(arrays, __meta__=np.frombuffer(json.dumps(info).encode(), dtype=np.uint8))
-    folder, base = os.path.split(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    prefix = f".{base}.tmp-"
-    _remove_stale(folder, prefix)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".npz")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)      # mkstemp makes 0600; these are ordinary files
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)       # atomic on POSIX: readers see the old file or the new one
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    return files.write_atomic(path, lambda f: np.savez(f, **arrays), replace=replace)
 
 
-def unwritable(path):
-    """Why a file cannot be written at `path` (its folder is created if missing), or None."""
-    if os.path.isdir(path):
-        return "is a directory"
-    folder = os.path.dirname(path) or "."
-    parent = folder
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if parent and not os.path.isdir(parent):
-        return f"cannot be written ({parent} is a file, not a folder)"
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".minidl-write-test-"):
-            pass
-    except OSError as e:
-        return f"cannot be written ({e.strerror or e})"
-    return None
-
-
-def _remove_stale(folder, prefix):
-    """Temporary files of this target left by a save that was killed (kill -9) before its rename."""
-    for name in os.listdir(folder):
-        if name.startswith(prefix) and name.endswith(".npz"):
-            try:
-                os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
+unwritable = files.problem        # why a file cannot be written at a path, or None
 
 
 def read_npz(path, what="checkpoint", error=None):
@@ -75,8 +34,7 @@ def read_npz(path, what="checkpoint", error=None):
     names the file for anything missing, corrupt or not ours."""
     error = error or CheckpointError
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise error(f"{what} {path}: no such file")
+    _check_readable(path, what, error)
     with open(path, "rb") as f:
         if f.read(4) != b"PK\x03\x04":
             raise error(f"{what} {path} is not a minidl {what}: not an .npz (zip) archive")
@@ -92,7 +50,33 @@ def read_npz(path, what="checkpoint", error=None):
     for k, a in arrays.items():
         if a.dtype.kind not in "fiub":
             raise error(f"{what} {path}: tensor {k} has dtype {a.dtype}, expected numbers")
+    check_finite(arrays, f"{what} {path}", error)
     return info, arrays
+
+
+def _check_readable(path, what, error):
+    """A regular file this process may read, else `error` naming it (not a PermissionError traceback)."""
+    if not os.path.exists(path):
+        raise error(f"{what} {path}: no such file")
+    if not os.path.isfile(path):
+        raise error(f"{what} {path} is {files.kind(path)}, not a regular file")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise error(f"{what} {path} cannot be read ({e.strerror or e})") from None
+
+
+def check_finite(arrays, where, error=None):
+    """Refuse tensors holding NaN or infinity, naming the first: a broken file must not load as a
+    model that predicts at chance, nor resume into a loss of NaN blamed on training."""
+    for k, a in arrays.items():
+        if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
+            bad = ~np.isfinite(a.astype(np.float32) if a.dtype.name == "bfloat16" else a)
+            if bad.any():
+                raise (error or CheckpointError)(
+                    f"{where}: tensor {k} holds {int(bad.sum())} non-finite value(s) (NaN or infinity) "
+                    f"of {a.size}: refused")
 
 
 def _check_members(path):
@@ -118,18 +102,68 @@ def save(path, model, optimizer=None, meta=None):
 
 
 def read(path):
-    """(info dict, {name: array}) of a checkpoint; CheckpointError names the file if it is bad."""
+    """(info dict, {name: array}) of a checkpoint; CheckpointError names the file if it is bad.
+
+    Parameters and optimizer state must be floating point and finite: an int8 tensor is not a
+    float32 checkpoint (converting it would load garbage), a NaN is a broken one.
+    """
     info, arrays = read_npz(path)
     if info.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path}: unknown format {info.get('format')!r}")
+    for k, a in arrays.items():
+        if k.startswith(("param/", "optim/")) and a.dtype.kind != "f":
+            raise CheckpointError(f"checkpoint {path}: tensor {k} is {a.dtype}, expected floating point "
+                                  f"(minidl saves float32)")
     return info, arrays
+
+
+def first_difference(saved, built):
+    """Where two Model.config() records differ, in words ('layer 3 (relu_1): ...'), or None.
+
+    The model's own name is not architecture and is skipped; layer names are compared by the
+    weights' names already.
+    """
+    if not isinstance(saved, dict):
+        return "it holds no model config"
+    built = json.loads(json.dumps(built))            # tuples as lists, as the file holds them
+    for key in ("inputs", "outputs"):
+        if saved.get(key) != built.get(key):
+            return f"its model {key} are {saved.get(key)!r}, the model's {built.get(key)!r}"[:200]
+    a, b = saved.get("layers"), built["layers"]
+    if not isinstance(a, list) or len(a) != len(b):
+        return f"it has {len(a) if isinstance(a, list) else 'no'} layers, the model {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        where = f"layer {i} ({y['name']})"
+        if not isinstance(x, dict) or x.get("class") != y["class"]:
+            return f"{where} is {x.get('class') if isinstance(x, dict) else x!r} in it, {y['class']} in the model"
+        if x.get("inputs") != y["inputs"]:
+            return f"{where} reads layers {x.get('inputs')!r} in it, {y['inputs']!r} in the model"
+        cx, cy = x.get("config"), y["config"]
+        if cx != cy:
+            if not isinstance(cx, dict):
+                return f"{where} has no config in it"
+            key = next(k for k in sorted(set(cx) | set(cy)) if cx.get(k, "(none)") != cy.get(k, "(none)"))
+            return f"{where} has {key}={cx.get(key, '(none)')!r} in it, {cy.get(key, '(none)')!r} in the model"[:200]
+    return None
+
+
+def _check_config(path, info, model, what="checkpoint"):
+    """The model a file was saved from must be the model built: same layers, arguments and edges."""
+    why = first_difference(info.get("model"), model.config())
+    if why:
+        raise CheckpointError(f"{what} {path} was saved from another model: {why}")
 
 
 def _weights(arrays):
     return {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
 
 
-def _meta(path, info):
+def _meta(path, info, required=False):
+    """The run's record (step, seed, rng, plan); required: a resume needs it (without it the run
+    would start again from step 0 with trained weights)."""
+    if required and not (isinstance(info.get("meta"), dict) and "step" in info["meta"]):
+        raise CheckpointError(f"checkpoint {path} has no meta record (step, seed, rng): it cannot be resumed; "
+                              f"-l loads its weights into a new run")
     meta = info.get("meta", {})
     ok = isinstance(meta, dict) and all(type(meta.get(k, 0)) is int and meta.get(k, 0) >= 0 for k in ("step", "seed"))
     if not ok or not isinstance(meta.get("rng", {}), dict):
@@ -143,9 +177,11 @@ def load_weights(path, model):
         return _load_safetensors(path, model)
     info, arrays = read(path)
     try:
-        model.set_weights(_weights(arrays))
+        model._check_weights(_weights(arrays), strict=True)
     except ValueError as e:
         raise CheckpointError(f"checkpoint {path} does not fit the model: {e}") from None
+    _check_config(path, info, model)
+    model.set_weights(_weights(arrays))
     return info, arrays
 
 
@@ -156,11 +192,12 @@ def load(path, model, optimizer=None):
     model is named by its first mismatching layer), then the optimizer state.
     """
     info, arrays = read(path)
-    meta, weights = _meta(path, info), _weights(arrays)
+    meta, weights = _meta(path, info, required=optimizer is not None), _weights(arrays)
     try:
         model._check_weights(weights, strict=True)
     except ValueError as e:
         raise CheckpointError(f"checkpoint {path} does not fit the model: {e}") from None
+    _check_config(path, info, model)
     if optimizer is not None:
         state = info.get("optimizer")
         if not isinstance(state, dict):
@@ -209,8 +246,7 @@ def read_safetensors(path):
     Its tensors carry the PyTorch twin's names (minidl.torch_names); its metadata the architecture.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise CheckpointError(f"weights {path}: no such file")
+    _check_readable(path, "weights", CheckpointError)
     try:
         from safetensors import safe_open
     except ImportError:
@@ -226,6 +262,10 @@ def read_safetensors(path):
     if meta.get("format") != SAFETENSORS_FORMAT or not isinstance(config, dict):
         raise CheckpointError(f"weights {path}: no minidl model in its metadata (format "
                               f"{meta.get('format')!r}); written by something other than minidl.export")
+    for k, a in tensors.items():
+        if a.dtype.kind != "f" and not k.endswith("num_batches_tracked"):      # PyTorch's BN step counter
+            raise CheckpointError(f"weights {path}: tensor {k} is {a.dtype}, expected floating point")
+    check_finite(tensors, f"weights {path}")
     return config, tensors
 
 
@@ -233,7 +273,10 @@ def _load_safetensors(path, model):
     from .torch_names import from_torch
     config, tensors = read_safetensors(path)
     try:
-        model.set_weights(from_torch(tensors, model))
+        weights = from_torch(tensors, model)
+        model._check_weights(weights, strict=True)
     except ValueError as e:
         raise CheckpointError(f"weights {path} do not fit the model: {e}") from None
+    _check_config(path, {"model": config}, model, "weights")
+    model.set_weights(weights)
     return {"format": SAFETENSORS_FORMAT, "model": config}, tensors

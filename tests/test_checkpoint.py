@@ -9,6 +9,7 @@ import pytest
 import minidl as dl
 from minidl import checkpoint as ckpt, layers as L, models, optim
 from minidl.checkpoint import CheckpointError
+from minidl.files import WriteError
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +124,9 @@ def _replace_dies(src, dst):
     raise OSError("rename failed")
 
 
-@pytest.mark.parametrize("target,fake,exc", [(np, _savez_dies_midway, OSError),
+@pytest.mark.parametrize("target,fake,exc", [(np, _savez_dies_midway, WriteError),
                                              (np, _savez_interrupted, KeyboardInterrupt),
-                                             (os, _replace_dies, OSError)])
+                                             (os, _replace_dies, WriteError)])
 def test_interrupted_save_keeps_the_previous_checkpoint(target, fake, exc, tmp_path, monkeypatch):
     trainer = make_trainer()
     path = tmp_path / "c.npz"
@@ -137,7 +138,7 @@ def test_interrupted_save_keeps_the_previous_checkpoint(target, fake, exc, tmp_p
         trainer.save(str(path))
     monkeypatch.undo()
     assert path.read_bytes() == good
-    assert os.listdir(tmp_path) == ["c.npz"]                  # no temporary file left behind
+    assert sorted(os.listdir(tmp_path)) == [".c.npz.lock", "c.npz"]      # no temporary file left behind
     fresh = make_trainer(model_seed=3)
     fresh.resume(str(path))                                   # and it still loads
 

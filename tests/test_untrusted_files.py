@@ -1,5 +1,8 @@
 """Checkpoints and artifacts read as untrusted files: one clear error, nothing allocated beyond the file."""
 import json
+import os
+import subprocess
+import sys
 import time
 import tracemalloc
 import zipfile
@@ -109,15 +112,17 @@ def test_bad_optimizer_state_is_one_error_and_changes_nothing(tmp_path, field, v
         np.testing.assert_array_equal(v, before[k])
 
 
-def test_a_save_removes_stale_temporary_files_of_its_target(tmp_path):
+def test_a_save_removes_stale_temporary_files_of_its_target_but_not_a_live_process_s(tmp_path):
     model, path = saved(tmp_path)
-    stale = [tmp_path / ".m.npz.tmp-abc.npz", tmp_path / ".m.npz.tmp-def.npz"]
-    for p in stale:
-        p.write_bytes(b"x" * 1000)                          # what a kill -9 mid-save leaves
-    other = tmp_path / ".o.npz.tmp-xyz.npz"                 # another target's: left alone
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".m.npz.{int(dead.stdout)}.tmp"   # what a kill -9 mid-save leaves: its process is gone
+    stale.write_bytes(b"x" * 1000)
+    live = tmp_path / f".m.npz.{os.getppid()}.tmp"        # another run's save in progress: left alone
+    live.write_bytes(b"x")
+    other = tmp_path / f".o.npz.{int(dead.stdout)}.tmp"   # another target's: left alone
     other.write_bytes(b"x")
     checkpoint.save(path, model)
-    assert not any(p.exists() for p in stale) and other.exists()
+    assert not stale.exists() and live.exists() and other.exists()
 
 
 def test_artifact_with_object_arrays_or_zero_stride_is_rejected_fast(tmp_path):

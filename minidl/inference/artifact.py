@@ -6,14 +6,15 @@ bfloat16), and a JSON record {format, model (the config, its Cast layers include
 the inputs and outputs), precision, probabilities, stats}. Under bf16 or fp16 the weights take
 half the bytes. Loading checks the format, every tensor's dtype against the record, rebuilds the
 graph from the config (every layer argument validated, every tensor's name and shape checked
-before anything is allocated), then every tensor's dtype against the layer that holds it.
+before anything is allocated), then every tensor's dtype against the layer that holds it; a
+tensor holding NaN or infinity is refused by name.
 Version 2 artifacts (one dtype for everything) load too.
 """
 import numpy as np
 
 from .. import precision as _precision
 from ..backend import DtypeError, get_device
-from ..checkpoint import read_npz, write_npz
+from ..checkpoint import check_finite, read_npz, write_npz
 from ..graph import Model
 
 FORMAT = "minidl-artifact-3"
@@ -58,6 +59,7 @@ def read(path, device=None):
             raise ArtifactError(f"artifact {path}: tensor {k} is {a.dtype}, the artifact says "
                                 + " or ".join(sorted(d.name for d in want)))
     arrays = {k: a.view(_precision.BFLOAT16) if k in bits else a for k, a in arrays.items()}
+    check_finite(arrays, f"artifact {path}", ArtifactError)       # the bfloat16 ones too, read as such
     dev = get_device("auto" if device is None else device, dtype=dtype)
     dev = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
     try:
