@@ -6,13 +6,38 @@ from .errors import DataError
 
 # MNIST's pixel mean and standard deviation after scaling to [0, 1] (the usual torchvision values)
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+CONTRACT = "uint8 in [0, 255] or floating point in [0, 1] (docs/input.md)"
+
+
+def pixel_scale(images, where="images"):
+    """What the images are divided by to lie in [0, 1]: 255 for uint8, 1 for floating images in [0, 1].
+
+    The one input contract of Loader (so of Trainer.fit and evaluate), docs/input.md. Anything else is
+    a DataError (a ValueError) naming the range or dtype found: 0-255 floats would train on pixels 255x
+    too bright, [0, 1] floats taken for uint8 were divided by 255 twice (11% after 500 steps), and data
+    normalised before would be normalised again. Integers other than uint8 and booleans are refused:
+    their dtype does not say which scale they use. NaN passes, as a training loss stops on it.
+    """
+    if images.dtype == np.uint8:
+        return 255
+    if not np.issubdtype(images.dtype, np.floating):
+        raise DataError(f"{where}: dtype {images.dtype}, expected {CONTRACT}")
+    lo, hi = float(np.nanmin(images)), float(np.nanmax(images))     # one pass each, on the host
+    if lo < 0 or hi > 1:
+        why = ("infinite values" if np.isinf(lo) or np.isinf(hi) else
+               "0-255 values? divide them by 255, or pass uint8" if lo >= 0 and hi <= 255 else
+               "normalised already? pass the [0, 1] images: the Loader normalises (normalize=)")
+        raise DataError(f"{where}: {images.dtype} values in [{lo:.4g}, {hi:.4g}], expected {CONTRACT}; {why}")
+    return 1
 
 
 class Loader:
-    """Batches (x, y) of images uint8 (N, H, W) -> x (B, 1, H, W) device.dtype, y (B,) int32.
+    """Batches (x, y) of images (N, H, W) or (N, C, H, W) -> x (B, C, H, W) device.dtype, y (B,) int32.
 
-    The whole set is copied to the device once: x = (images/255 - 0.1307) / 0.3081 when `normalize`
-    is True (MNIST's mean/std; pass a (mean, std) pair for other data, False for plain [0, 1]).
+    Images are uint8 in [0, 255] or floating point in [0, 1] (pixel_scale; docs/input.md): a float
+    image equal to uint8/255 gives the same batches, to the rounding of x's dtype. The whole set is
+    copied to the device once: x = (images/scale - 0.1307) / 0.3081 when `normalize` is True
+    (MNIST's mean/std; pass a (mean, std) pair for other data, False for plain [0, 1]).
     Epoch e visits the samples in a permutation drawn from NumPy's generator seeded with (seed, e),
     so any batch of any epoch can be rebuilt exactly: `batch(e, k)` is the k-th batch that
     iterating epoch e yields, which is how a resumed run continues mid-epoch.
@@ -28,6 +53,7 @@ class Loader:
         images, labels = np.asarray(images), np.asarray(labels)
         check_labels(labels, "Loader labels", classes, hint="; pass classes= for another count")
         check_images(images, labels, "Loader images")
+        scale = pixel_scale(images, "Loader images")
         if not 0 <= rank < world:
             raise DataError(f"Loader: rank {rank} is not one of the {world} ranks")
         self.N, self.batch_size, self.rank, self.world = len(images), int(batch_size), rank, world
@@ -39,9 +65,13 @@ class Loader:
         self.epoch = 0  # the epoch the next `iter(loader)` runs; set it to resume
         xp = device.xp
         shape = images.shape if images.ndim == 4 else (self.N, 1, *images.shape[1:])
-        # uint8 travels to the device (4x less than float32) and is converted there
+        # uint8 travels to the device (4x less than float32) and is converted there; floats travel in
+        # the device's dtype. astype copies, so the in-place steps below never touch the caller's array
+        if scale == 1 and images.dtype != device.dtype:
+            images = images.astype(device.dtype)
         x = xp.asarray(images).reshape(shape).astype(device.dtype)  # (N, C, H, W)
-        x /= 255
+        if scale != 1:
+            x /= scale
         self.blank = 0.0  # what a 0 (background) pixel becomes: the fill of shifted images
         if normalize is not False:
             mean, std = (MNIST_MEAN, MNIST_STD) if normalize is True else normalize
