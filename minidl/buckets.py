@@ -54,7 +54,8 @@ class GradientBuckets:
     """The buckets of `net` with a countdown per step: `begin()` gives the backward hook, `flush()`
     starts what is left (a layer backward never reached) so each bucket starts exactly once a step.
 
-    start(view): called with each bucket's view of net.grads, in the order the buckets complete.
+    start(view, lo): called with each bucket's view of net.grads and where it begins, in the order
+    the buckets complete.
     `started` lists this step's bucket indices in the order they were started.
     """
 
@@ -92,4 +93,4 @@ class GradientBuckets:
     def _start(self, i):
         self._left[i] = 0
         self.started.append(i)
-        self.start(self.views[i])
+        self.start(self.views[i], self.buckets[i].lo)

@@ -19,6 +19,8 @@ import numpy as np
 
 from .buckets import CAP_MIB, GradientBuckets
 
+GRAD_REDUCE = ("fp32", "bf16")     # the dtype gradients travel in between the ranks
+
 # Set by the launchers: MPICH/Hydra and Intel MPI (PMI_*), Open MPI (OMPI_*), PMIx, MVAPICH (MV2_*).
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -53,9 +55,9 @@ class World:
         """Rank 0: the one that prints and saves."""
         return self.rank == 0
 
-    def reducer(self, device, bucket_mib=None):
+    def reducer(self, device, bucket_mib=None, grad_reduce="fp32"):
         """The Reducer of these ranks on `device`, or None for one process (nothing to reduce)."""
-        return None if self.size == 1 else Reducer(self, device, bucket_mib)
+        return None if self.size == 1 else Reducer(self, device, bucket_mib, grad_reduce=grad_reduce)
 
     def agree_stop(self, signum, final=False):
         """The stop request the ranks agree on (a signal number, or None), the same on every rank at
@@ -163,18 +165,29 @@ class Reducer:
     `grad_scale` = 1/N is the optimizer's. Outside steps: `average(a)` (BatchNorm's running
     statistics before evaluation and saving), `sum_metrics(metrics)` (a Mean's sums and count).
     bucket_mib: bucket size (default $MINIDL_BUCKET_MIB, else buckets.CAP_MIB); communicator: the
-    device's, made here unless given.
+    device's, made here unless given. grad_reduce: "fp32" sums the float32 gradients as they are;
+    "bf16" sends them as bfloat16 (rounded, summed in bfloat16 by NCCL, widened back: half the bytes,
+    PyTorch DDP's bf16_compress_hook), each gradient then carrying bfloat16's 8-bit mantissa.
     """
 
-    def __init__(self, world, device, bucket_mib=None, communicator=None):
+    def __init__(self, world, device, bucket_mib=None, communicator=None, grad_reduce="fp32"):
+        if grad_reduce not in GRAD_REDUCE:
+            raise ValueError(f"grad_reduce must be one of {', '.join(GRAD_REDUCE)}, got {grad_reduce!r}")
         self.world, self.device, self.grad_scale = world, device, 1.0 / world.size
+        self.grad_reduce = grad_reduce
         self.coll = communicator or device.communicator(world.comm)
         self.bucket_mib = float(os.environ.get("MINIDL_BUCKET_MIB", CAP_MIB) if bucket_mib is None else bucket_mib)
         self.buckets = None
 
     def watch(self, net):
         """Plan the gradient buckets of `net` (lowered for training); returns them (GradientBuckets)."""
-        self.buckets = GradientBuckets(net, lambda view: self.coll.start(view, "sum"), self.bucket_mib)
+        wires = {}                               # bucket start -> its bfloat16 wire
+        self.buckets = GradientBuckets(net, lambda view, lo: self.coll.start(view, "sum", wires.get(lo)),
+                                       self.bucket_mib)
+        if self.grad_reduce == "bf16":           # one bfloat16 twin of the arena, cut as the buckets are
+            from .precision import BFLOAT16
+            twin = self.device.xp.empty(net.grads.size, BFLOAT16)
+            wires.update({b.lo: twin[b.lo:b.hi] for b in self.buckets.buckets})
         return self.buckets
 
     def begin(self):

@@ -45,10 +45,13 @@ class Trainer:
     training images are mirrored left to right with probability 1/2 (before the shift).
     channels_last: convolutions write NHWC activations (graph.passes.channels_last); None: where the
     device finds it faster (Device.channels_last: the GPU in bf16/fp16). Shapes and results stay NCHW.
+    grad_reduce: the dtype gradients travel in between data-parallel ranks, 'fp32' (default) or 'bf16'
+    (half the bytes, gradients rounded to bfloat16: distributed.Reducer).
     """
 
     def __init__(self, model, optimizer, device=None, seed=0, log=print, progress=None, graph=True,
-                 world=None, precision=None, label_smoothing=0.0, shift=0, flip=False, channels_last=None):
+                 world=None, precision=None, label_smoothing=0.0, shift=0, flip=False, channels_last=None,
+                 grad_reduce="fp32"):
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.xp is not model.device.xp:     # another backend: rebuild the model there
@@ -66,7 +69,7 @@ class Trainer:
         self.world = world or distributed.init()
         if not self.world.main:            # rank 0 prints
             log, self.log, self.progress = _quiet, _quiet, False
-        self.reducer = self.world.reducer(self.device)     # None for one process
+        self.reducer = self.world.reducer(self.device, grad_reduce=grad_reduce)     # None for one process
         self.device.rng.shard(self.world.rank, self.world.size)   # ranks draw as one process would
         self._step = TrainStep(model, optimizer, self.metrics, self.reducer, precision, label_smoothing, shift,
                                flip, channels_last)

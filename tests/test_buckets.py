@@ -44,7 +44,7 @@ def test_buckets_tile_the_arena_in_backward_order(name, depth, cap_mib):
 def test_each_bucket_starts_once_a_step_when_its_gradients_are_final(name, depth):
     model, net = _net(name, depth)
     snapshots = []
-    bk = buckets.GradientBuckets(net, lambda view: snapshots.append(view.copy()), cap_mib=0.05)
+    bk = buckets.GradientBuckets(net, lambda view, lo: snapshots.append(view.copy()), cap_mib=0.05)
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((2, 1, 28, 28)).astype(np.float32), np.array([3, 7])
     for step in range(2):
@@ -68,7 +68,7 @@ class _SecondRankAlike:
     def __init__(self):
         self.calls = []
 
-    def start(self, a, op):
+    def start(self, a, op, wire=None):
         self.calls.append(op)
         if op == "sum":
             a *= 2

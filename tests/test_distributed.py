@@ -132,6 +132,26 @@ def test_the_summed_gradient_of_step_1_is_one_process_gradient_and_a_dropped_buc
 
 
 @needs_mpi
+def test_gradients_sent_as_bfloat16_are_the_sum_rounded_to_bfloat16(tmp_path):
+    """--grad-reduce bf16: step 1's summed gradient is one process's to bfloat16's precision (8-bit
+    mantissa: relative 2^-8 of the largest), and is not the float32 sum; training goes on alike."""
+    flag = ["--momentum", "--grads"]
+    one, two = (launch(0, WORKER, "lenet", tmp_path / "one.npz", 32, 1, *flag),
+                launch(2, WORKER, "lenet", tmp_path / "two.npz", 16, 1, *flag, "--grad-reduce", "bf16"))
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    a, b = dict(np.load(tmp_path / "one.npz")), dict(np.load(tmp_path / "two.npz"))
+    b["grads"] = b["grads"] / 2
+    assert 1e-6 < _relative(a, b, "grads") <= 2 ** -8
+    from ml_dtypes import bfloat16
+    assert np.array_equal(b["grads"] * 2, (b["grads"] * 2).astype(bfloat16).astype(np.float32))   # on the wire
+    longer = [launch(n, WORKER, "lenet", tmp_path / f"l{n}.npz", 32 // max(n, 1), 20, "--momentum", *extra)
+              for n, extra in ((0, []), (2, ["--grad-reduce", "bf16"]))]
+    assert all(p.returncode == 0 for p in longer), [p.stderr for p in longer]
+    a, b = (np.load(tmp_path / f"l{n}.npz")["flat"] for n in (0, 2))
+    assert np.linalg.norm(a - b) <= 1e-2 * np.linalg.norm(a)
+
+
+@needs_mpi
 def test_a_run_saved_at_two_ranks_resumes_at_one_with_the_global_batch_kept_or_is_refused(tmp_path):
     """The checkpoint holds the global batch (16 x 2): one process resumes it at b32 exactly (float64,
     dropout masks drawn by global place); at b16 it is refused, naming the batch size to use."""

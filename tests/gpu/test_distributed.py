@@ -88,8 +88,8 @@ def test_the_reduction_stream_forks_after_backward_and_joins_before_the_update(c
 class _OneRankOverNCCL(distributed.World):
     """One rank that reduces anyway (over itself), so the NCCL path runs on a single GPU."""
 
-    def reducer(self, device, bucket_mib=None):
-        return distributed.Reducer(self, device, bucket_mib=0.05)     # LeNet-5 in 2 buckets
+    def reducer(self, device, bucket_mib=None, grad_reduce="fp32"):
+        return distributed.Reducer(self, device, bucket_mib=0.05, grad_reduce=grad_reduce)   # LeNet-5: 2 buckets
 
 
 def _train(world, graph=True, steps=30):

@@ -11,6 +11,7 @@ every rank writes OUT.<rank>.npz.
 --shift P / --flip: the recipe's augmentation (random shifts of up to P pixels, random flips);
 --grads: OUT also holds the gradient arena after the last step (summed over the ranks);
 --drop-bucket I: the reducer skips bucket I (a fault on purpose, for the tests that must catch it);
+--grad-reduce bf16: gradients travel between the ranks as bfloat16;
 --nudge: the initial weights moved by one ulp (a rounding-sized difference, to measure chaos);
 --checkpoint C: stop requests and --resume use C; --stop-at R:S: rank R alone asks to stop during
 step S; --count: count the host's MPI calls (the npz gets `blocking`, `nonblocking`, `buckets`);
@@ -92,6 +93,7 @@ def parse(argv):
     p.add_argument("--grads", action="store_true")
     p.add_argument("--drop-bucket", type=int)
     p.add_argument("--nudge", action="store_true")
+    p.add_argument("--grad-reduce", default="fp32")
     return p.parse_args(argv)
 
 
@@ -121,7 +123,8 @@ def main(*argv):
     if args.nudge:
         flat = device.to_host(model.flat)
         model.flat[...] = device.xp.asarray(np.nextafter(flat, np.inf, dtype=flat.dtype))
-    trainer = dl.Trainer(model, opt, seed=0, world=world, graph=not args.eager, shift=args.shift, flip=args.flip)
+    trainer = dl.Trainer(model, opt, seed=0, world=world, graph=not args.eager, shift=args.shift, flip=args.flip,
+                         grad_reduce=args.grad_reduce)
     if args.drop_bucket is not None and trainer.reducer:
         _drop_bucket(trainer.reducer.buckets, args.drop_bucket)
     trainer._step.net.releases = args.mode != "dropout"      # keep the dropout mask for the test to read
@@ -157,7 +160,7 @@ def main(*argv):
 def _drop_bucket(buckets, i):
     """Bucket i is never summed over the ranks: each rank keeps its own part of it."""
     start, dropped = buckets.start, buckets.views[i]
-    buckets.start = lambda view: None if view is dropped else start(view)
+    buckets.start = lambda view, lo: None if view is dropped else start(view, lo)
 
 
 def _stop_at(trainer, world, rank, step):

@@ -4,8 +4,12 @@ the CPU twin of kernels/gpu/collectives.py (NCCL). Imported only when several ra
 `start` is MPI's non-blocking all-reduce and `wait` completes every one started, so a gradient
 bucket is handed to MPI as soon as backward has finished it, as on the GPU. What that buys on
 the CPU is small: MPICH moves a non-blocking collective along only inside MPI calls (no progress
-thread by default), so most of the work happens in the next `start` or in `wait`.
+thread by default), so most of the work happens in the next `start` or in `wait`. MPI has no
+bfloat16, so a reduction `through` a narrower dtype is NCCL's arithmetic for two ranks: each
+rank's values rounded to it, summed in float32, the sum rounded again.
 """
+import numpy as np
+
 from mpi4py import MPI
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "and": MPI.LAND}
@@ -17,19 +21,27 @@ class Communicator:
     def __init__(self, mpi_comm):
         self.comm = mpi_comm
         self._requests = []
+        self._narrowed = []             # (a, wire): sums to round to wire's dtype at wait()
 
     def allreduce(self, a, op):
         """a <- op over the ranks of a, now."""
         self.comm.Allreduce(MPI.IN_PLACE, a, op=_OPS[op])
 
-    def start(self, a, op):
-        """a <- op over the ranks of a, begun now; `a` is not to be touched until wait()."""
+    def start(self, a, op, wire=None):
+        """a <- op over the ranks of a, begun now; `a` is not to be touched until wait(). `wire`: a's
+        size in a narrower dtype, which the values and the sum are rounded to (the GPU's wire)."""
+        if wire is not None:
+            _round(a, wire)
+            self._narrowed.append((a, wire))
         self._requests.append(self.comm.Iallreduce(MPI.IN_PLACE, a, op=_OPS[op]))
 
     def wait(self):
         """Complete every reduction started."""
         MPI.Request.Waitall(self._requests)
         self._requests.clear()
+        for a, wire in self._narrowed:
+            _round(a, wire)
+        self._narrowed.clear()
 
     def broadcast(self, a, root=0):
         """a <- rank `root`'s a."""
@@ -37,3 +49,9 @@ class Communicator:
 
     def close(self):
         self.wait()
+
+
+def _round(a, wire):
+    """a <- a rounded to wire's dtype (to nearest even), through wire."""
+    np.copyto(wire, a, casting="unsafe")
+    np.copyto(a, wire, casting="unsafe")

@@ -10,25 +10,38 @@ the sums. Inside a CUDA stream capture the first event forks the capture into th
 stream and the second joins it back: the captured step holds the work of both streams in one
 graph. Every rank issues the same collectives in the same order, all on one stream per phase.
 
-UNVERIFIED on two GPUs: written without a GPU to run it on. What DESIGN.md records from 2 H200s
-(NCCL 2.28.9, CuPy 14): an all-reduce issued with cupy.cuda.nccl on a capturing CuPy stream is
-recorded into the CUDA graph and replays correctly; a process that exits without destroying its
-communicator hangs. Read since in NCCL 2.28.9's source: its destroy waits for every graph that
-recorded the communicator's collectives to be destroyed, so `close` releases the captured graphs
-first (not yet run on two GPUs: the 2-rank hang seen after the first step may be this one, at exit).
-tests/gpu/test_distributed.py checks the fork/join of the two streams on one GPU, eager and captured.
+The reduction stream has the device's highest priority: the GPU then gives the all-reduce's
+blocks the SMs that backward's kernels free, rather than queueing it behind them, so a bucket is
+summed while backward goes on instead of after it ($MINIDL_REDUCE_PRIORITY=normal: the default
+priority, for comparison). A `wire` array of a narrower dtype (bfloat16) makes a reduction travel
+in it: the bucket is rounded into it, summed there, and widened back, halving the bytes sent.
+
+NCCL's communicator destroy waits for every CUDA graph that recorded its collectives to be
+destroyed, so `close` releases the captured graphs first; a process that exits with its
+communicator alive hangs. tests/gpu/test_distributed.py checks the fork/join of the two streams
+on one GPU, eager and captured, and two ranks against one GPU on two.
 """
 import atexit
 import gc
+import os
 
 import cupy as cp
 from cupy.cuda import nccl
 
 from . import capture
+from .optim import cast_copy
 
 _OPS = {"sum": nccl.NCCL_SUM, "min": nccl.NCCL_MIN, "max": nccl.NCCL_MAX}
 _TYPES = {"float16": nccl.NCCL_FLOAT16, "float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64,
-          "int32": nccl.NCCL_INT32, "int64": nccl.NCCL_INT64, "uint8": nccl.NCCL_UINT8}
+          "int32": nccl.NCCL_INT32, "int64": nccl.NCCL_INT64, "uint8": nccl.NCCL_UINT8,
+          "bfloat16": getattr(nccl, "NCCL_BFLOAT16", 9)}      # ncclBfloat16 (NCCL >= 2.10), not named by CuPy
+
+
+def _priority():
+    """The highest stream priority of the current GPU (CUDA: lower numbers run first), or 0."""
+    if os.environ.get("MINIDL_REDUCE_PRIORITY", "high") == "normal":
+        return 0
+    return cp.cuda.runtime.deviceGetStreamPriorityRange()[1]
 
 
 class ReductionStream:
@@ -41,15 +54,23 @@ class ReductionStream:
         self._join = cp.cuda.Event(disable_timing=True)
         self._in_flight = 0
 
-    def start(self, a, op):
-        """a <- op over the ranks of a, on the reduction stream once the current stream's queued work is done."""
+    def start(self, a, op, wire=None):
+        """a <- op over the ranks of a, on the reduction stream once the current stream's queued work is
+        done; through `wire` (a's size, a narrower dtype) when given: rounded, reduced there, widened."""
         if self._in_flight == len(self._forks):          # made in the warm-up run, before any capture
             self._forks.append(cp.cuda.Event(disable_timing=True))
         fork = self._forks[self._in_flight]
         self._in_flight += 1
         fork.record(cp.cuda.get_current_stream())
         self.stream.wait_event(fork)
-        self._reduce(a, op, self.stream)
+        if wire is None:
+            self._reduce(a, op, self.stream)
+            return
+        with self.stream:
+            cast_copy(wire, a)
+        self._reduce(wire, op, self.stream)
+        with self.stream:
+            cp.copyto(a, wire, casting="unsafe")
 
     def wait(self):
         """The current stream's next work starts after every reduction started (none in flight: no-op)."""
