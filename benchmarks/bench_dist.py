@@ -16,9 +16,16 @@ MiB buckets, overlapped with backward), on the same batches (the minidl Loader's
 gradients, summed in float32), PyTorch under autocast bf16. A worker that does not end within
 --timeout seconds is reported as failed. --bucket-mib sets minidl's bucket size. At the end a Markdown
 table gives each result's speed-up and efficiency against one GPU and minidl's ratio to PyTorch DDP
-(benchmarks/scaling.py); --plot draws images/s against N. --from-json FILE reads results appended by
---json on other machines (2, 4 and 8 GPUs) and prints the table and plot of all of them, without GPUs.
-UNVERIFIED on two GPUs (bf16 not run at all yet). Without usable GPUs it says so in one line and exits 2.
+(benchmarks/scaling.py), and a model of 4 and 8 GPUs from the measured 1- and 2-GPU steps and the
+all-reduce (scaling.model); --plot draws images/s against N. --from-json FILE reads results appended
+by --json on other machines (2, 4 and 8 GPUs) and prints the table and plot of all of them, without GPUs.
+
+--grad-reduce fp32 bf16: the dtype the gradients travel in (minidl's Trainer grad_reduce; PyTorch
+DDP's bf16_compress_hook for bf16), so each case also runs with half the bytes on the wire.
+--transport nvlink net: `net` puts NCCL on its network transport (NCCL_P2P_DISABLE=1
+NCCL_SHM_DISABLE=1: sockets over loopback), a stand-in for ranks on two hosts; the table then
+shows the step against the bytes each rank sends (wire MiB). Without usable GPUs it says so in one
+line and exits 2.
 """
 import argparse
 import json
@@ -48,21 +55,23 @@ def _timed(fit, sync, barrier, steps):
     return time.perf_counter() - t0
 
 
-def minidl_worker(case, steps, world, train, precision):
+def minidl_worker(case, steps, world, train, precision, grad_reduce):
     import minidl as dl
     from minidl import models, optim
     dev = dl.get_device("cuda", gpu=world.local_rank if world.size > 1 else None)
     model = models.get(case["model"], depth=case["depth"], device=dev, seed=0)
     opt = optim.get(case["optimizer"], lr=case["lr"], **({"momentum": 0.9} if case["optimizer"] == "momentum" else {}))
-    trainer = dl.Trainer(model, opt, progress=False, log=lambda s: None, world=world, precision=precision)
+    trainer = dl.Trainer(model, opt, progress=False, log=lambda s: None, world=world, precision=precision,
+                         grad_reduce=grad_reduce)
     s = _timed(lambda n: trainer.fit(train, steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
                world.comm.Barrier if world.comm else lambda: None, steps)
     reducer = trainer.reducer
     ar = dev.elapsed_ms(reducer.sum_grads, 20) if reducer else 0.0
-    return s, ar, len(reducer.buckets) if reducer else 0
+    wire = model.grads.size * (2 if grad_reduce == "bf16" else 4) / 2 ** 20
+    return s, ar, len(reducer.buckets) if reducer else 0, wire
 
 
-def torch_worker(case, steps, world, train, precision):
+def torch_worker(case, steps, world, train, precision, grad_reduce):
     import torch
     import torch.distributed as tdist
     import torch.nn.functional as F
@@ -72,6 +81,9 @@ def torch_worker(case, steps, world, train, precision):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517", RANK=str(world.rank), WORLD_SIZE=str(world.size))
     tdist.init_process_group("nccl")
     model = torch.nn.parallel.DistributedDataParallel(torch_model(case).cuda(), device_ids=[world.local_rank])
+    if grad_reduce == "bf16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
     opt = (torch.optim.SGD(model.parameters(), lr=case["lr"], momentum=0.9) if case["optimizer"] == "momentum"
            else torch.optim.Adam(model.parameters(), lr=case["lr"]))
     x_all = ((torch.tensor(train[0], device="cuda").float() / 255 - 0.1307) / 0.3081).unsqueeze(1)
@@ -98,18 +110,19 @@ def torch_worker(case, steps, world, train, precision):
     end.record()
     torch.cuda.synchronize()
     tdist.destroy_process_group()
-    return s, start.elapsed_time(end) / 20, None
+    wire = buf.numel() * (2 if grad_reduce == "bf16" else 4) / 2 ** 20
+    return s, start.elapsed_time(end) / 20, None, wire
 
 
-def worker(framework, name, steps, precision):
+def worker(framework, name, steps, precision, grad_reduce):
     import minidl as dl
     from minidl import distributed
     world = distributed.init()
     fn = minidl_worker if framework == "minidl" else torch_worker
-    s, ar, buckets = fn(CASES[name], steps, world, dl.data.load("mnist", "train"), precision)
+    s, ar, buckets, wire = fn(CASES[name], steps, world, dl.data.load("mnist", "train"), precision, grad_reduce)
     if world.main:
         print(json.dumps({"images_s": steps * CASES[name]["batch"] * world.size / s, "ms_step": 1e3 * s / steps,
-                          "allreduce_ms": ar, "buckets": buckets}))
+                          "allreduce_ms": ar, "buckets": buckets, "wire_mib": wire}))
 
 
 def _launch(cmd, env, timeout, head):
@@ -135,6 +148,11 @@ def main(argv=None):
                    help="the MPI launcher command, without -n (default $MINIDL_MPIEXEC or mpiexec)")
     p.add_argument("--bucket-mib", type=float, help="minidl's gradient bucket size (default 8)")
     p.add_argument("--precision", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
+    p.add_argument("--grad-reduce", nargs="+", choices=("fp32", "bf16"), default=["fp32"],
+                   help="the dtype gradients travel in (default fp32)")
+    p.add_argument("--transport", nargs="+", choices=("nvlink", "net"), default=["nvlink"],
+                   help="net: NCCL over sockets, the stand-in for two hosts (default nvlink)")
+    p.add_argument("--frameworks", nargs="+", choices=("minidl", "torch-ddp"), default=["minidl", "torch-ddp"])
     p.add_argument("--timeout", type=float, default=900, help="seconds a launch may take (default 900)")
     p.add_argument("--json", help="also append one JSON line per result to this file")
     p.add_argument("--plot", help="draw images/s against N into this PNG (matplotlib)")
@@ -142,7 +160,7 @@ def main(argv=None):
     p.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "CASE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        return worker(*args.worker, args.steps, args.precision[0])
+        return worker(*args.worker, args.steps, args.precision[0], args.grad_reduce[0])
     if args.from_json:
         return _report(scaling.read(args.from_json), args.plot)
     from minidl import distributed
@@ -162,30 +180,39 @@ def main(argv=None):
     env = dict(os.environ, PYTHONPATH=path, NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE", "0"))
     if args.bucket_mib is not None:
         env["MINIDL_BUCKET_MIB"] = str(args.bucket_mib)
-    print(f"{'case':<15}{'prec':<6}{'N':>3}  {'framework':<10}{'images/s':>12}{'ms/step':>10}{'all-reduce ms':>15}"
-          f"{'buckets':>9}")
+    print(f"{'case':<15}{'prec':<6}{'wire':<6}{'link':<7}{'N':>3}  {'framework':<10}{'images/s':>12}{'ms/step':>10}"
+          f"{'all-reduce ms':>15}{'wire MiB':>10}{'buckets':>9}")
     results = []
     for name in args.cases:
         for precision in args.precision:
-            for n in [n for n in args.ranks if n <= gpus]:
-                for framework in ("minidl", "torch-ddp"):
-                    cmd = launcher + ["-n", str(n), sys.executable, __file__, "--worker", framework, name,
-                                      "--steps", str(args.steps), "--precision", precision]
-                    head = f"{name:<15}{precision:<6}{n:>3}  {framework:<10}"
-                    res = _launch(cmd, env, args.timeout, head)
-                    if res is None:
-                        continue
-                    results.append(dict(res, case=name, precision=precision, ranks=n, framework=framework))
-                    print(f"{head}{res['images_s']:>12,.0f}{res['ms_step']:>10.3f}{res['allreduce_ms']:>15.3f}"
-                          f"{res['buckets'] if res['buckets'] is not None else '-':>9}")
-                    if args.json:
-                        with open(args.json, "a") as f:
-                            f.write(json.dumps(results[-1]) + "\n")
+            for transport in args.transport:
+                link_env = dict(env, NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1") if transport == "net" else env
+                for grad_reduce in args.grad_reduce:
+                    for n in [n for n in args.ranks if n <= gpus]:
+                        if n == 1 and (transport, grad_reduce) != (args.transport[0], args.grad_reduce[0]):
+                            continue                  # one GPU sends nothing: measured once
+                        for framework in args.frameworks:
+                            cmd = launcher + ["-n", str(n), sys.executable, __file__, "--worker", framework, name,
+                                              "--steps", str(args.steps), "--precision", precision,
+                                              "--grad-reduce", grad_reduce]
+                            head = f"{name:<15}{precision:<6}{grad_reduce:<6}{transport:<7}{n:>3}  {framework:<10}"
+                            res = _launch(cmd, link_env, args.timeout, head)
+                            if res is None:
+                                continue
+                            results.append(dict(res, case=name, precision=precision, ranks=n, framework=framework,
+                                                grad_reduce=grad_reduce, transport=transport))
+                            print(f"{head}{res['images_s']:>12,.0f}{res['ms_step']:>10.3f}{res['allreduce_ms']:>15.3f}"
+                                  f"{res['wire_mib']:>10.1f}{res['buckets'] if res['buckets'] is not None else '-':>9}",
+                                  flush=True)
+                            if args.json:
+                                with open(args.json, "a") as f:
+                                    f.write(json.dumps(results[-1]) + "\n")
     return _report(results, args.plot)
 
 
 def _report(results, plot_path):
     print(scaling.table(results))
+    print(scaling.model_table(results))
     if plot_path and results:
         scaling.plot(results, plot_path)
         print(f"plot: {plot_path}")

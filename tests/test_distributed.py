@@ -204,6 +204,30 @@ def test_a_failing_rank_ends_every_rank_with_one_line_naming_it(tmp_path):
     assert "error: rank 1: injected failure" in p.stderr.splitlines()
 
 
+def rank_killed(tmp_path, device="cpu"):
+    """mpiexec -n 2 training; rank 1 killed with SIGKILL -> (seconds until the job ended, its stderr)."""
+    cmd = ["mpiexec", "-n", "2", sys.executable, str(WORKER), "lenet", tmp_path / "x", 8, 1_000_000, "--pid-file",
+           "--device", device]
+    proc = subprocess.Popen(list(map(str, cmd)), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()                     # the first monitoring line: both ranks are training
+    os.kill(int((tmp_path / "x.1.pid").read_text()), signal.SIGKILL)
+    t0 = time.perf_counter()
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("mpiexec -n 2 still running 60 s after rank 1 was killed")
+    return time.perf_counter() - t0, proc.returncode, err
+
+
+@needs_mpi
+def test_a_rank_killed_ends_the_job_within_10_s(tmp_path):
+    """No rank can speak for one killed outright: the launcher ends the others and names it."""
+    seconds, status, err = rank_killed(tmp_path)
+    assert status != 0 and seconds < 10, err
+    print(f"ended {seconds:.1f} s after the kill: {err.strip().splitlines()[-3:]}")
+
+
 @needs_mpi
 def test_ctrl_c_stops_every_rank(tmp_path):
     cmd = ["mpiexec", "-n", "2", sys.executable, str(WORKER), "lenet", tmp_path / "x", 8, 1_000_000]
@@ -293,7 +317,10 @@ def test_a_stop_asked_of_one_rank_stops_all_after_one_step_and_resumes_exactly(t
 
 @needs_mpi
 @pytest.mark.skipif(not DATA, reason="MINIDL_DATA (real MNIST) is not set")
-def test_ctrl_c_on_the_command_line_stops_every_rank_and_rank_0_saves_a_resumable_checkpoint(tmp_path):
+@pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_launcher_stops_every_rank_and_rank_0_saves_a_resumable_checkpoint(tmp_path, sig, status):
+    """Ctrl-C or SIGTERM to mpiexec reaches every rank: they agree on the step, rank 0 saves once,
+    and the job exits 130 or 143; --resume goes on from there."""
     def interrupted(*extra):
         cmd = ["mpiexec", "-n", "2", sys.executable, "-m", "minidl.train", "--model", "lenet", "-n", "100000",
                "-m", "10", "-b", "8", "--device", "cpu", "--checkpoint", str(tmp_path / "l.npz"), *extra]
@@ -304,10 +331,10 @@ def test_ctrl_c_on_the_command_line_stops_every_rank_and_rank_0_saves_a_resumabl
                 proc.kill()
                 pytest.fail("the run ended before its first monitoring line: " + proc.stderr.read()[-500:])
             lines.append(line)
-        proc.send_signal(signal.SIGINT)                  # mpiexec hands Ctrl-C to every rank
+        proc.send_signal(sig)                            # mpiexec hands it to every rank
         out, err = proc.communicate(timeout=60)
-        said = [l for l in err.splitlines() if l.startswith("SIGINT: stopped at step")]
-        assert proc.returncode == 130 and len(said) == 1, err      # rank 0 tells, once
+        said = [l for l in err.splitlines() if l.startswith(f"{sig.name}: stopped at step")]
+        assert proc.returncode == status and len(said) == 1, err   # rank 0 tells, once
         return "".join(lines), int(re.search(r"step (\d+)", said[0]).group(1))
     _, first = interrupted()
     assert dl.checkpoint.read(str(tmp_path / "l.npz"))[0]["meta"]["step"] == first

@@ -38,6 +38,23 @@ def test_from_json_prints_the_table_and_draws_the_plot(tmp_path, capsys):
     path.write_text("".join(json.dumps(r) + "\n" for r in RESULTS))
     assert bench_dist.main(["--from-json", str(path), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "| resnet50-b256 | fp32 | minidl | 2 | 1,950 | 1.95 | 98% | 2.44 | 0.500 |" in out
-    assert "| resnet50-b256 | bf16 | minidl | 4 | 3,000 | - | - | - | 0.500 |" in out
+    assert "| resnet50-b256 | fp32 | minidl | 2 | 1,950 | 1.000 | 1.95 | 98% | 2.44 | 0.500 | - |" in out
+    assert "| resnet50-b256 | bf16 | minidl | 4 | 3,000 | 1.000 | - | - | - | 0.500 | - |" in out
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_variants_are_labelled_and_compared_with_the_plain_one_gpu_run_and_their_ddp_twin():
+    rows = [_result(1, "minidl", 1000.0), dict(_result(2, "minidl", 1800.0), grad_reduce="bf16", transport="net"),
+            dict(_result(2, "torch-ddp", 900.0), grad_reduce="bf16", transport="net")]
+    got = {r["label"]: r for r in scaling.with_scaling(rows)}
+    assert got["minidl bf16-wire net"]["speedup"] == pytest.approx(1.8)
+    assert got["minidl bf16-wire net"]["vs_ddp"] == pytest.approx(2.0)
+
+
+def test_the_model_grows_the_exposed_all_reduce_as_a_ring_does():
+    one, two = _result(1, "minidl", 1000.0), _result(2, "minidl", 1900.0)
+    one["ms_step"], two["ms_step"] = 10.0, 11.0          # 1 ms exposed at N = 2
+    model = {r["ranks"]: r for r in scaling.model([one, two])}
+    assert model[4]["ms_step"] == pytest.approx(11.5) and model[8]["ms_step"] == pytest.approx(11.75)
+    assert model[8]["speedup"] == pytest.approx(80 / 11.75)
+    assert "| resnet50-b256 | fp32 | minidl | 8 | 11.750 | 6.81 |" in scaling.model_table([one, two])

@@ -11,6 +11,7 @@ every rank writes OUT.<rank>.npz.
 --shift P / --flip: the recipe's augmentation (random shifts of up to P pixels, random flips);
 --grads: OUT also holds the gradient arena after the last step (summed over the ranks);
 --drop-bucket I: the reducer skips bucket I (a fault on purpose, for the tests that must catch it);
+--pid-file: each rank writes its process id to OUT.<rank>.pid once it trains;
 --grad-reduce bf16: gradients travel between the ranks as bfloat16;
 --nudge: the initial weights moved by one ulp (a rounding-sized difference, to measure chaos);
 --checkpoint C: stop requests and --resume use C; --stop-at R:S: rank R alone asks to stop during
@@ -94,6 +95,7 @@ def parse(argv):
     p.add_argument("--drop-bucket", type=int)
     p.add_argument("--nudge", action="store_true")
     p.add_argument("--grad-reduce", default="fp32")
+    p.add_argument("--pid-file", action="store_true")
     return p.parse_args(argv)
 
 
@@ -128,6 +130,9 @@ def main(*argv):
     if args.drop_bucket is not None and trainer.reducer:
         _drop_bucket(trainer.reducer.buckets, args.drop_bucket)
     trainer._step.net.releases = args.mode != "dropout"      # keep the dropout mask for the test to read
+    if args.pid_file:
+        with open(f"{args.out}.{world.rank}.pid", "w") as f:
+            f.write(str(os.getpid()))
     if args.resume:
         trainer.resume(args.checkpoint)
     if args.stop_at:
