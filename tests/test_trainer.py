@@ -88,7 +88,7 @@ def test_monitor_line_at_step_100_matches_seed_width():
 def _diverging(kind, mnist_train):
     images, labels = mnist_train[0][:320], mnist_train[1][:320]
     if kind == "nan_input":
-        images = images.astype(np.float64)
+        images = images.astype(np.float64) / 255             # the Loader's float contract: [0, 1]
         images[:, 14, 14] = np.nan                           # every batch carries a NaN
         return optim.Adam(lr=1e-3), (images, labels)
     return optim.SGD(lr=1e9), (images, labels)
