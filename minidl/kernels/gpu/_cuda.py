@@ -1,8 +1,33 @@
 """What the CUDA sources of the GPU families share: the 2-byte types, their conversions to and from
-float, templated modules compiled once, and the GPU's size. Imports nothing of minidl."""
+float, templated modules compiled once, the GPU's size, and how minidl's CUDA code gets compiled.
+Imports nothing of minidl.
+
+Compiling is most of a first run on a machine whose caches are empty (CuPy's NVRTC compiles, one
+after another, about half a second each), so:
+- `prefetch()` compiles every `Module` whose names are known in a thread pool, ahead of first use
+  (NVRTC releases the GIL while it compiles); it starts by itself when the first Module kernel or
+  the first cuDNN handle is asked for. MINIDL_PARALLEL_COMPILE=0: each compiles when first used.
+- every CuPy compile holds a file lock beside CuPy's kernel cache (a stripe chosen by the source's
+  hash), so ranks of one host never compile one module twice: the second waits and reads the
+  first's result from the cache. MINIDL_COMPILE_LOCK=0 turns the lock off.
+- MINIDL_NVRTC_PCH=1 lets NVRTC precompile the headers its sources share (CuPy's `--pch`, NVRTC
+  12.8 and later); off unless asked.
+- `progress` counts what is compiled and timed before a first step and reports it as one line.
+"""
+import concurrent.futures
+import hashlib
+import os
+import threading
+import time
+
 import cupy as cp
 import ml_dtypes
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:            # not on Linux: no lock between processes
+    fcntl = None
 
 # The 2-byte types of a precision policy, for RawKernels that read them as float (HALF_CODE's Acc).
 HALF_CTYPES = {np.dtype("float16"): "__half", np.dtype(ml_dtypes.bfloat16): "__nv_bfloat16"}
@@ -54,15 +79,158 @@ def sm_count():
 
 class Module:
     """A CUDA source with templated kernels, fetched as `mod.get("name<float>")`: compiled once with
-    all of `names`, or, where names is None, each name on its own when first asked for (a source
-    with many instantiations of which a run uses few). CuPy caches the compiled code on disk."""
+    all of `names` (by `prefetch` in the background, or here when first asked for), or, where names
+    is None, each name on its own when first asked for (a source with many instantiations of which a
+    run uses few). CuPy caches the compiled code on disk."""
 
     def __init__(self, code, names=None):
         self.code, self.names, self._mods = code, None if names is None else list(names), {}
+        self._lock = threading.Lock()         # one compile per key, whichever thread asks first
+        if self.names is not None:
+            _registry.append(self)
+
+    def _compile(self, key, names, dev=None):
+        with self._lock:
+            mod = self._mods.get(key)
+            if mod is None:
+                mod = cp.RawModule(code=self.code, options=OPTIONS, name_expressions=names)
+                with cp.cuda.Device(dev):     # a pool thread loads the module on the caller's GPU
+                    mod.compile()
+                self._mods[key] = mod
+        return mod
 
     def get(self, name):
         key = name if self.names is None else None
-        if key not in self._mods:
-            self._mods[key] = cp.RawModule(code=self.code, options=OPTIONS,
-                                           name_expressions=[name] if self.names is None else self.names)
-        return self._mods[key].get_function(name)
+        mod = self._mods.get(key)
+        if mod is None:
+            prefetch()                        # the first kernel asked for: the others compile meanwhile
+            mod = self._compile(key, [name] if self.names is None else self.names)
+        return mod.get_function(name)
+
+
+class Progress:
+    """What a first step prepares: NVRTC compiles done (and known to come) in this process, cuDNN
+    convolutions timed. `listen(fn)` calls fn(line) on the main thread as counts change, at most
+    twice a second; `line()` is "preparing: compiling 3/7 kernels, timing 4 convolutions"."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.compiled, self.compile_s, self.queued = 0, 0.0, 0   # compile_s: summed over threads
+        self.timed, self.timing_s, self.to_time = 0, 0.0, None   # to_time: convolutions, where known
+        self.listeners, self._said = [], 0.0
+
+    def add(self, **counts):
+        with self.lock:
+            for k, v in counts.items():
+                setattr(self, k, getattr(self, k) + v)
+        if self.listeners and threading.current_thread() is threading.main_thread():
+            now = time.monotonic()
+            if now - self._said >= 0.5:
+                self._said = now
+                for fn in list(self.listeners):
+                    fn(self.line())
+
+    def line(self):
+        k = f"{self.compiled}/{self.compiled + self.queued}" if self.queued else f"{self.compiled}"
+        t = f"{self.timed}/{self.to_time}" if self.to_time else f"{self.timed}"
+        return f"preparing: compiling {k} kernels, timing {t} convolutions"
+
+    def listen(self, fn):
+        """Call fn(line) as preparation goes on; returns a function that stops it."""
+        self.listeners.append(fn)
+        return lambda: fn in self.listeners and self.listeners.remove(fn)
+
+
+progress = Progress()
+_registry = []          # every Module with its names known, for prefetch
+_pool = []              # the prefetch's executor and its futures, once started
+_STRIPES = 256          # lock files beside CuPy's cache: modules of different stripes compile at once
+
+
+def _flag(name, default):
+    return os.environ.get(name, default) not in ("0", "")
+
+
+def prefetch():
+    """Start compiling every Module with known names in a thread pool, on the current GPU, and
+    return at once; a later `get` waits for its own compile only. Once per process."""
+    if _pool or not _flag("MINIDL_PARALLEL_COMPILE", "1"):
+        return
+    workers = max(1, min(8, (os.cpu_count() or 2) - 1))
+    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="minidl-compile")
+    dev = cp.cuda.runtime.getDevice()
+    progress.add(queued=len(_registry))
+    _pool.extend([pool] + [pool.submit(_background, m, dev) for m in _registry])
+
+
+def _background(m, dev):
+    try:
+        m._compile(None, m.names, dev)
+    except Exception:                   # noqa: BLE001  get() compiles it again and raises there
+        pass
+    finally:
+        progress.add(queued=-1)
+
+
+def wait():
+    """Block until every compile `prefetch` started has finished."""
+    concurrent.futures.wait(_pool[1:])
+
+
+class _StripeLock:
+    """An exclusive lock on one of _STRIPES files in `folder`: between processes (flock) and, as
+    each holder opens the file itself, between threads of one process."""
+
+    def __init__(self, folder, key):
+        self.path = os.path.join(folder, f"stripe-{int(hashlib.sha1(key).hexdigest(), 16) % _STRIPES:03d}.lock")
+        self.f = None
+
+    def __enter__(self):
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self.f = open(self.path, "a")
+            fcntl.flock(self.f, fcntl.LOCK_EX)
+        except OSError:                 # a read-only cache folder: compile without the lock
+            self.__exit__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.f is not None:
+            self.f.close()              # closing releases the flock
+            self.f = None
+
+
+def _install_hooks():
+    """Count NVRTC compiles (progress; not CuPy's empty-file compile, its compiler fingerprint), lock
+    each CuPy compile across processes, and set NVRTC's precompiled headers as MINIDL_NVRTC_PCH
+    says; once per process."""
+    from cupy.cuda import compiler
+    program = compiler._NVRTCProgram
+    if getattr(program.compile, "minidl", False):
+        return
+    compile_program, compile_module = program.compile, compiler._compile_module_with_cache
+
+    def counted(self, *args, **kw):
+        t = time.perf_counter()
+        try:
+            return compile_program(self, *args, **kw)
+        finally:
+            if self.src.strip():
+                progress.add(compiled=1, compile_s=time.perf_counter() - t)
+
+    def locked(source, options=(), **kw):
+        if fcntl is None or not _flag("MINIDL_COMPILE_LOCK", "1") or _flag("CUPY_CACHE_IN_MEMORY", "0"):
+            return compile_module(source, options, **kw)
+        folder = os.path.join(os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache"),
+                              "minidl-locks")
+        key = repr((source, options, kw.get("name_expressions"), kw.get("arch"))).encode()
+        with _StripeLock(folder, key):
+            return compile_module(source, options, **kw)
+
+    counted.minidl = True
+    program.compile, compiler._compile_module_with_cache = counted, locked
+    if "CUPY_NVRTC_USE_PCH" not in os.environ:
+        compiler._use_pch = _flag("MINIDL_NVRTC_PCH", "0")
+
+
+_install_hooks()

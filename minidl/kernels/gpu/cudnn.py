@@ -49,7 +49,7 @@ import cupy as cp
 import ml_dtypes
 import numpy as np
 
-from . import engines, frontend
+from . import _cuda, engines, frontend
 
 _fe = frontend.load()             # the cuDNN Frontend, without the PyTorch it would import
 
@@ -96,6 +96,7 @@ def handle(dev=None):
     dev = cp.cuda.runtime.getDevice() if dev is None else dev
     h = _handles.get(dev)
     if h is None:
+        _cuda.prefetch()          # the first cuDNN call of a step: CUDA modules compile meanwhile
         h = _handles[dev] = [_fe.create_handle(), None]
     stream = cp.cuda.get_current_stream().ptr
     if h[1] != stream:
@@ -165,9 +166,10 @@ class _IO:
 
 
 class _Graph:
-    def __init__(self, g, tensors, index=None):
+    def __init__(self, g, tensors, index=None, built=None):
         self.g = g
         self.uids = {name: t.get_uid() for name, t in tensors.items()}
+        self.built = built              # the candidates engines.build_candidates built, for choose
         self.index = None               # the plan engines.choose kept; None: the heuristics' first
         self.use_plan(index)
 
@@ -214,7 +216,8 @@ def _io_type(arrays):
 
 def _build(op, arrays, build, tf32, conv, deterministic, double, cl, tune_key=None):
     """The graph with the heuristics' plan built, or with tune_key (engines.choose's key) the plan
-    remembered on disk for it, else every plan (for engines.choose to time)."""
+    remembered on disk for it, else the heuristics' first candidates (engines.topk(); 0: every
+    plan) for engines.choose to time."""
     io_dt = _io_type(arrays)
     dt = _fe.data_type.DOUBLE if double else _fe.data_type.FLOAT       # intermediates and compute
     g = _fe.pygraph(handle=handle(), io_data_type=io_dt, intermediate_data_type=dt, compute_data_type=dt)
@@ -236,12 +239,17 @@ def _build(op, arrays, build, tf32, conv, deterministic, double, cl, tune_key=No
             g.deselect_numeric_notes(notes)
         g.check_support()
         index = None if tune_key is None else engines.build_remembered(g, tune_key)
-        if index is None:
+        built = None
+        if index is None and tune_key and engines.topk():
+            rtc = _fe.behavior_note.RUNTIME_COMPILATION      # cuDNN compiles such a plan when it is built
+            behaviour = g.get_behavior_notes_for_plan_at_index
+            built = engines.build_candidates(g, engines.topk(), lambda i: rtc in behaviour(i))
+        elif index is None:
             g.build_plans(_fe.build_plan_policy.ALL if tune_key else _fe.build_plan_policy.HEURISTICS_CHOICE)
     except (_fe.cudnnGraphNotSupportedError, RuntimeError) as e:   # no engine, or check_support said no
         shapes = {k: a.shape for k, a in arrays.items()}
         raise Unsupported(f"cuDNN has no engine for {op} on {shapes} (tf32={tf32}): {str(e).splitlines()[0]}") from e
-    return _Graph(g, io.tensors, index)
+    return _Graph(g, io.tensors, index, built)
 
 
 def run(op, arrays, build, scalars=None, extra=(), conv=False):
@@ -278,7 +286,7 @@ def run(op, arrays, build, scalars=None, extra=(), conv=False):
             raise
         if tune and gr.index is None:
             pack = {gr.uids[k]: p for k, p in ptrs.items()}
-            gr.use_plan(engines.choose(gr.g, _disk_key(key, dev), pack, lambda: handle(dev), workspace))
+            gr.use_plan(engines.choose(gr.g, _disk_key(key, dev), pack, lambda: handle(dev), workspace, gr.built))
     if gr is None:
         raise Unsupported(f"cuDNN has no engine for {op} on {[a.shape for a in arrays.values()]}")
     uids = gr.uids

@@ -14,17 +14,34 @@ candidate list would not survive a new cuDNN), in `$MINIDL_CACHE/cudnn-engines.j
 same) without timing again, and builds only those plans (`build_remembered`). `MINIDL_AUTOTUNE=0`
 makes the heuristics' choice the default. Timing needs a stream that is not capturing: a graph
 first met during a CUDA-graph capture takes the heuristics' first plan.
+
+Building a plan is what a cold cache pays most for (cuDNN finalises each candidate, and compiles
+those noted RUNTIME_COMPILATION with NVRTC), so only the heuristics' first `topk()` candidates that
+build are built and timed (`build_candidates`; MINIDL_AUTOTUNE_TOPK, default 4; 0: every candidate,
+as before), and runtime-compiled ones only where the heuristics rank one first (MINIDL_AUTOTUNE_RTC=1:
+those too). The file keeps its format: a key's entry is still the chosen plan's name. Ranks of one
+host write it under a lock and merge what the others wrote, so no rank's choices are lost.
 """
+import collections
 import json
 import os
 import tempfile
+import time
 
 import cupy as cp
+
+from . import _cuda
+
+try:
+    import fcntl
+except ImportError:            # not on Linux: ranks may overwrite each other's entries
+    fcntl = None
 
 TIMED_RUNS = 10
 MARGIN = 0.05                       # a timed plan must beat the heuristics' choice by 5%
 WORKSPACE_CAP = 64 << 20            # bytes a timed plan may ask for beyond the heuristics' choice
 report = []                         # (key, plans timed, heuristic ms, chosen ms, chosen workspace bytes)
+stats = collections.Counter()       # graphs timed, plans built for timing, their seconds, remembered, skipped
 _state = {"autotune": os.environ.get("MINIDL_AUTOTUNE", "1") != "0"}   # the default; flags set it
 _disk = {}          # path -> {key: plan name}, read once
 _chosen = {}        # (GPU, key) -> the name fastest() chose: an eager call asks no more
@@ -56,15 +73,55 @@ def _read(path):
 
 
 def _write(path, table):
-    """Atomically: a crash mid-write leaves the old file, never half of one."""
+    """Atomically (a crash mid-write leaves the old file, never half of one), under a lock, with
+    the entries another process wrote since `table` was read merged in (ours win)."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-engines-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(table, f, indent=0, sort_keys=True)
-        os.replace(tmp, path)
+        with open(path + ".lock", "a") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)           # released when the file closes
+            _disk.pop(path, None)
+            for k, v in _read(path).items():
+                table.setdefault(k, v)
+            _disk[path] = table
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-engines-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(table, f, indent=0, sort_keys=True)
+            os.replace(tmp, path)
     except OSError:
         pass                            # a read-only home costs only the timing next time
+
+
+def topk():
+    """How many of the heuristics' candidates a graph builds and times (0: all of them)."""
+    try:
+        return max(0, int(os.environ.get("MINIDL_AUTOTUNE_TOPK", "4")))
+    except ValueError:
+        return 4
+
+
+def build_candidates(g, k, compiles=lambda i: False):
+    """Build the first `k` plans of graph `g` that build, in the heuristics' order, and return their
+    indices. A plan for which compiles(i) is true (cuDNN would compile it at run time) is skipped
+    unless it is the first, or MINIDL_AUTOTUNE_RTC=1. RuntimeError where none builds."""
+    t, built = time.perf_counter(), []
+    rtc = os.environ.get("MINIDL_AUTOTUNE_RTC", "0") not in ("0", "")
+    for i in range(g.get_execution_plan_count()):
+        if len(built) >= k:
+            break
+        if built and not rtc and _true(compiles, i):
+            stats["skipped"] += 1
+            continue
+        try:
+            g.build_plan_at_index(i)
+        except Exception:               # noqa: BLE001  deselected, or no support: not a candidate
+            continue
+        built.append(i)
+    stats["built"] += len(built)
+    stats["build_s"] += time.perf_counter() - t
+    if not built:
+        raise RuntimeError("no execution plan of the heuristics' candidates could be built")
+    return built
 
 
 def _plan(g, i):
@@ -135,7 +192,9 @@ def fastest(key, candidates):
         if cp.cuda.get_current_stream().is_capturing():
             return names[0]
         cp.cuda.get_current_stream().synchronize()     # timing runs on its own stream: nothing pending
+        t = time.perf_counter()
         times = {n: _time_captured(fn) for n, fn in candidates.items()}
+        _cuda.progress.add(timed=1, timing_s=time.perf_counter() - t)
         ok = [n for n in names if times[n] is not None]
         table[disk_key] = min(ok, key=times.get) if ok else names[0]
         _write(path, table)
@@ -154,24 +213,34 @@ def build_remembered(g, key):
         for i in range(g.get_execution_plan_count()):
             if g.get_plan_name_at_index(i) == name:
                 g.build_plan_at_index(i)
+                stats["remembered"] += 1
                 return i
     except Exception:                   # noqa: BLE001  the Frontend raises RuntimeError subclasses
         pass
     return None
 
 
-def choose(g, key, pack, handle, workspace):
-    """The index of the plan to run graph `g` (built with every plan) on `pack`, or None for the
-    heuristics' first built plan (what `execute` runs).
+def _true(pred, i):
+    try:
+        return bool(pred(i))
+    except Exception:                   # noqa: BLE001  a note the Frontend cannot read: not skipped
+        return False
 
-    key: a string naming the graph and the machine; handle() -> the cuDNN handle bound to the
-    current stream; workspace(size) -> a device pointer. Outputs
-    in `pack` are overwritten while timing: only pure graphs (convolutions) are tuned. A plan
-    replaces the heuristics' choice only when it is faster by MARGIN, and none may ask for more
-    workspace than the larger of WORKSPACE_CAP and what the heuristics' choice asks.
+
+def choose(g, key, pack, handle, workspace, built=None):
+    """The index of the plan to run graph `g` on `pack`, or None for the heuristics' first built
+    plan (what `execute` runs).
+
+    built: the indices `build_candidates` built, else None (every plan was built: those that built
+    are found by asking). key: a string naming the graph and the machine; handle() -> the cuDNN
+    handle bound to the current stream; workspace(size) -> a device pointer. Outputs in `pack` are
+    overwritten while timing: only pure graphs (convolutions) are tuned. A plan replaces the
+    heuristics' choice (the first built plan that runs) only when it is faster by MARGIN, and none
+    may ask for more workspace than the larger of WORKSPACE_CAP and what the heuristics' choice asks.
     """
-    plans = [_plan(g, i) for i in range(g.get_execution_plan_count())]
-    built = [i for i, p in enumerate(plans) if p is not None]
+    indices = range(g.get_execution_plan_count()) if built is None else built
+    plans = {i: p for i in indices if (p := _plan(g, i)) is not None}
+    built = list(plans)
     if len(built) <= 1:
         return None
     path = cache_path()
@@ -180,16 +249,19 @@ def choose(g, key, pack, handle, workspace):
         if plans[i][0] == table.get(key):
             return i
     if cp.cuda.get_current_stream().is_capturing():
-        return None
-    first = built[0]                    # the heuristics' choice: FE's candidate is the first built
-    cap = max(WORKSPACE_CAP, plans[first][1])
+        return built[0]                 # the heuristics' choice: building sets execute's to the last
+    cap = max(WORKSPACE_CAP, plans[built[0]][1])
     built = [i for i in built if plans[i][1] <= cap]
     ptr = workspace(max(plans[i][1] for i in built))
     cp.cuda.get_current_stream().synchronize()     # timing runs on its own stream: nothing pending
+    t = time.perf_counter()
     times = {i: _time(g, pack, i, ptr, handle) for i in built}
+    _cuda.progress.add(timed=1, timing_s=time.perf_counter() - t)
+    stats["timed"] += 1
     ok = [i for i in built if times[i] is not None]
-    if first not in ok:
+    if not ok:
         return None
+    first = ok[0]                       # FE's candidates come in the heuristics' order
     best = min(ok, key=times.get)
     if times[best] > (1 - MARGIN) * times[first]:
         best = first
