@@ -8,13 +8,16 @@ dropped unless --probabilities), opset 17, float32, a dynamic batch dimension (m
 --safetensors writes every parameter and BN statistic under the names the model's PyTorch twin uses
 (minidl.torch_names; benchmarks/torch_models.py builds the twins), so a torch state_dict made from
 it loads with strict=True; its metadata holds the architecture, so minidl.checkpoint.load_model
-reads it back. Bad flags exit 2 with the usage line; a bad file is one `error:` line and exit 1.
+reads it back. Both are written through minidl.files' writer (temp file, fsync, rename: a full disk
+leaves the previous file whole). Bad flags exit 2 with the usage line; a bad file is one `error:`
+line and exit 1.
 """
 import argparse
 import json
 import os
 import sys
 
+from . import files
 from .checkpoint import SAFETENSORS_FORMAT, load_model
 from .install_hint import install_hint
 
@@ -22,19 +25,14 @@ from .install_hint import install_hint
 def save_safetensors(path, model):
     """Write `model`'s weights under its PyTorch twin's names, and its architecture as metadata."""
     try:
-        from safetensors.numpy import save_file
+        from safetensors.numpy import save
     except ImportError:
         raise ValueError(f"--safetensors needs the safetensors package ({install_hint('export', 'safetensors')})") from None
     from .torch_names import to_torch
     tensors = to_torch(model)
     meta = {"format": SAFETENSORS_FORMAT, "model": json.dumps(model.config()), "names": "pytorch"}
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        save_file(tensors, tmp, metadata=meta)
-        os.replace(tmp, path)              # readers see the old file or the new one
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    data = save(tensors, metadata=meta)
+    files.write_atomic(path, lambda f: f.write(data))      # readers see the old file or the new one
     return tensors
 
 
@@ -61,6 +59,11 @@ def check_args(p, args):
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not os.path.isdir(folder):
             p.error(f"--{flag} {path}: no such folder {folder}")
+        why = files.problem(path) if path else None
+        if why:
+            p.error(f"--{flag} {path} {why}")
+    if args.onnx and args.safetensors and files.target(args.onnx) == files.target(args.safetensors):
+        p.error("--onnx and --safetensors name the same file")
     return args
 
 

@@ -12,7 +12,17 @@ every line is strict JSON. `read` gives the records back; `python -m minidl.plot
 import json
 import math
 import os
+import sys
 import time
+
+from . import files
+
+
+NUMBERS = ("epoch", "loss", "accuracy", "lr", "images_per_s", "wall_s", "test_loss", "test_accuracy")
+
+
+def _finite_or_null(v):
+    return v is None or (type(v) in (int, float) and math.isfinite(v))
 
 
 class MetricsError(ValueError):
@@ -27,16 +37,58 @@ def _number(v):
     return v if math.isfinite(v) else None
 
 
+def warn_once(log, what, e):
+    """A log that cannot be written says so once, on stderr, and stops writing: training goes on."""
+    if not log.failed:
+        log.failed = True
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
+        print(f"warning: {what} cannot be written ({why}): no more records go to it; training goes on",
+              file=sys.stderr)
+
+
+def repair(path):
+    """Cut a last line that has no newline (a run killed mid-write) so that appending starts a
+    fresh line; returns the bytes dropped. A resumed run must not glue its first record to it."""
+    try:
+        with open(path, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return 0
+            f.seek(max(size - 65536, 0))
+            tail = f.read()
+            if tail.endswith(b"\n"):
+                return 0
+            cut = tail.rfind(b"\n")
+            keep = size - len(tail) + cut + 1 if cut >= 0 else 0
+            f.truncate(keep)
+            return size - keep
+    except (FileNotFoundError, IsADirectoryError):
+        return 0
+
+
 class MetricsLog:
-    """Appends JSON records to `path`, line-buffered: a killed run keeps every line it wrote."""
+    """Appends JSON records to `path`, line-buffered: a killed run keeps every line it wrote.
+
+    Only a regular file is opened (a FIFO would hang the run); a last line cut short by a killed
+    run is dropped first; a write that fails (a full disk) warns once and the run goes on.
+    """
 
     def __init__(self, path):
-        self.path = os.fspath(path)
-        self.file = open(self.path, "a", buffering=1, encoding="utf-8")
+        self.path, self.failed = os.fspath(path), False
+        cut = repair(self.path) if files.kind(self.path) is None else 0
+        if cut:
+            print(f"warning: {self.path}: its last line was cut short ({cut} bytes, a run stopped mid-write); "
+                  f"dropped it", file=sys.stderr)
+        self.file = files.open_append(self.path)
         self.t0 = time.perf_counter()
 
     def write(self, record):
-        self.file.write(json.dumps(record, allow_nan=False) + "\n")
+        if self.failed:
+            return
+        try:
+            self.file.write(json.dumps(record, allow_nan=False) + "\n")
+        except OSError as e:
+            warn_once(self, f"metrics file {self.path}", e)
 
     def interval(self, step, epoch, loss, accuracy, lr, images_per_s, wall_s=None):
         """One training interval: its mean loss and accuracy (%), the lr, throughput and time."""
@@ -51,7 +103,10 @@ class MetricsLog:
                     "wall_s": _number(time.perf_counter() - self.t0 if wall_s is None else wall_s)})
 
     def close(self):
-        self.file.close()
+        try:
+            self.file.close()
+        except OSError as e:
+            warn_once(self, f"metrics file {self.path}", e)
 
     def __enter__(self):
         return self
@@ -113,7 +168,10 @@ def read(path):
             if i == len(lines):          # no newline after it: the writer was stopped mid-line
                 continue
             raise MetricsError(f"{path}:{i}: not a JSON line: {line[:60]!r}") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        if not isinstance(record, dict) or type(record.get("step")) is not int:
             raise MetricsError(f"{path}:{i}: expected a JSON object with an integer step, got {line[:60]!r}")
+        bad = next((k for k in NUMBERS if k in record and not _finite_or_null(record[k])), None)
+        if bad:
+            raise MetricsError(f"{path}:{i}: {bad} is {json.dumps(record[bad])[:40]}, expected a finite number or null")
         (evaluations if "eval" in record else intervals).append(record)
     return intervals, evaluations

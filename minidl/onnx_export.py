@@ -11,7 +11,7 @@ every layer's plan (pads, windows, strides) is decided.
 """
 import numpy as np
 
-from . import inference
+from . import files, inference
 
 OPSET = 17
 BATCH = "N"          # the dynamic batch dimension's name
@@ -150,7 +150,7 @@ def to_onnx(model, probabilities=False):
 
 
 def save_onnx(path, model, probabilities=False):
-    """Write `model`'s inference graph to `path` as ONNX; returns the path."""
-    import onnx
-    onnx.save(to_onnx(model, probabilities), path)
-    return path
+    """Write `model`'s inference graph to `path` as ONNX through minidl.files' writer (temp file,
+    fsync, rename: a full disk leaves the previous file whole); returns the path."""
+    data = to_onnx(model, probabilities).SerializeToString()
+    return files.write_atomic(path, lambda f: f.write(data))

@@ -4,13 +4,16 @@
 
 Reads metrics files written by minidl.metrics_log.MetricsLog; draws training loss and accuracy
 (lines) and test loss and accuracy (markers) with one colour per run, in two panels, to a PNG
-(matplotlib, Agg backend: no display needed). A missing or bad file is one `error:` line, exit 2.
+(matplotlib, Agg backend: no display needed), in the format its extension names (.png, .pdf, .svg,
+...), through minidl.files' writer. A missing or bad file, an unknown extension or an -o that cannot
+be written is one `error:` line, exit 2, before anything is drawn.
 """
 import argparse
 import os
 import sys
 
 from .install_hint import install_hint
+from . import files
 from .metrics_log import MetricsError, read
 
 
@@ -41,9 +44,18 @@ def plot(runs, out, title=None):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    fmt = os.path.splitext(out)[1][1:].lower()
+    try:
+        files.write_atomic(out, lambda f: fig.savefig(f, format=fmt, dpi=120))
+    finally:
+        plt.close(fig)
     return out
+
+
+def formats():
+    """The file extensions matplotlib's Agg canvas can write ('png', 'pdf', 'svg', ...)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    return sorted(FigureCanvasAgg.get_supported_filetypes())
 
 
 def main(argv=None):
@@ -60,6 +72,13 @@ def main(argv=None):
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         return _fail(f"-o {args.output}: no such folder {folder}")
+    ext = os.path.splitext(args.output)[1][1:].lower()
+    if ext not in formats():
+        return _fail(f"-o {args.output}: unknown image format {'.' + ext if ext else '(no extension)'}; "
+                     f"use one of {', '.join('.' + f for f in formats())}")
+    why = files.problem(args.output)
+    if why:
+        return _fail(f"-o {args.output} {why}")
     runs = {}
     for path in args.runs:
         try:
@@ -70,7 +89,11 @@ def main(argv=None):
             return _fail(f"{path}: no metrics in it")
         label = os.path.splitext(os.path.basename(path))[0]
         runs[label if label not in runs else path] = (intervals, evaluations)
-    plot(runs, args.output, args.title)
+    try:
+        plot(runs, args.output, args.title)
+    except files.WriteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(f"wrote {args.output}: {len(runs)} run(s)")
     return 0
 

@@ -11,9 +11,16 @@ its step. tensorboardX writes the event files (it needs protobuf, not TensorFlow
 """
 import math
 
+from .metrics_log import warn_once
+
 
 class TensorBoardLog:
-    """Scalars in a TensorBoard event file under the folder `logdir` (created if missing)."""
+    """Scalars in a TensorBoard event file under the folder `logdir` (created if missing).
+
+    tensorboardX writes from a thread of its own; a write that fails there (a full disk) would end
+    that thread with a traceback and then block the next record forever. The event writer's write
+    and flush are therefore guarded: a failure is kept, warned about once, and training goes on.
+    """
 
     def __init__(self, logdir):
         try:
@@ -21,9 +28,30 @@ class TensorBoardLog:
         except ImportError:
             from .install_hint import install_hint
             raise ImportError(f"TensorBoard logs need tensorboardX ({install_hint('tensorboard', 'tensorboardX')})") from None
-        self.writer = SummaryWriter(logdir=str(logdir))
+        self.logdir, self.failed, self.error, self.writer = str(logdir), False, None, None
+        try:
+            self.writer = SummaryWriter(logdir=self.logdir)
+            self._guard(self.writer._get_file_writer().event_writer._ev_writer)
+        except OSError as e:
+            warn_once(self, f"TensorBoard folder {self.logdir}", e)
+
+    def _guard(self, events):
+        """Wrap the events writer's write_event and flush so an OSError is kept, not raised."""
+        def guarded(fn):
+            def call(*args):
+                if self.error is None:
+                    try:
+                        return fn(*args)
+                    except OSError as e:
+                        self.error = e
+            return call
+        events.write_event, events.flush = guarded(events.write_event), guarded(events.flush)
 
     def _scalars(self, step, prefix, values):
+        if self.error is not None:
+            warn_once(self, f"TensorBoard folder {self.logdir}", self.error)
+        if self.failed:
+            return
         for name, v in values.items():
             if v is not None and math.isfinite(float(v)):     # as MetricsLog's null: a diverged loss has no point
                 self.writer.add_scalar(f"{prefix}/{name}", float(v), int(step))
@@ -38,7 +66,10 @@ class TensorBoardLog:
         self._scalars(step, name, {"loss": test_loss, "accuracy": test_accuracy})
 
     def close(self):
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
+        if self.error is not None:
+            warn_once(self, f"TensorBoard folder {self.logdir}", self.error)
 
     def __enter__(self):
         return self

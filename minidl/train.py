@@ -50,7 +50,7 @@ def check_args(p, args, batch_split="train"):
     Shared by minidl.infer: each check runs only for the flags its parser has. `batch_split` is
     the split the batch size is drawn from (train for training, test for inference).
     """
-    from minidl.checkpoint import unwritable as _unwritable
+    from minidl.files import problem as _unwritable
     a = vars(args)
 
     def flag(dest):          # the option string the user typed for `dest`, e.g. -b or --batch-size
@@ -71,6 +71,9 @@ def check_args(p, args, batch_split="train"):
         if a.get(dest) is not None and a[dest] > n:
             error(dest, f"{a[dest]:,} is larger than the {n:,} {what}")
     recipes.check(a, error, IMAGES["train"])
+    if a.get("threads") is not None and a["threads"] > cpus():
+        error("threads", f"{a['threads']} is more than the {cpus()} CPU(s) this process may use: "
+                         f"each BLAS call would wait for cores")
     if a.get("runs") is not None and a["runs"] > MAX_RUNS:
         error("runs", f"{a['runs']:,} is more than {MAX_RUNS:,}")
     if a.get("depth") and a.get("model") == "lenet":
@@ -80,8 +83,10 @@ def check_args(p, args, batch_split="train"):
     if "resume" in a:                                # the training command line
         path = checkpoint_path(args)
         for dest in ("resume", "load"):
-            if a[dest] and not os.path.isfile(path):
-                error(dest, f"no checkpoint file {path} (set --checkpoint, or train with -s first)")
+            if a[dest]:
+                why = _unreadable(path)
+                if why:
+                    error(dest, f"checkpoint {path} {why}")
         why = _unwritable(path) if args.save or args.save_every else None
         if why:          # found now, not by a traceback after the whole run
             what = "-s" if args.save else "--save-every"
@@ -92,8 +97,9 @@ def check_args(p, args, batch_split="train"):
         if diff:          # the resumed run must be the run that was planned
             error("resume", f"{path} is a run planned with other flags: " + "; ".join(diff))
     for dest in ("checkpoint", "artifact"):
-        if "resume" not in a and a.get(dest) and not os.path.isfile(a[dest]):
-            error(dest, f"no file {a[dest]}")
+        why = _unreadable(a[dest]) if "resume" not in a and a.get(dest) else None
+        if why:
+            error(dest, f"{a[dest]} {why}")
     if a.get("metrics"):
         why = _unwritable(a["metrics"])
         if why:
@@ -110,6 +116,28 @@ def check_args(p, args, batch_split="train"):
         if why:
             error("save_artifact", f"{a['save_artifact']} {why}")
     return args
+
+
+def cpus():
+    """The CPUs this process may run on (its affinity), which --threads must not exceed."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _unreadable(path):
+    """Why the file at `path` cannot be read (missing, not a regular file, permission), or None."""
+    if not os.path.exists(path):
+        return "does not exist (set --checkpoint, or train with -s first)" if path.endswith(".npz") else "does not exist"
+    if not os.path.isfile(path):
+        from minidl.files import kind
+        return f"is {kind(path)}, not a regular file"
+    try:
+        with open(path, "rb"):
+            return None
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
 
 
 def add_precision(p, what, default="fp32"):
@@ -189,67 +217,76 @@ def run(args, out=print):
     path = checkpoint_path(args)
     world = distributed.init()                   # one process, or rank r of N under mpiexec
     out = out if world.main else (lambda *a: None)  # rank 0 prints
-    threads = set_threads(args.threads)
-    device = dl.get_device(args.device, seed=args.seed, verbose=world.main,
-                           gpu=world.local_rank if world.size > 1 else None)
-    device.set_tf32(args.tf32)
-    device.set_deterministic(not args.nondeterministic)
+    stop_path = claim_outputs(args, path) if world.main else path
+    with _Signals() as signals:                  # SIGINT/SIGTERM/SIGHUP: nothing trained is lost
+        threads = set_threads(args.threads)
+        device = dl.get_device(args.device, seed=args.seed, verbose=world.main,
+                               gpu=world.local_rank if world.size > 1 else None)
+        device.set_tf32(args.tf32)
+        device.set_deterministic(not args.nondeterministic)
 
-    out(f"== {args.dataset.upper()} training with minidl ==")
-    plan = recipes.plan(args)
-    out(plan.describe())
-    out("[TRAIN]")
-    paths = data.find_dataset(args.dataset, args.data_dir)
-    out(f"loading {paths['train-images-idx3-ubyte']}")
-    train = data.load(args.dataset, "train", args.data_dir)
-    out(f"loaded {len(train[0])} items..")
+        out(f"== {args.dataset.upper()} training with minidl ==")
+        plan = recipes.plan(args)
+        out(plan.describe())
+        out("[TRAIN]")
+        paths = data.find_dataset(args.dataset, args.data_dir)
+        out(f"loading {paths['train-images-idx3-ubyte']}")
+        train = data.load(args.dataset, "train", args.data_dir)
+        out(f"loaded {len(train[0])} items..")
+        test = data.load(args.dataset, "test", args.data_dir)     # checked now, not after the whole run
 
-    model = models.get(model_name, depth=depth, device=device, seed=args.seed)
-    name, lr = plan.optimizer, plan.lr
-    per_epoch = len(train[0]) // (args.batch_size * world.size)   # -b is per rank
-    total = plan.total_steps(per_epoch)            # the run's length: -n / --epochs are totals
-    kw = {"momentum": 0.9} if name == "momentum" else {}
-    opt = optim.get(name, lr=lr, weight_decay=plan.weight_decay, schedule=plan.schedule_fn(optim.schedules, per_epoch),
-                    **kw)
-    trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out, precision=plan.precision,
-                         label_smoothing=plan.label_smoothing, shift=plan.shift, flip=plan.flip,
-                         channels_last=args.channels_last)
-    trainer.plan = plan.to_json()
-    if args.resume:
-        meta = trainer.resume(path)
-        out(f"resumed from {path} at step {meta.get('step', 0)}")
-    elif args.load:
-        dl.checkpoint.load_weights(path, model)
-        out(f"loaded weights from {path}")
-    mode = f", {threads} thread{'s' * (threads > 1)}" if device.name == "cpu" else \
-        f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}" \
-        f"{', channels-last' if trainer.channels_last else ''}"
-    out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
-        f"{name} lr {lr:g} {plan.schedule}, batch {args.batch_size}"
-        f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")
+        model = models.get(model_name, depth=depth, device=device, seed=args.seed)
+        name, lr = plan.optimizer, plan.lr
+        per_epoch = len(train[0]) // (args.batch_size * world.size)   # -b is per rank
+        total = plan.total_steps(per_epoch)            # the run's length: -n / --epochs are totals
+        kw = {"momentum": 0.9} if name == "momentum" else {}
+        opt = optim.get(name, lr=lr, weight_decay=plan.weight_decay,
+                        schedule=plan.schedule_fn(optim.schedules, per_epoch), **kw)
+        trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out,
+                             precision=plan.precision, label_smoothing=plan.label_smoothing, shift=plan.shift,
+                             flip=plan.flip, channels_last=args.channels_last)
+        trainer.plan = plan.to_json()
+        if args.resume:
+            meta = trainer.resume(path)
+            out(f"resumed from {path} at step {meta.get('step', 0)}")
+        elif args.load:
+            dl.checkpoint.load_weights(path, model)
+            out(f"loaded weights from {path}")
+        mode = f", {threads} thread{'s' * (threads > 1)}" if device.name == "cpu" else \
+            f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}" \
+            f"{', channels-last' if trainer.channels_last else ''}"
+        out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
+            f"{name} lr {lr:g} {plan.schedule}, batch {args.batch_size}"
+            f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")
 
-    log = open_logs(args.metrics, args.tensorboard) if world.main else None      # rank 0 writes
-    if trainer.step < total:
-        with _stop_on_signals(trainer):            # SIGINT/SIGTERM: finish the step, save, exit 130/143
-            trainer.fit(train, steps=total - trainer.step, batch_size=args.batch_size, monitor=args.monitor,
-                        save_to=path if args.save else None, save_every=args.save_every, checkpoint=path,
-                        metrics_log=log)
-        t = trainer.timing
-        rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
-        how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
-        out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{how}{rest})")
-        if trainer.loss_scale:
-            out("fp16 loss scale {scale:g}, {skipped} steps skipped on overflow".format(**trainer.loss_scale))
-        if args.save:
-            out(f"saved {path}")
-    else:
-        out(f"the run is complete: step {trainer.step} of {total}")
-
-    out("[INFERENCE]")
-    out(f"loading {paths['t10k-images-idx3-ubyte']}")
-    test = data.load(args.dataset, "test", args.data_dir)
-    out(f"loaded {len(test[0])} items..")
-    loss, acc = trainer.evaluate(test, batch_size=args.test_batch, steps=args.test_steps)
+        log = open_logs(args.metrics, args.tensorboard) if world.main else None      # rank 0 writes
+        trained = trainer.step < total
+        if trained:
+            with signals.deferred(trainer), _hint_resume(path):     # a stop: finish the step, save, exit
+                trainer.fit(train, steps=total - trainer.step, batch_size=args.batch_size, monitor=args.monitor,
+                            save_to=path if args.save else None, save_every=args.save_every,
+                            checkpoint=stop_path, metrics_log=log)
+            t = trainer.timing
+            rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
+            how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
+            out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{how}{rest})")
+            if trainer.loss_scale:
+                out("fp16 loss scale {scale:g}, {skipped} steps skipped on overflow".format(**trainer.loss_scale))
+            if args.save:
+                out(f"saved {path}")
+        else:
+            out(f"the run is complete: step {trainer.step} of {total}")
+        kept = path if args.save or not trained else None       # where the trained weights are now
+        try:
+            signals.check()                    # a stop that came during the final save: honoured now
+            out("[INFERENCE]")
+            out(f"loading {paths['t10k-images-idx3-ubyte']}")
+            out(f"loaded {len(test[0])} items..")
+            loss, acc = trainer.evaluate(test, batch_size=args.test_batch, steps=args.test_steps)
+        except _Interrupted as e:
+            with signals.deferred(None):
+                kept = kept or trainer.save(stop_path() if callable(stop_path) else stop_path)
+            raise _stopped(e.signum, f"stopped after training, at step {trainer.step}", kept, path) from None
     seen = min(len(test[0]), args.test_batch * args.test_steps * world.size)   # -x is per rank too
     note = "" if seen == len(test[0]) else f" (first {seen} of {len(test[0])})"
     out(f"loss: {loss:.3f}, accuracy: {acc:.3f}%{note}")
@@ -260,17 +297,99 @@ def run(args, out=print):
     return loss, acc
 
 
+def claim_outputs(args, path):
+    """Lock every file this run writes, for the whole run, before anything is read or trained:
+    a second run on one of them ends at once with "... is in use by pid N" (minidl.files).
+
+    Returns where a stop (a signal) saves: the checkpoint where the run was asked to write it (-s,
+    --save-every, --resume), else a function choosing at the stop the checkpoint path if nothing is
+    there, else a fresh name beside it: a run never replaces a checkpoint it was not asked to write,
+    and one that is not stopped creates nothing.
+    """
+    from minidl import files
+    for p in (args.metrics, args.save_artifact if "save_artifact" in args else None):
+        if p:
+            files.hold(p)
+    if args.save or args.save_every or args.resume:
+        files.hold(path)
+        return path
+    return lambda: files.fresh_name(path)
+
+
 @contextlib.contextmanager
-def _stop_on_signals(trainer):
-    """While training: SIGINT and SIGTERM ask the trainer to stop after the current step."""
-    def handler(signum, frame):
-        trainer.request_stop(signum)
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+def _hint_resume(path):
+    """A stop that saved beside the checkpoint (not asked to write it) says how to resume from there."""
+    from minidl.trainer import TrainingStopped
     try:
         yield
-    finally:
-        for s, h in old.items():
+    except TrainingStopped as e:
+        if e.path and os.path.abspath(e.path) != os.path.abspath(path):
+            e.hint = (f" ({path} was left as it was): the same command with --checkpoint {e.path} --resume "
+                      f"continues it")
+        raise
+
+
+def _stopped(signum, what, saved, path):
+    """TrainingStopped for a stop outside Trainer.fit, its hint naming how to go on."""
+    from minidl.trainer import TrainingStopped
+    e = TrainingStopped(what + (f"; the trained weights are in {saved}" if saved else ""), signum, saved)
+    if saved and os.path.abspath(saved) != os.path.abspath(path):
+        e.hint = f": -l --checkpoint {saved} starts from them"
+    elif saved:
+        e.hint = ""
+    return e
+
+
+class _Interrupted(Exception):
+    """A signal outside training: raised where the run is, caught where something can be saved."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _Signals:
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) for a whole run.
+
+    Outside training a signal raises _Interrupted (TrainingStopped before training: nothing to
+    save). Inside `deferred(trainer)` it is recorded and handed to the trainer, which finishes the
+    step, saves and stops; a signal during a save is honoured after it (`check`).
+    """
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.trainer, self.defer, self.pending = None, False, None
+
+    def __enter__(self):
+        self.old = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self.old.items():
             signal.signal(s, h)
+
+    def _handle(self, signum, frame):
+        if not self.defer:
+            raise _Interrupted(signum)
+        self.pending = signum
+        if self.trainer is not None:
+            self.trainer.request_stop(signum)
+
+    @contextlib.contextmanager
+    def deferred(self, trainer):
+        self.trainer, self.defer = trainer, True
+        try:
+            yield
+        except _Interrupted:
+            raise
+        finally:
+            self.trainer, self.defer = None, False
+
+    def check(self):
+        """Raise _Interrupted for a signal recorded while deferred and not yet acted on."""
+        signum, self.pending = self.pending, None
+        if signum is not None:
+            raise _Interrupted(signum)
 
 
 def run_cli(run, args):
@@ -281,14 +400,21 @@ def run_cli(run, args):
     try:
         run(args)
     except TrainingStopped as e:
-        how = ": the same command with --resume continues it" if e.path else "; nothing saved"
+        how = getattr(e, "hint", None)
+        how = how if how is not None else ": the same command with --resume continues it" if e.path else "; nothing saved"
         print(f"{signal.Signals(e.signum).name}: {e}{how}", file=sys.stderr)
+        return 128 + e.signum
+    except _Interrupted as e:                                                 # before any training
+        print(f"{e}: stopped before training; nothing saved", file=sys.stderr)
         return 128 + e.signum
     except (ValueError, DeviceError, CaptureError, TrainingDiverged) as e:   # data, checkpoint,
         print(f"error: {e}", file=sys.stderr)                                 # artifact, shape errors
         return 1
     except OSError as e:                                                      # a file the OS refused
         print(f"error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    except MemoryError:                                                       # the CPU's, as the GPU's
+        print("error: out of memory (CPU): try a smaller batch (-b, -x, --batch-size)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

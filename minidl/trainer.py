@@ -142,7 +142,8 @@ class Trainer:
         interval's (loss, accuracy %). Saves to `save_to` at the end, only if training stayed finite.
 
         checkpoint: where a stop request (request_stop) and every `save_every` steps save (default
-        save_to); each save first checks that training stayed finite. metrics_log: a
+        save_to; for a stop also a function returning the path, called at the stop); each save first
+        checks that training stayed finite. metrics_log: a
         log from minidl.metrics_log.open_logs that gets one record per monitoring interval.
         """
         for what, v in (("steps", steps), ("epochs", epochs), ("batch_size", batch_size), ("monitor", monitor),
@@ -228,7 +229,8 @@ class Trainer:
         signum, self._stop = self._stop, None
         if bar is not None:
             bar.close()
-        self._check_finite(start, path)
+        self._check_finite(start, None if callable(path) else path)
+        path = path() if callable(path) else path      # chosen now: a name free at the stop (minidl.train)
         if path:
             self.save(path)
         raise TrainingStopped(f"stopped at step {self.step}" + (f"; saved {path}" if path else ""), signum, path)
