@@ -10,11 +10,13 @@ What a careful user expects of a file minidl writes:
 - a symlink is written through: its target gets the new contents, the link stays;
 - atomic: a temporary file beside the target (its name fits the folder's NAME_MAX however long the
   target's name), fsync, rename, so readers see the old file or the new one, never a part;
-- an advisory lock (filelock, fcntl.flock: released by the kernel when the process dies) beside the
-  target; a run holds it from its start, so a second run on the same file is refused at once with
-  "in use by pid N", and leftovers of a killed save are cleared only when their process is gone;
+- an advisory lock (filelock, fcntl.flock: released by the kernel when the process dies) on a hidden
+  file beside the target, removed again on release; a run holds it from its start, so a second run
+  on the same file is refused at once with "in use by pid N", and leftovers of a killed save are
+  cleared only when their process is gone;
 - a full disk (or any refusal of the OS) is one WriteError naming the file and saying what was kept.
 """
+import atexit
 import errno
 import hashlib
 import os
@@ -117,9 +119,15 @@ def holder(path):
     return int(text) if text.isdigit() else None
 
 
-def _record_pid(fd):
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+def _recorder(lock_file):
+    """on_acquired for filelock: the lock must be on the file now at the lock's path (a holder
+    unlinks it before releasing, so a lock taken on the unlinked inode is no lock), then the pid."""
+    def record(fd):
+        if os.fstat(fd).st_ino != os.stat(lock_file).st_ino:
+            raise OSError(errno.EAGAIN, "lock file replaced while locking")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return record
 
 
 def hold(path):
@@ -131,10 +139,10 @@ def hold(path):
     if real in _held:
         return real
     os.makedirs(os.path.dirname(real), exist_ok=True)
-    lock = FileLock(lock_path(real), on_acquired=_record_pid)
+    lock = FileLock(lock_path(real), on_acquired=_recorder(lock_path(real)))
     try:
         lock.acquire(blocking=False)
-    except Timeout:
+    except (Timeout, FileNotFoundError):
         pid = holder(real)
         raise WriteError(f"{path} is in use by {f'pid {pid}' if pid else 'another process'} "
                          f"(another minidl run writes it)") from None
@@ -154,10 +162,18 @@ def try_hold(path):
 
 
 def release(path):
-    """Give `path`'s lock back (its lock file stays: waiters share its inode)."""
+    """Give `path`'s lock back, its lock file removed first (no one waits on it: every lock here is
+    taken without blocking, and a lock on the removed file is refused by its inode)."""
     lock = _held.pop(target(path), None)
     if lock is not None:
+        _unlink(lock.lock_file)
         lock.release()
+
+
+@atexit.register
+def _release_all():
+    for path in list(_held):
+        release(path)
 
 
 def _alive(pid):

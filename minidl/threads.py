@@ -6,6 +6,7 @@ at batch 32: 10% on idle cores), and on a machine whose cores are busy a spinnin
 a core on every call: the same step took 3-25x longer under load (README, Threads).
 """
 import os
+import warnings
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
@@ -24,8 +25,19 @@ def set_threads(n=None):
                  DEFAULT_THREADS)
     if n < 1:
         raise ValueError(f"threads must be a positive integer, got {n}")
+    if n > cpus():
+        warnings.warn(f"{n} threads on the {cpus()} CPU(s) this process may use: each BLAS call then waits "
+                      f"for cores (many times slower)", stacklevel=2)
     threadpool_limits(limits=n)
     return n
+
+
+def cpus():
+    """The CPUs this process may run on (its affinity)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def current_threads():

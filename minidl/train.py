@@ -71,6 +71,7 @@ def check_args(p, args, batch_split="train"):
         if a.get(dest) is not None and a[dest] > n:
             error(dest, f"{a[dest]:,} is larger than the {n:,} {what}")
     recipes.check(a, error, IMAGES["train"])
+    from minidl.threads import cpus
     if a.get("threads") is not None and a["threads"] > cpus():
         error("threads", f"{a['threads']} is more than the {cpus()} CPU(s) this process may use: "
                          f"each BLAS call would wait for cores")
@@ -116,14 +117,6 @@ def check_args(p, args, batch_split="train"):
         if why:
             error("save_artifact", f"{a['save_artifact']} {why}")
     return args
-
-
-def cpus():
-    """The CPUs this process may run on (its affinity), which --threads must not exceed."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _unreadable(path):
@@ -413,8 +406,8 @@ def run_cli(run, args):
     except OSError as e:                                                      # a file the OS refused
         print(f"error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 1
-    except MemoryError:                                                       # the CPU's, as the GPU's
-        print("error: out of memory (CPU): try a smaller batch (-b, -x, --batch-size)", file=sys.stderr)
+    except MemoryError as e:                                                  # the CPU's, as the GPU's
+        print(f"error: {e or 'out of CPU memory: try a smaller batch (-b, -x, --batch-size)'}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

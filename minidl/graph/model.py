@@ -35,6 +35,10 @@ class Model:
         self.inputs, self.outputs, self.nodes = graph.inputs, graph.outputs, graph.nodes
         self.layers = [n.layer for n in self.nodes]
         self.name, self.seed = name, seed
+        if not self.nodes and _shares is None and weights is None:
+            raise ValueError(f"{name}: no layer between the inputs and the outputs (Model(x, x)): "
+                             f"a model needs at least one layer")
+        self._out_shapes = None            # the last forward's output shapes: backward's gradients must match
         self._name_layers()
         self.device, self.copies, self.side_arenas = None, [], {}
         self.releases, self._deaths = False, None  # True: drop each value after its last reader (liveness.py)
@@ -158,6 +162,7 @@ class Model:
                 del values[v]
         self._values, self._deaths = None if self.releases else values, deaths
         outs = [values[id(o)] for o in self.outputs]
+        self._out_shapes = [tuple(y.shape) for y in outs]
         return outs[0] if self.single_output else outs
 
     __call__ = forward
@@ -194,6 +199,7 @@ class Model:
             raise ValueError(f"{self.name}: a layer adds into its gradients; use accumulate=True")
         if len(gys) != len(self.outputs):
             raise ValueError(f"{self.name}: backward takes {len(self.outputs)} output gradient(s), got {len(gys)}")
+        self._check_gradients(gys)
         grads, add = {}, self.device.kernels.merge.add_fprop     # a value read twice: its gradients add
         for o, g in zip(self.outputs, gys):
             grads[id(o)] = g if id(o) not in grads else grads[id(o)] + g
@@ -224,6 +230,18 @@ class Model:
             final(layer)
         gxs = [grads.get(id(i)) for i in self.inputs]
         return gxs[0] if self.single_input else gxs
+
+    def _check_gradients(self, gys):
+        """backward needs a forward before it, and a gradient of each output's shape."""
+        if self._out_shapes is None:
+            raise ValueError(f"{self.name}: backward before forward: run forward(x, training=True) first "
+                             f"(layer {self.layers[0].name} has nothing saved to differentiate)")
+        for o, g, shape in zip(self.outputs, gys, self._out_shapes):
+            if tuple(getattr(g, "shape", ())) != shape:
+                raise ValueError(f"{self.name}: the gradient of output {o.layer.name} has shape "
+                                 f"{tuple(getattr(g, 'shape', ()))}, the output has shape {shape}")
+        if self.releases:                  # what forward saved is let go by this backward
+            self._out_shapes = None
 
     def zero_grad(self):
         self.grads.fill(0)
