@@ -90,3 +90,33 @@ def test_a_damaged_cache_file_is_timed_again(fresh):
     arrays = [cp.asarray(rng.standard_normal(s, np.float32)) for s in (X, W, (64, 50, 8, 8))]
     _run_all(*arrays)
     assert isinstance(json.loads((fresh / "cudnn-engines.json").read_text()), dict)
+
+
+def test_topk_builds_at_most_k_candidates_and_zero_builds_all(fresh, monkeypatch):
+    rng = np.random.default_rng(4)
+    arrays = [cp.asarray(rng.standard_normal(s, np.float32)) for s in (X, W, (64, 50, 8, 8))]
+    monkeypatch.setenv("MINIDL_AUTOTUNE_TOPK", "2")
+    _, first = _run_all(*arrays)
+    for g in _conv_graphs():
+        built = [i for i in range(g.g.get_execution_plan_count()) if engines._plan(g.g, i) is not None]
+        assert 1 <= len(built) <= 2, built
+        assert g.built is not None and g.index in (None, *g.built)
+    monkeypatch.setenv("MINIDL_AUTOTUNE_TOPK", "0")
+    monkeypatch.setattr(cudnn, "_graphs", {})
+    monkeypatch.setattr(engines, "_disk", {})
+    (fresh / "cudnn-engines.json").unlink()
+    _, every = _run_all(*arrays)
+    assert all(g.built is None for g in _conv_graphs())
+    for a, b in zip(first, every):                     # other engines, same convolution (TF32)
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=5e-3 * np.abs(b).max())
+
+
+def test_a_choice_another_process_wrote_is_kept_when_this_one_writes(fresh):
+    path = fresh / "cudnn-engines.json"
+    rng = np.random.default_rng(5)
+    arrays = [cp.asarray(rng.standard_normal(s, np.float32)) for s in (X, W, (64, 50, 8, 8))]
+    engines._read(str(path))                           # read (empty) before the other process writes
+    path.write_text(json.dumps({"another rank's key": "eng0"}))
+    _run_all(*arrays)
+    table = json.loads(path.read_text())
+    assert table.get("another rank's key") == "eng0" and len(table) > 1, table

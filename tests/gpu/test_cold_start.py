@@ -1,0 +1,78 @@
+"""A first run on empty caches, and the runs after it (issue 27): a second process with the same
+caches compiles nothing and times nothing; ranks of one host never compile a module twice."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+cp = pytest.importorskip("cupy")
+pytest.importorskip("cudnn")
+
+from minidl.kernels.gpu import _cuda  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+LENET = ["--model", "lenet", "-b", "16", "-x", "100"]
+
+
+def _warmup(cache, wait=True, **env):
+    env = dict(os.environ, MINIDL_CACHE=str(cache / "minidl"), CUPY_CACHE_DIR=str(cache / "cupy"), **env)
+    cmd = [sys.executable, "-m", "minidl.warmup", *LENET]
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return _counts(p) if wait else p
+
+
+def _counts(p):
+    out = p.communicate(timeout=600)[0]
+    assert p.returncode == 0, out
+    m = re.search(r"(\d+) kernels compiled, (\d+) convolutions timed", out)
+    assert m, out
+    return int(m.group(1)), int(m.group(2)), out
+
+
+def test_a_second_process_on_the_same_caches_compiles_and_times_nothing(tmp_path):
+    compiled, timed, out = _warmup(tmp_path)
+    assert compiled > 0 and timed > 0, out
+    assert (tmp_path / "minidl" / "cudnn-engines.json").exists()
+    compiled, timed, out = _warmup(tmp_path)
+    assert (compiled, timed) == (0, 0), out
+
+
+def test_two_processes_on_one_empty_cache_compile_each_module_once(tmp_path):
+    alone, _, _ = _warmup(tmp_path / "alone")
+    procs = [_warmup(tmp_path / "shared", wait=False) for _ in range(2)]
+    together = sum(_counts(p)[0] for p in procs)
+    assert together <= alone + 2, (alone, together)     # +2: a module both asked for at the same moment
+
+
+def test_the_old_paths_still_run(tmp_path):
+    compiled, timed, out = _warmup(tmp_path, MINIDL_PARALLEL_COMPILE="0", MINIDL_COMPILE_LOCK="0",
+                                   MINIDL_AUTOTUNE_TOPK="0")
+    assert compiled > 0 and timed > 0, out
+
+
+def test_prefetch_compiles_every_known_module_and_get_finds_it(monkeypatch):
+    from minidl.kernels.gpu import _vec, dense, norm, optim, softmax  # noqa: F401  their Modules register
+    monkeypatch.setattr(_cuda, "_pool", [])
+    for m in _cuda._registry:
+        monkeypatch.setattr(m, "_mods", {})
+    _cuda.prefetch()
+    _cuda.wait()
+    for m in _cuda._registry:
+        assert None in m._mods, m.names[:2]
+        assert m.get(m.names[0]) is not None
+    line = _cuda.progress.line()
+    assert line.startswith("preparing: compiling ") and "convolutions" in line
+
+
+def test_progress_listeners_hear_the_main_thread_and_can_stop():
+    heard = []
+    stop = _cuda.progress.listen(heard.append)
+    _cuda.progress._said = 0.0
+    _cuda.progress.add(timed=0)
+    stop()
+    _cuda.progress._said = 0.0
+    _cuda.progress.add(timed=0)
+    assert len(heard) == 1 and heard[0].startswith("preparing:")
