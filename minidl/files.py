@@ -147,7 +147,8 @@ def hold(path):
         raise WriteError(f"{path} is in use by {f'pid {pid}' if pid else 'another process'} "
                          f"(another minidl run writes it)") from None
     except OSError as e:
-        raise WriteError(f"{path}: cannot lock it ({e.strerror or e})") from None
+        kept = f"{path} is as it was" if os.path.exists(real) else "nothing was written"
+        raise WriteError(f"{path} cannot be written ({e.strerror or e}, making its lock file); {kept}") from None
     _held[real] = lock
     return real
 
