@@ -126,7 +126,10 @@ def _recorder(lock_file):
         if os.fstat(fd).st_ino != os.stat(lock_file).st_ino:
             raise OSError(errno.EAGAIN, "lock file replaced while locking")
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:            # a full disk: the lock holds all the same, its holder is unnamed
+            pass
     return record
 
 
