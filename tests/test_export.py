@@ -8,6 +8,7 @@ from minidl import checkpoint, export, inference, layers as L, models, optim, to
 from minidl.data import mnist
 from minidl.data.loader import MNIST_MEAN, MNIST_STD
 from tests.helpers import randomize_weights
+from tests.test_files import CAN_TMPFS, CAN_UNPRIVILEGE, as_user, on_full_disk
 
 N_IMAGES = 2000
 
@@ -200,3 +201,46 @@ def test_export_command_bad_flags_exit_2(argv, tmp_path, capsys):
 def test_export_command_names_a_missing_checkpoint(tmp_path, capsys):
     assert export.main([str(tmp_path / "missing.npz"), "--onnx", str(tmp_path / "m.onnx")]) == 1
     assert "missing.npz: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag,out,message", [("--onnx", "/dev/full", "--onnx /dev/full is a character device"),
+                                               ("--safetensors", "/dev/null/w.safetensors", "no such folder /dev/null"),
+                                               ("--onnx", ".", "is a folder, not a regular file")])
+def test_export_refuses_an_output_it_cannot_write_before_reading(flag, out, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        export.main([str(tmp_path / "missing.npz"), flag, out])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err.splitlines()[-1] and "Traceback" not in err
+
+
+@pytest.mark.skipif(not CAN_UNPRIVILEGE, reason="needs a non-root user (or unshare --user)")
+def test_export_safetensors_into_a_read_only_folder_is_one_line(tmp_path):
+    pytest.importorskip("safetensors")
+    ckpt = checkpoint.save(str(tmp_path / "lenet.npz"), models.lenet5(seed=0))
+    (tmp_path / "ro").mkdir(mode=0o555)
+    rc, out, err = as_user(f"import sys; from minidl import export; "
+                           f"sys.exit(export.main([{ckpt!r}, '--safetensors', {str(tmp_path / 'ro' / 'w.safetensors')!r}]))")
+    assert rc == 2 and err.splitlines()[-1].endswith("w.safetensors cannot be written (Permission denied)")
+    assert "SafetensorError" not in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not CAN_TMPFS, reason="needs unshare and a tmpfs mount in a user namespace")
+def test_export_onto_a_full_disk_leaves_the_previous_onnx_whole(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    ckpt = checkpoint.save(str(tmp_path / "r.npz"), models.resnet(18, seed=0))
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    rc, out, err = on_full_disk(disk, f"""
+        import sys
+        from minidl import checkpoint, export, models
+        small = checkpoint.save({str(tmp_path / 'l.npz')!r}, models.lenet5(seed=0))
+        assert export.main([small, "--onnx", {str(disk / 'm.onnx')!r}]) == 0
+        print(export.main([{ckpt!r}, "--onnx", {str(disk / 'm.onnx')!r}]))    # ResNet-18: 45 MB, 1 MB of disk
+        import onnx
+        print(len(onnx.load({str(disk / 'm.onnx')!r}).graph.node))
+    """, size="1m")
+    assert "Traceback" not in err, err
+    status, nodes = out.splitlines()[-2:]
+    assert status == "1" and int(nodes) > 5                  # the LeNet-5 graph, whole
+    assert err.splitlines()[-1] == (f"error: {disk / 'm.onnx'}: no space left on the device while writing it; "
+                                    f"{disk / 'm.onnx'} is as it was before")

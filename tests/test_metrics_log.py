@@ -1,6 +1,7 @@
 """Metrics as JSON Lines (one object per line, appended, strict JSON) and the curves command."""
 import json
 import math
+import os
 
 import pytest
 
@@ -95,3 +96,47 @@ def test_open_logs_gives_one_log_for_one_or_both_sinks(tmp_path):
     scalars = read_scalars(tmp_path / "tb")
     assert "train/loss" not in scalars                          # a diverged loss has no point, as null above
     assert scalars["train/accuracy"] == [(5, 50.0)] and scalars["test/accuracy"] == [(5, 90.0)]
+
+
+@pytest.mark.parametrize("output,message", [("c.xyz", "unknown image format .xyz; use one of"),
+                                            ("c", "unknown image format (no extension)"),
+                                            ("/dev/full", "-o /dev/full is a character device, not a regular file"),
+                                            ("dir.png", "is a folder, not a regular file")])
+def test_plot_refuses_an_output_it_cannot_write_before_drawing(tmp_path, capsys, monkeypatch, output, message):
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dir.png").mkdir()
+    if output == "/dev/full":
+        output += ".png"
+        os.symlink("/dev/full", tmp_path / "full.png")        # a device behind a name that looks right
+        output, message = "full.png", "-o full.png is a character device"
+    assert plot.main([str(write_run(tmp_path / "a.jsonl")), "-o", output]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1 and "wrote" not in out
+
+
+@pytest.mark.parametrize("line,message", [('{"step": 1, "loss": "abc"}', 'loss is "abc", expected a finite number'),
+                                          ('{"step": 1, "accuracy": [1]}', "accuracy is [1]"),
+                                          ('{"step": true, "loss": 1}', "an integer step"),
+                                          ('{"step": 1, "lr": NaN}', "lr is NaN")])
+def test_plot_names_a_value_that_is_not_a_number(tmp_path, capsys, line, message):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "run.jsonl"
+    path.write_text(line + "\n")
+    assert plot.main([str(path), "-o", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:1: ") and message in err and err.count("\n") == 1
+
+
+def test_metrics_log_refuses_a_fifo_and_warns_once_when_writes_fail(tmp_path, capsys):
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(ValueError, match="pipe"):
+        MetricsLog(tmp_path / "pipe")                        # no reader: must not hang
+    log = MetricsLog(tmp_path / "m.jsonl")
+    log.file.close()
+    log.file = open("/dev/full", "a", buffering=1)           # every write now fails: ENOSPC
+    for step in (1, 2, 3):
+        log.interval(step=step, epoch=0, loss=1.0, accuracy=50.0, lr=0.1, images_per_s=1.0)
+    log.close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "training goes on" in err

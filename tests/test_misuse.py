@@ -72,3 +72,53 @@ def test_a_wrong_optimizer_hyper_parameter_is_named():
     for bad in (-1, float("nan"), float("inf"), "0.1"):
         with pytest.raises(ValueError, match="lr must be a finite number >= 0"):
             optim.Adam(lr=bad)
+
+
+# -- issue 26: the Python API's misuse, one ValueError each -------------------------------------------------
+def _tiny():
+    x = L.Input((1, 8, 8))
+    return dl.Model(x, L.Softmax()(L.Dense(10)(L.Flatten()(x))))
+
+
+def test_one_optimizer_for_two_trainers_is_refused():
+    opt = optim.Adam()
+    quiet(_tiny(), opt)
+    with pytest.raises(ValueError, match="this Adam already trains model 'model' .*an optimizer of its own"):
+        quiet(_tiny(), opt)
+
+
+def test_backward_before_forward_and_a_wrong_gradient_shape_name_the_layer():
+    model = _tiny()
+    with pytest.raises(ValueError, match=r"backward before forward: .*layer flatten"):
+        model.backward(np.ones((2, 10), np.float32))
+    model.forward(np.ones((2, 1, 8, 8), np.float32), training=True)
+    with pytest.raises(ValueError, match=r"gradient of output softmax has shape \(3, 10\), the output has shape \(2, 10\)"):
+        model.backward(np.ones((3, 10), np.float32))
+
+
+def test_a_model_with_no_layer_is_refused():
+    x = L.Input((1, 8, 8))
+    with pytest.raises(ValueError, match=r"no layer between the inputs and the outputs \(Model\(x, x\)\)"):
+        dl.Model(x, x)
+
+
+def test_more_threads_than_cpus_warns():
+    from minidl import threads
+    with pytest.warns(UserWarning, match=f"{threads.cpus() + 1} threads on the {threads.cpus()} CPU"):
+        threads.set_threads(threads.cpus() + 1)
+    threads.set_threads(1)
+
+
+def test_cpu_out_of_memory_is_one_line(monkeypatch, capsys):
+    from minidl import train
+    model = _tiny()
+    trainer = quiet(model)
+
+    def no_memory(*a, **k):
+        raise MemoryError
+    monkeypatch.setattr(trainer, "_run_step", no_memory)
+    rng = np.random.default_rng(0)
+    status = train.run_cli(lambda args: trainer.fit((rng.integers(0, 256, (64, 1, 8, 8), dtype=np.uint8),
+                                                     rng.integers(0, 10, 64)), steps=2, batch_size=8), None)
+    err = capsys.readouterr().err
+    assert status == 1 and err == "error: out of CPU memory training model (650 parameters) at batch size 8: try a smaller -b\n"
