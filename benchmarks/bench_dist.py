@@ -22,6 +22,8 @@ by --json on other machines (2, 4 and 8 GPUs) and prints the table and plot of a
 
 --grad-reduce fp32 bf16: the dtype the gradients travel in (minidl's Trainer grad_reduce; PyTorch
 DDP's bf16_compress_hook for bf16), so each case also runs with half the bytes on the wire.
+--grad-reduce none runs minidl's step with its collectives skipped (the rest kept), so the step's
+time splits into what N ranks cost without sending and what the all-reduce adds.
 --transport nvlink net: `net` puts NCCL on its network transport (NCCL_P2P_DISABLE=1
 NCCL_SHM_DISABLE=1: sockets over loopback), a stand-in for ranks on two hosts; the table then
 shows the step against the bytes each rank sends (wire MiB). Without usable GPUs it says so in one
@@ -62,7 +64,9 @@ def minidl_worker(case, steps, world, train, precision, grad_reduce):
     model = models.get(case["model"], depth=case["depth"], device=dev, seed=0)
     opt = optim.get(case["optimizer"], lr=case["lr"], **({"momentum": 0.9} if case["optimizer"] == "momentum" else {}))
     trainer = dl.Trainer(model, opt, progress=False, log=lambda s: None, world=world, precision=precision,
-                         grad_reduce=grad_reduce)
+                         grad_reduce="fp32" if grad_reduce == "none" else grad_reduce)
+    if grad_reduce == "none" and trainer.reducer:      # the step's streams, events and casts, no collective
+        trainer.reducer.coll._reduce = lambda a, op, stream: None
     s = _timed(lambda n: trainer.fit(train, steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
                world.comm.Barrier if world.comm else lambda: None, steps)
     reducer = trainer.reducer
@@ -148,8 +152,9 @@ def main(argv=None):
                    help="the MPI launcher command, without -n (default $MINIDL_MPIEXEC or mpiexec)")
     p.add_argument("--bucket-mib", type=float, help="minidl's gradient bucket size (default 8)")
     p.add_argument("--precision", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
-    p.add_argument("--grad-reduce", nargs="+", choices=("fp32", "bf16"), default=["fp32"],
-                   help="the dtype gradients travel in (default fp32)")
+    p.add_argument("--grad-reduce", nargs="+", choices=("fp32", "bf16", "none"), default=["fp32"],
+                   help="the dtype gradients travel in (default fp32); none: minidl's step without its "
+                        "collectives, what N ranks cost before any byte is sent (a profile)")
     p.add_argument("--transport", nargs="+", choices=("nvlink", "net"), default=["nvlink"],
                    help="net: NCCL over sockets, the stand-in for two hosts (default nvlink)")
     p.add_argument("--frameworks", nargs="+", choices=("minidl", "torch-ddp"), default=["minidl", "torch-ddp"])

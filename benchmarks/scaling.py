@@ -22,7 +22,8 @@ def read(path):
 
 def label(r):
     """The framework and how its gradients travelled: 'minidl', 'minidl bf16-wire net', ..."""
-    extra = [x for x, on in (("bf16-wire", r.get("grad_reduce") == "bf16"), ("net", r.get("transport") == "net")) if on]
+    extra = [x for x, on in (("bf16-wire", r.get("grad_reduce") == "bf16"), ("no-reduce", r.get("grad_reduce") == "none"),
+                             ("net", r.get("transport") == "net")) if on]
     return " ".join([r["framework"], *extra])
 
 

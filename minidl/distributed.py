@@ -160,7 +160,8 @@ class Reducer:
     In a training step (TrainStep): `watch(net)` once plans the buckets of net's gradient arena;
     each step `begin()` gives Model.backward its hook, which starts summing a bucket over the ranks
     as soon as backward has finished its layers (on the GPU on a second stream, in the captured
-    step too), and `finish(flag)` starts what is left, ANDs the ranks' NaN flags behind it, and
+    step too; under a precision policy its range is first cast from the compute-dtype copies,
+    net.gather, so half-precision buckets also travel while backward goes on), and `finish(flag)` starts what is left, ANDs the ranks' NaN flags behind it, and
     makes the update wait for all of it. The sum becomes the mean inside the update:
     `grad_scale` = 1/N is the optimizer's. Outside steps: `average(a)` (BatchNorm's running
     statistics before evaluation and saving), `sum_metrics(metrics)` (a Mean's sums and count).
@@ -182,8 +183,11 @@ class Reducer:
     def watch(self, net):
         """Plan the gradient buckets of `net` (lowered for training); returns them (GradientBuckets)."""
         wires = {}                               # bucket start -> its bfloat16 wire
-        self.buckets = GradientBuckets(net, lambda view, lo: self.coll.start(view, "sum", wires.get(lo)),
-                                       self.bucket_mib)
+
+        def start(view, lo):                     # a precision policy's copies: cast this range first
+            net.gather(lo, lo + view.size)
+            self.coll.start(view, "sum", wires.get(lo))
+        self.buckets = GradientBuckets(net, start, self.bucket_mib)
         if self.grad_reduce == "bf16":           # one bfloat16 twin of the arena, cut as the buckets are
             from .precision import BFLOAT16
             twin = self.device.xp.empty(net.grads.size, BFLOAT16)

@@ -96,3 +96,33 @@ def test_two_alike_ranks_train_exactly_like_one_process_with_the_mean_in_the_upd
         assert coll.calls == ["sum"] * len(reducer.buckets) + ["and", "wait"] and len(reducer.buckets) > 1
         np.testing.assert_array_equal(twin.grads, 2 * plain.grads)   # the sum stays: no averaging pass
         np.testing.assert_array_equal(twin.flat, plain.flat)         # (2g) x 1/2 = g, exactly
+
+
+@pytest.mark.parametrize("name,depth,channels_last", [("lenet", None, False), ("resnet", 18, True)])
+def test_half_precision_buckets_are_gathered_one_by_one_into_the_same_float32_gradients(name, depth, channels_last):
+    """Under a bf16 policy the hook sees a layer final in its bfloat16 copy; gathering each bucket's
+    range as it starts (what the Reducer does, so half-precision buckets travel during backward)
+    leaves the float32 arena as backward's whole gather at the end does. (The GPU's KRSC filter
+    copies: tests/gpu/test_distributed.py, two ranks in bf16.)"""
+    dev = dl.get_device("cpu")
+    model = models.get(name, depth=depth, device=dev, seed=0)
+    step = TrainStep(model, optim.get("momentum", lr=0.01, momentum=0.9).setup(model), Mean(dev), policy="bf16",
+                     channels_last=channels_last)
+    net = step.net
+    assert net.copies
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 1, 28, 28)).astype(np.float32), np.array([3, 7, 1, 0])
+
+    def grads(hook):
+        gz = softmax_cross_entropy(net.forward(x, training=True), y)[2]
+        net.zero_grad()                            # a bucket never gathered would stay 0
+        net.backward(gz, input_grads=False, ready=hook.begin() if hook else None)
+        if hook:
+            hook.flush()
+        return net.grads.copy()
+    whole = grads(None)
+    seen = []
+    bk = buckets.GradientBuckets(net, lambda view, lo: (net.gather(lo, lo + view.size), seen.append(lo)), cap_mib=0.05)
+    assert len(bk) > 1
+    np.testing.assert_array_equal(grads(bk), whole)
+    assert len(seen) == len(bk) and np.count_nonzero(whole[:bk.buckets[-1].hi])     # the first layers' too

@@ -74,11 +74,14 @@ class Copies:
         if self.permuted:
             self.kernels.cast_filters_krsc(self.flat, master_flat, self.permuted)
 
-    def gather(self, master_grads):
-        """The copies' gradients into the master's gradient arena, as float32 (after every backward)."""
-        self.kernels.cast_copy_where(master_grads, self.grads, self.mask)
-        if self.permuted:
-            self.kernels.cast_filters_kcrs(master_grads, self.grads, self.permuted)
+    def gather(self, master_grads, lo=0, hi=None):
+        """The copies' gradients into the master's gradient arena, as float32 (after every backward):
+        all of them, or those of elements lo:hi (whole parameters: a range of whole layers)."""
+        hi = master_grads.size if hi is None else hi
+        self.kernels.cast_copy_where(master_grads[lo:hi], self.grads[lo:hi], self.mask[lo:hi])
+        permuted = tuple(f for f in self.permuted if lo <= f[0] < hi)
+        if permuted:
+            self.kernels.cast_filters_kcrs(master_grads, self.grads, permuted)
 
     def zero_grad(self):
         self.grads.fill(0)

@@ -190,11 +190,12 @@ class Model:
         never needs it) and None is returned. accumulate=False overwrites the parameter gradients
         instead of adding (no zero_grad needed); only for models where `overwrites_grads` holds.
         ready(layer), if given, is called in backward order as soon as each layer's parameter
-        gradients are final (data-parallel ranks start reducing them while backward goes on);
-        with compute-dtype copies, only once they are gathered into the float32 arena, at the end.
+        gradients are final (data-parallel ranks start reducing them while backward goes on).
+        With compute-dtype copies they are final in the copies: the hook's owner brings each range
+        it reads into the float32 arena with `gather(lo, hi)` (the Reducer, bucket by bucket, so
+        the first buckets travel while backward goes on); without a hook backward gathers it all.
         """
-        final, deferred = ready or (lambda layer: None), []    # deferred: layers waiting for the gather
-        ready = deferred.append if self.copies else final
+        hooked, ready = ready is not None, ready or (lambda layer: None)
         if not accumulate and not self.overwrites_grads:
             raise ValueError(f"{self.name}: a layer adds into its gradients; use accumulate=True")
         if len(gys) != len(self.outputs):
@@ -224,10 +225,8 @@ class Model:
                     continue
                 prev = grads.get(id(parent))
                 grads[id(parent)] = gx if prev is None else add([prev, gx])      # kept in memory order
-        for c in self.copies:              # every gradient ends in the float32 arena
-            c.gather(self.grads)
-        for layer in deferred:
-            final(layer)
+        if not hooked:                     # every gradient ends in the float32 arena
+            self.gather()
         gxs = [grads.get(id(i)) for i in self.inputs]
         return gxs[0] if self.single_input else gxs
 
@@ -242,6 +241,12 @@ class Model:
                                  f"{tuple(getattr(g, 'shape', ()))}, the output has shape {shape}")
         if self.releases:                  # what forward saved is let go by this backward
             self._out_shapes = None
+
+    def gather(self, lo=0, hi=None):
+        """Elements lo:hi of the compute-dtype copies' gradients into the float32 arena `grads`
+        (whole layers: a range backward's `ready` hook has seen final). No copies: nothing to do."""
+        for c in self.copies:
+            c.gather(self.grads, lo, hi)
 
     def zero_grad(self):
         self.grads.fill(0)

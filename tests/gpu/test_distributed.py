@@ -158,16 +158,29 @@ def test_two_gpus_sum_the_gradient_of_one_gpu_and_a_dropped_bucket_is_caught(tmp
     Then 10 steps: the weights agree as closely, before rounding has had steps to grow."""
     flags = ["--bucket-mib", bucket_mib, *RECIPE]
     r = _worker_runs(tmp_path, [("one", 1, 32, 1, "--grads", *flags), ("two", 2, 16, 1, "--grads", *flags),
-                                ("dropped", 2, 16, 1, "--grads", "--drop-bucket", "1", *flags),
+                                ("dropped", 2, 16, 1, "--grads", "--drop-bucket", "0", *flags),
                                 ("bf16", 2, 16, 1, "--grads", "--grad-reduce", "bf16", *flags),
                                 ("one10", 1, 32, 10, *flags), ("two10", 2, 16, 10, *flags)])
     assert int(r["two"]["size"]) == 2
     for name in ("two", "dropped", "bf16"):
         r[name]["grads"] = r[name]["grads"] / 2
     assert _relative(r["one"], r["two"], "grads") <= 1e-5
-    assert 1e-6 < _relative(r["one"], r["bf16"], "grads") <= 2 ** -8          # bfloat16's mantissa
+    assert 1e-6 < _relative(r["one"], r["bf16"], "grads") <= 2 ** -7     # bfloat16: each term and the sum rounded
     assert _relative(r["one"], r["dropped"], "grads") > 1e-2
     assert _relative(r["one10"], r["two10"]) <= 1e-5
+
+
+@pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
+def test_two_gpus_in_bf16_gather_each_bucket_from_the_copies_as_the_whole_arena_at_once(tmp_path):
+    """Under the bf16 policy (channels-last KRSC filter copies) each bucket is cast into the float32
+    arena as it starts: many small buckets give the gradient of one bucket cast after backward, and
+    that is one GPU's bf16 gradient at b32 to bfloat16 rounding (the ranks' partial sums round apart)."""
+    flags = ["--grads", "--precision", "bf16", *RECIPE]
+    r = _worker_runs(tmp_path, [("one", 1, 32, 1, *flags), ("small", 2, 16, 1, "--bucket-mib", "0.02", *flags),
+                                ("whole", 2, 16, 1, "--bucket-mib", "8", *flags)])
+    assert _relative(r["small"], r["whole"], "grads") <= 1e-7
+    r["small"]["grads"] = r["small"]["grads"] / 2
+    assert _relative(r["one"], r["small"], "grads") <= 5e-2
 
 
 @pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
@@ -192,5 +205,5 @@ def test_a_failing_gpu_rank_ends_every_rank_within_10_s_naming_itself(tmp_path):
     t0 = time.perf_counter()
     p = subprocess.run(_launcher() + ["-n", "2", sys.executable, str(worker), "fail", str(tmp_path / "x"),
                                       "--device", "cuda"], env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0 and "error: rank 1: injected failure" in p.stderr.splitlines(), p.stderr[-2000:]
+    assert p.returncode != 0 and "error: rank 1: injected failure\n" in p.stderr, p.stderr[-2000:]
     print(f"the job ended {time.perf_counter() - t0:.1f} s after it began")

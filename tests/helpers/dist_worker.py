@@ -11,6 +11,7 @@ every rank writes OUT.<rank>.npz.
 --shift P / --flip: the recipe's augmentation (random shifts of up to P pixels, random flips);
 --grads: OUT also holds the gradient arena after the last step (summed over the ranks);
 --drop-bucket I: the reducer skips bucket I (a fault on purpose, for the tests that must catch it);
+--precision bf16: the bf16 policy (float32 master weights, bfloat16 copies);
 --pid-file: each rank writes its process id to OUT.<rank>.pid once it trains;
 --grad-reduce bf16: gradients travel between the ranks as bfloat16;
 --nudge: the initial weights moved by one ulp (a rounding-sized difference, to measure chaos);
@@ -96,6 +97,7 @@ def parse(argv):
     p.add_argument("--nudge", action="store_true")
     p.add_argument("--grad-reduce", default="fp32")
     p.add_argument("--pid-file", action="store_true")
+    p.add_argument("--precision", default="fp32")
     return p.parse_args(argv)
 
 
@@ -126,7 +128,7 @@ def main(*argv):
         flat = device.to_host(model.flat)
         model.flat[...] = device.xp.asarray(np.nextafter(flat, np.inf, dtype=flat.dtype))
     trainer = dl.Trainer(model, opt, seed=0, world=world, graph=not args.eager, shift=args.shift, flip=args.flip,
-                         grad_reduce=args.grad_reduce)
+                         grad_reduce=args.grad_reduce, precision=args.precision)
     if args.drop_bucket is not None and trainer.reducer:
         _drop_bucket(trainer.reducer.buckets, args.drop_bucket)
     trainer._step.net.releases = args.mode != "dropout"      # keep the dropout mask for the test to read
