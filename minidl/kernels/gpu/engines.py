@@ -1,4 +1,4 @@
-"""Which cuDNN engine runs a graph: every candidate timed once per key, the fastest kept.
+"""Which cuDNN engine runs a graph: the heuristics' first candidates timed once per key, the fastest kept.
 
 cuDNN's heuristics rank the engines for a graph without running them, and at the small shapes
 minidl trains (LeNet's 5x5 convs at batch 256, ResNet-50 at batch 1) their first choice can be
