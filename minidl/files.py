@@ -22,6 +22,7 @@ import hashlib
 import os
 import re
 import stat
+import sys
 
 from filelock import FileLock, Timeout
 
@@ -156,15 +157,6 @@ def hold(path):
     return real
 
 
-def try_hold(path):
-    """hold(path), or False where another process holds it."""
-    try:
-        hold(path)
-        return True
-    except WriteError:
-        return False
-
-
 def release(path):
     """Give `path`'s lock back, its lock file removed first (no one waits on it: every lock here is
     taken without blocking, and a lock on the removed file is refused by its inode)."""
@@ -277,19 +269,6 @@ def _sync_folder(folder):
         os.close(fd)
 
 
-def fresh_name(path):
-    """`path` itself where nothing is there and no process holds it, else <stem>.stopped[-k]<ext>,
-    the first such name free: where a run that was not asked to write `path` may still save."""
-    if not os.path.lexists(path) and try_hold(path):
-        return path
-    stem, ext = os.path.splitext(os.fspath(path))
-    for k in range(1, 1000):
-        candidate = f"{stem}.stopped{'' if k == 1 else f'-{k}'}{ext}"
-        if not os.path.lexists(candidate) and try_hold(candidate):
-            return candidate
-    raise WriteError(f"no free name beside {path} to save to")
-
-
 def open_append(path):
     """A text file at `path` opened for appending, refused unless it is a regular file.
 
@@ -305,3 +284,25 @@ def open_append(path):
         raise WriteError(f"{path} is {kind(path) or 'not a regular file'}, not a regular file: not written")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "a", buffering=1, encoding="utf-8")
+
+
+def warn_once(log, what, e):
+    """A log that cannot be written says so once, on stderr, and stops writing: training goes on."""
+    if not log.failed:
+        log.failed = True
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
+        print(f"warning: {what} cannot be written ({why}): no more records go to it; training goes on",
+              file=sys.stderr)
+
+
+def unreadable(path):
+    """Why the file at `path` cannot be read (missing, not a regular file, permission), or None."""
+    if not os.path.exists(path):
+        return "does not exist (set --checkpoint, or train with -s first)" if path.endswith(".npz") else "does not exist"
+    if not os.path.isfile(path):
+        return f"is {kind(path)}, not a regular file"
+    try:
+        with open(path, "rb"):
+            return None
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"

@@ -37,15 +37,6 @@ def _number(v):
     return v if math.isfinite(v) else None
 
 
-def warn_once(log, what, e):
-    """A log that cannot be written says so once, on stderr, and stops writing: training goes on."""
-    if not log.failed:
-        log.failed = True
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
-        print(f"warning: {what} cannot be written ({why}): no more records go to it; training goes on",
-              file=sys.stderr)
-
-
 def repair(path):
     """Cut a last line that has no newline (a run killed mid-write) so that appending starts a
     fresh line; returns the bytes dropped. A resumed run must not glue its first record to it."""
@@ -88,7 +79,7 @@ class MetricsLog:
         try:
             self.file.write(json.dumps(record, allow_nan=False) + "\n")
         except OSError as e:
-            warn_once(self, f"metrics file {self.path}", e)
+            files.warn_once(self, f"metrics file {self.path}", e)
 
     def interval(self, step, epoch, loss, accuracy, lr, images_per_s, wall_s=None):
         """One training interval: its mean loss and accuracy (%), the lr, throughput and time."""
@@ -106,7 +97,7 @@ class MetricsLog:
         try:
             self.file.close()
         except OSError as e:
-            warn_once(self, f"metrics file {self.path}", e)
+            files.warn_once(self, f"metrics file {self.path}", e)
 
     def __enter__(self):
         return self

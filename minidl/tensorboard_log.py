@@ -11,7 +11,7 @@ its step. tensorboardX writes the event files (it needs protobuf, not TensorFlow
 """
 import math
 
-from .metrics_log import warn_once
+from .files import warn_once
 
 
 class TensorBoardLog:

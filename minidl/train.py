@@ -4,14 +4,13 @@
     python -m minidl.train --model lenet --epochs 1 -s
 """
 import argparse
-import contextlib
 import importlib.util
 import math
 import os
 import signal
 import sys
 
-from minidl import recipes
+from minidl import recipes, stops
 
 # Split sizes, known without reading a file, so that flags are checked before any data is loaded.
 IMAGES = {"train": 60_000, "test": 10_000}          # MNIST and Fashion-MNIST alike
@@ -50,7 +49,7 @@ def check_args(p, args, batch_split="train"):
     Shared by minidl.infer: each check runs only for the flags its parser has. `batch_split` is
     the split the batch size is drawn from (train for training, test for inference).
     """
-    from minidl.files import problem as _unwritable
+    from minidl import files as _files
     a = vars(args)
 
     def flag(dest):          # the option string the user typed for `dest`, e.g. -b or --batch-size
@@ -83,12 +82,10 @@ def check_args(p, args, batch_split="train"):
         error("load", "conflicts with --resume (which restores the weights and the optimizer state)")
     if "resume" in a:                                # the training command line
         path = checkpoint_path(args)
-        for dest in ("resume", "load"):
-            if a[dest]:
-                why = _unreadable(path)
-                if why:
-                    error(dest, f"checkpoint {path} {why}")
-        why = _unwritable(path) if args.save or args.save_every else None
+        why = _files.unreadable(path) if a["resume"] or a["load"] else None
+        if why:
+            error("resume" if a["resume"] else "load", f"checkpoint {path} {why}")
+        why = _files.problem(path) if args.save or args.save_every else None
         if why:          # found now, not by a traceback after the whole run
             what = "-s" if args.save else "--save-every"
             error("checkpoint" if args.checkpoint else "save" if args.save else "save_every",
@@ -98,39 +95,21 @@ def check_args(p, args, batch_split="train"):
         if diff:          # the resumed run must be the run that was planned
             error("resume", f"{path} is a run planned with other flags: " + "; ".join(diff))
     for dest in ("checkpoint", "artifact"):
-        why = _unreadable(a[dest]) if "resume" not in a and a.get(dest) else None
+        why = _files.unreadable(a[dest]) if "resume" not in a and a.get(dest) else None
         if why:
             error(dest, f"{a[dest]} {why}")
-    if a.get("metrics"):
-        why = _unwritable(a["metrics"])
+    for dest in ("metrics", "save_artifact"):          # regular files only: a FIFO would hang the run
+        why = _files.problem(a[dest]) if a.get(dest) else None
         if why:
-            error("metrics", f"{a['metrics']} {why}")
+            error(dest, f"{a[dest]} {why}")
     if a.get("tensorboard"):
-        why = _unwritable(os.path.join(a["tensorboard"], "events"))       # the folder, made if missing
+        why = _files.problem(os.path.join(a["tensorboard"], "events"))       # the folder, made if missing
         if why:
             error("tensorboard", f"{a['tensorboard']}: an event file there {why}")
         if importlib.util.find_spec("tensorboardX") is None:
             from minidl.install_hint import install_hint
             error("tensorboard", f"needs tensorboardX ({install_hint('tensorboard', 'tensorboardX')})")
-    if a.get("save_artifact"):
-        why = _unwritable(a["save_artifact"])
-        if why:
-            error("save_artifact", f"{a['save_artifact']} {why}")
     return args
-
-
-def _unreadable(path):
-    """Why the file at `path` cannot be read (missing, not a regular file, permission), or None."""
-    if not os.path.exists(path):
-        return "does not exist (set --checkpoint, or train with -s first)" if path.endswith(".npz") else "does not exist"
-    if not os.path.isfile(path):
-        from minidl.files import kind
-        return f"is {kind(path)}, not a regular file"
-    try:
-        with open(path, "rb"):
-            return None
-    except OSError as e:
-        return f"cannot be read ({e.strerror or e})"
 
 
 def add_precision(p, what, default="fp32"):
@@ -210,8 +189,8 @@ def run(args, out=print):
     path = checkpoint_path(args)
     world = distributed.init()                   # one process, or rank r of N under mpiexec
     out = out if world.main else (lambda *a: None)  # rank 0 prints
-    stop_path = claim_outputs(args, path) if world.main else path
-    with _Signals() as signals:                  # SIGINT/SIGTERM/SIGHUP: nothing trained is lost
+    stop_path = stops.claim_outputs(args, path) if world.main else path
+    with stops.Signals() as signals:                  # SIGINT/SIGTERM/SIGHUP: nothing trained is lost
         threads = set_threads(args.threads)
         device = dl.get_device(args.device, seed=args.seed, verbose=world.main,
                                gpu=world.local_rank if world.size > 1 else None)
@@ -255,7 +234,7 @@ def run(args, out=print):
         log = open_logs(args.metrics, args.tensorboard) if world.main else None      # rank 0 writes
         trained = trainer.step < total
         if trained:
-            with signals.deferred(trainer), _hint_resume(path):     # a stop: finish the step, save, exit
+            with signals.deferred(trainer), stops.hint_resume(path):     # a stop: finish the step, save, exit
                 trainer.fit(train, steps=total - trainer.step, batch_size=args.batch_size, monitor=args.monitor,
                             save_to=path if args.save else None, save_every=args.save_every,
                             checkpoint=stop_path, metrics_log=log)
@@ -276,10 +255,10 @@ def run(args, out=print):
             out(f"loading {paths['t10k-images-idx3-ubyte']}")
             out(f"loaded {len(test[0])} items..")
             loss, acc = trainer.evaluate(test, batch_size=args.test_batch, steps=args.test_steps)
-        except _Interrupted as e:
+        except stops.Interrupted as e:
             with signals.deferred(None):
                 kept = kept or trainer.save(stop_path() if callable(stop_path) else stop_path)
-            raise _stopped(e.signum, f"stopped after training, at step {trainer.step}", kept, path) from None
+            raise stops.stopped(e.signum, f"stopped after training, at step {trainer.step}", kept, path) from None
     seen = min(len(test[0]), args.test_batch * args.test_steps * world.size)   # -x is per rank too
     note = "" if seen == len(test[0]) else f" (first {seen} of {len(test[0])})"
     out(f"loss: {loss:.3f}, accuracy: {acc:.3f}%{note}")
@@ -288,101 +267,6 @@ def run(args, out=print):
         log.close()
     out("Done.")
     return loss, acc
-
-
-def claim_outputs(args, path):
-    """Lock every file this run writes, for the whole run, before anything is read or trained:
-    a second run on one of them ends at once with "... is in use by pid N" (minidl.files).
-
-    Returns where a stop (a signal) saves: the checkpoint where the run was asked to write it (-s,
-    --save-every, --resume), else a function choosing at the stop the checkpoint path if nothing is
-    there, else a fresh name beside it: a run never replaces a checkpoint it was not asked to write,
-    and one that is not stopped creates nothing.
-    """
-    from minidl import files
-    for p in (args.metrics, args.save_artifact if "save_artifact" in args else None):
-        if p:
-            files.hold(p)
-    if args.save or args.save_every or args.resume:
-        files.hold(path)
-        return path
-    return lambda: files.fresh_name(path)
-
-
-@contextlib.contextmanager
-def _hint_resume(path):
-    """A stop that saved beside the checkpoint (not asked to write it) says how to resume from there."""
-    from minidl.trainer import TrainingStopped
-    try:
-        yield
-    except TrainingStopped as e:
-        if e.path and os.path.abspath(e.path) != os.path.abspath(path):
-            e.hint = (f" ({path} was left as it was): the same command with --checkpoint {e.path} --resume "
-                      f"continues it")
-        raise
-
-
-def _stopped(signum, what, saved, path):
-    """TrainingStopped for a stop outside Trainer.fit, its hint naming how to go on."""
-    from minidl.trainer import TrainingStopped
-    e = TrainingStopped(what + (f"; the trained weights are in {saved}" if saved else ""), signum, saved)
-    if saved and os.path.abspath(saved) != os.path.abspath(path):
-        e.hint = f": -l --checkpoint {saved} starts from them"
-    elif saved:
-        e.hint = ""
-    return e
-
-
-class _Interrupted(Exception):
-    """A signal outside training: raised where the run is, caught where something can be saved."""
-
-    def __init__(self, signum):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class _Signals:
-    """SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) for a whole run.
-
-    Outside training a signal raises _Interrupted (TrainingStopped before training: nothing to
-    save). Inside `deferred(trainer)` it is recorded and handed to the trainer, which finishes the
-    step, saves and stops; a signal during a save is honoured after it (`check`).
-    """
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self):
-        self.trainer, self.defer, self.pending = None, False, None
-
-    def __enter__(self):
-        self.old = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
-
-    def __exit__(self, *exc):
-        for s, h in self.old.items():
-            signal.signal(s, h)
-
-    def _handle(self, signum, frame):
-        if not self.defer:
-            raise _Interrupted(signum)
-        self.pending = signum
-        if self.trainer is not None:
-            self.trainer.request_stop(signum)
-
-    @contextlib.contextmanager
-    def deferred(self, trainer):
-        self.trainer, self.defer = trainer, True
-        try:
-            yield
-        except _Interrupted:
-            raise
-        finally:
-            self.trainer, self.defer = None, False
-
-    def check(self):
-        """Raise _Interrupted for a signal recorded while deferred and not yet acted on."""
-        signum, self.pending = self.pending, None
-        if signum is not None:
-            raise _Interrupted(signum)
 
 
 def run_cli(run, args):
@@ -397,7 +281,7 @@ def run_cli(run, args):
         how = how if how is not None else ": the same command with --resume continues it" if e.path else "; nothing saved"
         print(f"{signal.Signals(e.signum).name}: {e}{how}", file=sys.stderr)
         return 128 + e.signum
-    except _Interrupted as e:                                                 # before any training
+    except stops.Interrupted as e:                                            # before any training
         print(f"{e}: stopped before training; nothing saved", file=sys.stderr)
         return 128 + e.signum
     except (ValueError, DeviceError, CaptureError, TrainingDiverged) as e:   # data, checkpoint,
@@ -407,7 +291,7 @@ def run_cli(run, args):
         print(f"error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 1
     except MemoryError as e:                                                  # the CPU's, as the GPU's
-        print(f"error: {e or 'out of CPU memory: try a smaller batch (-b, -x, --batch-size)'}", file=sys.stderr)
+        print(f"error: {str(e) or 'out of CPU memory: try a smaller batch (-b, -x, --batch-size)'}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

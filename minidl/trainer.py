@@ -56,9 +56,7 @@ class Trainer:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.xp is not model.device.xp:     # another backend: rebuild the model there
                 model.to(dev)
-        if optimizer.model is not None and optimizer.model is not model:
-            raise ValueError(f"Trainer: this {type(optimizer).__name__} already trains model {optimizer.model.name!r} "
-                             f"(another Trainer's): give each Trainer an optimizer of its own")
+        optimizer.check_free_for(model)     # one optimizer for two Trainers would train neither
         self.model, self.optimizer, self.seed, self.log = model, optimizer, seed, log
         self.device = model.device
         optimizer.setup(model)
@@ -173,9 +171,6 @@ class Trainer:
             epoch, k = divmod(self.step, per_epoch)
             try:
                 self._run_step(loader, epoch, k)
-            except MemoryError:
-                raise MemoryError(f"out of CPU memory training {self.model.name} ({self.model.n_params:,} parameters) "
-                                  f"at batch size {loader.batch_size}: try a smaller -b") from None
             except Exception as e:
                 if self.device.is_out_of_memory(e):
                     raise DeviceError(f"out of GPU memory training {self.model.name} ({self.model.n_params:,} "

@@ -121,4 +121,4 @@ def test_cpu_out_of_memory_is_one_line(monkeypatch, capsys):
     status = train.run_cli(lambda args: trainer.fit((rng.integers(0, 256, (64, 1, 8, 8), dtype=np.uint8),
                                                      rng.integers(0, 10, 64)), steps=2, batch_size=8), None)
     err = capsys.readouterr().err
-    assert status == 1 and err == "error: out of CPU memory training model (650 parameters) at batch size 8: try a smaller -b\n"
+    assert status == 1 and err == "error: out of CPU memory: try a smaller batch (-b, -x, --batch-size)\n"

@@ -12,8 +12,7 @@ import numpy as np
 from ..backend import get_device
 from ..layers.base import Layer, Need, _fmt
 from ..layers.node import Input, Node
-from ..precision import is_float
-from . import arena, liveness
+from . import arena, checks, liveness
 from .config import graph_of_config
 from .ir import Graph
 from .summary import print_summary
@@ -36,8 +35,7 @@ class Model:
         self.layers = [n.layer for n in self.nodes]
         self.name, self.seed = name, seed
         if not self.nodes and _shares is None and weights is None:
-            raise ValueError(f"{name}: no layer between the inputs and the outputs (Model(x, x)): "
-                             f"a model needs at least one layer")
+            checks.no_layers(name)
         self._out_shapes = None            # the last forward's output shapes: backward's gradients must match
         self._name_layers()
         self.device, self.copies, self.side_arenas = None, [], {}
@@ -200,7 +198,7 @@ class Model:
             raise ValueError(f"{self.name}: a layer adds into its gradients; use accumulate=True")
         if len(gys) != len(self.outputs):
             raise ValueError(f"{self.name}: backward takes {len(self.outputs)} output gradient(s), got {len(gys)}")
-        self._check_gradients(gys)
+        checks.gradients(self, gys)
         grads, add = {}, self.device.kernels.merge.add_fprop     # a value read twice: its gradients add
         for o, g in zip(self.outputs, gys):
             grads[id(o)] = g if id(o) not in grads else grads[id(o)] + g
@@ -230,18 +228,6 @@ class Model:
         gxs = [grads.get(id(i)) for i in self.inputs]
         return gxs[0] if self.single_input else gxs
 
-    def _check_gradients(self, gys):
-        """backward needs a forward before it, and a gradient of each output's shape."""
-        if self._out_shapes is None:
-            raise ValueError(f"{self.name}: backward before forward: run forward(x, training=True) first "
-                             f"(layer {self.layers[0].name} has nothing saved to differentiate)")
-        for o, g, shape in zip(self.outputs, gys, self._out_shapes):
-            if tuple(getattr(g, "shape", ())) != shape:
-                raise ValueError(f"{self.name}: the gradient of output {o.layer.name} has shape "
-                                 f"{tuple(getattr(g, 'shape', ()))}, the output has shape {shape}")
-        if self.releases:                  # what forward saved is let go by this backward
-            self._out_shapes = None
-
     def gather(self, lo=0, hi=None):
         """Elements lo:hi of the compute-dtype copies' gradients into the float32 arena `grads`
         (whole layers: a range backward's `ready` hook has seen final). No copies: nothing to do."""
@@ -269,17 +255,7 @@ class Model:
         return {k: np.array(self.device.to_host(p.grad)) for k, p in self.params.items() if p.trainable}
 
     def _check_weights(self, weights, strict):
-        unknown = sorted(set(weights) - set(self.params))
-        missing = sorted(set(self.params) - set(weights))
-        if unknown or (strict and missing):
-            raise ValueError(f"{self.name}: weights do not match the model: "
-                             f"unknown {unknown or 'none'}, missing {missing or 'none'}")
-        for k, a in weights.items():
-            if tuple(np.shape(a)) != self.params[k].shape:
-                raise ValueError(f"{self.name}: {k} has shape {self.params[k].shape}, got {tuple(np.shape(a))}")
-            dtype = getattr(a, "dtype", np.dtype("f"))
-            if not (dtype.kind in "iu" or is_float(dtype)):
-                raise ValueError(f"{self.name}: {k} has dtype {a.dtype}, expected real numbers")
+        checks.weights(self, weights, strict)
 
     def set_weights(self, weights, strict=True):
         """Copy arrays into parameters by 'layer/param' name, checking names and shapes first."""

@@ -37,6 +37,13 @@ class Optimizer:
         self.state = {}
         self.model = self._pending = None
 
+    def check_free_for(self, model):
+        """Refuse to serve a second model (a second Trainer's): setup would rebind the flat buffers and
+        the first Trainer's steps would silently update the other model."""
+        if self.model is not None and self.model is not model:
+            raise ValueError(f"Trainer: this {type(self).__name__} already trains model {self.model.name!r} "
+                             f"(another Trainer's): give each Trainer an optimizer of its own")
+
     def setup(self, model):
         """Bind model.flat / model.grads and the device's optim kernels; allocate zeroed state.
 

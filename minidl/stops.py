@@ -1,0 +1,129 @@
+"""How a `python -m minidl.train` run ends when it is stopped: nothing trained is lost, nothing
+it was not asked to write is replaced.
+
+SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) alike: during training the trainer
+finishes its step, saves and stops (exit 128 + the signal); a signal during the final save is
+honoured after it; one during evaluation keeps the trained weights and says where. A run that was
+not asked to write the checkpoint (no -s, --save-every, --resume) saves at a stop only where no
+file is (fresh_name).
+"""
+import contextlib
+import os
+import signal
+
+from minidl import files
+
+
+def claim_outputs(args, path):
+    """Lock every file this run writes, for the whole run, before anything is read or trained:
+    a second run on one of them ends at once with "... is in use by pid N" (minidl.files).
+
+    Returns where a stop (a signal) saves: the checkpoint where the run was asked to write it (-s,
+    --save-every, --resume), else a function choosing at the stop the checkpoint path if nothing is
+    there, else a fresh name beside it: a run never replaces a checkpoint it was not asked to write,
+    and one that is not stopped creates nothing.
+    """
+    for p in (args.metrics, args.save_artifact if "save_artifact" in args else None):
+        if p:
+            files.hold(p)
+    if args.save or args.save_every or args.resume:
+        files.hold(path)
+        return path
+    return lambda: fresh_name(path)
+
+
+@contextlib.contextmanager
+def hint_resume(path):
+    """A stop that saved beside the checkpoint (not asked to write it) says how to resume from there."""
+    from minidl.trainer import TrainingStopped
+    try:
+        yield
+    except TrainingStopped as e:
+        if e.path and os.path.abspath(e.path) != os.path.abspath(path):
+            e.hint = (f" ({path} was left as it was): the same command with --checkpoint {e.path} --resume "
+                      f"continues it")
+        raise
+
+
+def stopped(signum, what, saved, path):
+    """TrainingStopped for a stop outside Trainer.fit, its hint naming how to go on."""
+    from minidl.trainer import TrainingStopped
+    e = TrainingStopped(what + (f"; the trained weights are in {saved}" if saved else ""), signum, saved)
+    if saved and os.path.abspath(saved) != os.path.abspath(path):
+        e.hint = f": -l --checkpoint {saved} starts from them"
+    elif saved:
+        e.hint = ""
+    return e
+
+
+class Interrupted(Exception):
+    """A signal outside training: raised where the run is, caught where something can be saved."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Signals:
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) for a whole run.
+
+    Outside training a signal raises Interrupted (TrainingStopped before training: nothing to
+    save). Inside `deferred(trainer)` it is recorded and handed to the trainer, which finishes the
+    step, saves and stops; a signal during a save is honoured after it (`check`).
+    """
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.trainer, self.defer, self.pending = None, False, None
+
+    def __enter__(self):
+        self.old = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self.old.items():
+            signal.signal(s, h)
+
+    def _handle(self, signum, frame):
+        if not self.defer:
+            raise Interrupted(signum)
+        self.pending = signum
+        if self.trainer is not None:
+            self.trainer.request_stop(signum)
+
+    @contextlib.contextmanager
+    def deferred(self, trainer):
+        self.trainer, self.defer = trainer, True
+        try:
+            yield
+        except Interrupted:
+            raise
+        finally:
+            self.trainer, self.defer = None, False
+
+    def check(self):
+        """Raise Interrupted for a signal recorded while deferred and not yet acted on."""
+        signum, self.pending = self.pending, None
+        if signum is not None:
+            raise Interrupted(signum)
+
+
+def fresh_name(path):
+    """`path` itself where nothing is there and no process holds it, else <stem>.stopped[-k]<ext>,
+    the first such name free: where a run that was not asked to write `path` may still save."""
+    if not os.path.lexists(path) and _try_hold(path):
+        return path
+    stem, ext = os.path.splitext(os.fspath(path))
+    for k in range(1, 1000):
+        candidate = f"{stem}.stopped{'' if k == 1 else f'-{k}'}{ext}"
+        if not os.path.lexists(candidate) and _try_hold(candidate):
+            return candidate
+    raise files.WriteError(f"no free name beside {path} to save to")
+
+
+def _try_hold(path):
+    try:
+        files.hold(path)
+        return True
+    except files.WriteError:
+        return False
