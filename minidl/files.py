@@ -202,7 +202,7 @@ def write_atomic(path, fill, replace=True):
     file appeared meanwhile): WriteError. Takes the file's lock for the write unless this process
     holds it already. Returns `path`.
     """
-    path = os.fspath(path)
+    given, path = path, os.fspath(path)
     why = kind(path)
     if why:
         raise WriteError(f"{path} is {why}, not a regular file: not written")
@@ -236,7 +236,7 @@ def write_atomic(path, fill, replace=True):
     finally:
         if mine:
             release(real)
-    return path
+    return given          # as given: a Path stays a Path
 
 
 def _failure(path, e, existed):
