@@ -55,6 +55,16 @@ class World:
         """Rank 0: the one that prints and saves."""
         return self.rank == 0
 
+    def global_batch(self, batch_size, resumed=None):
+        """The images a step takes over all ranks. A run resumed from a checkpoint trained on
+        `resumed` images a step must keep that number, over any number of ranks."""
+        total = batch_size * self.size
+        if resumed is not None and total != resumed:
+            fix = f"batch_size={resumed // self.size}" if resumed % self.size == 0 else f"ranks dividing {resumed}"
+            raise ValueError(f"fit: the checkpoint's run trained on batches of {resumed} images; batch_size "
+                             f"{batch_size} x {self.size} rank{'s' * (self.size > 1)} is {total}: use {fix}")
+        return total
+
     def reducer(self, device, bucket_mib=None, grad_reduce="fp32"):
         """The Reducer of these ranks on `device`, or None for one process (nothing to reduce)."""
         return None if self.size == 1 else Reducer(self, device, bucket_mib, grad_reduce=grad_reduce)

@@ -63,8 +63,7 @@ class Trainer:
         self.step = 0                      # steps trained so far (restored by resume)
         self.plan = None                   # the run's plan (JSON), saved in its checkpoints
         self._stop = None                  # a signal number once a stop is requested
-        self._global_batch = None          # images a step over all ranks, of the last fit (saved)
-        self._resumed_batch = None         # the checkpoint's, which the next fit must keep
+        self._global_batch = self._resumed_batch = None    # images a step, all ranks: last fit's, checkpoint's
         self.progress = sys.stdout.isatty() if progress is None else progress
         self.metrics = Mean(self.device)   # one set of accumulators: captured graphs add into it
         self.world = world or distributed.init()
@@ -155,7 +154,8 @@ class Trainer:
         if save_every is not None and not checkpoint:
             raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
         loader = self._train_loader(data, batch_size)
-        self._check_global_batch(loader.batch_size)
+        self._global_batch = self.world.global_batch(loader.batch_size, self._resumed_batch)   # resumed: kept
+        self._resumed_batch = None
         self._step.blank = loader.blank      # shifted images are filled with the background
         per_epoch = len(loader)
         if steps is None:
@@ -217,15 +217,6 @@ class Trainer:
             self.save(save_to)
         return result
 
-    def _check_global_batch(self, batch_size):
-        """A resumed run goes on with the global batch it was trained with, over any number of ranks."""
-        saved, ranks = self._resumed_batch, self.world.size
-        if saved is not None and batch_size * ranks != saved:
-            per_rank = f"batch_size={saved // ranks}" if saved % ranks == 0 else f"a number of ranks dividing {saved}"
-            raise ValueError(f"fit: the checkpoint's run trained on batches of {saved} images; batch_size "
-                             f"{batch_size} x {ranks} rank{'s' * (ranks > 1)} is {batch_size * ranks}: use {per_rank}")
-        self._global_batch, self._resumed_batch = batch_size * ranks, None
-
     def _stopped(self, bar, start, path):
         signum, self._stop = self._stop, None
         if bar is not None:
@@ -283,16 +274,10 @@ class Trainer:
         self._average_state()
         if not self.world.main:              # rank 0 saves: the same checkpoint as one process
             return None
-        meta = {"step": self.step, "seed": self.seed, "ranks": self.world.size}
-        if self._global_batch is not None:
-            meta["global_batch"] = self._global_batch
-        if self.plan is not None:
-            meta["plan"] = self.plan
-        rng = self.device.rng_state()
-        if rng is not None:
-            meta["rng"] = rng
-        if self._step.scaler is not None:
-            meta["loss_scale"] = self._step.scaler.state()
+        meta = {"step": self.step, "seed": self.seed, "ranks": self.world.size, "global_batch": self._global_batch,
+                "plan": self.plan, "rng": self.device.rng_state(),
+                "loss_scale": None if self._step.scaler is None else self._step.scaler.state()}
+        meta = {k: v for k, v in meta.items() if v is not None}
         return ckpt.save(path, self.model, self.optimizer, meta)
 
     def resume(self, path):
