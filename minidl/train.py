@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-from minidl import recipes, stops
+from minidl import distributed, recipes, stops
 
 # Split sizes, known without reading a file, so that flags are checked before any data is loaded.
 IMAGES = {"train": 60_000, "test": 10_000}          # MNIST and Fashion-MNIST alike
@@ -155,6 +155,8 @@ def parser():
     p.add_argument("--seed", type=int, default=0, help="seed for weights, shuffling and dropout (0)")
     p.add_argument("--threads", type=positive, help="CPU: BLAS/OpenMP threads (1, or $OMP_NUM_THREADS)")
     p.add_argument("--checkpoint", help="checkpoint path (checkpoints/<model>.npz)")
+    p.add_argument("--grad-reduce", choices=distributed.GRAD_REDUCE, default="fp32",
+                   help="several ranks: the dtype gradients travel in (fp32; bf16: half the bytes, rounded)")
     p.add_argument("--no-graph", dest="graph", action="store_false",
                    help="GPU: run each step eagerly instead of replaying it as one CUDA graph")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
@@ -180,7 +182,7 @@ def parser():
 
 def run(args, out=print):
     import minidl as dl
-    from minidl import data, distributed, models, optim
+    from minidl import data, models, optim
     from minidl.metrics_log import open_logs
     from minidl.threads import set_threads
 
@@ -216,7 +218,7 @@ def run(args, out=print):
                         schedule=plan.schedule_fn(optim.schedules, per_epoch), **kw)
         trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out,
                              precision=plan.precision, label_smoothing=plan.label_smoothing, shift=plan.shift,
-                             flip=plan.flip, channels_last=args.channels_last)
+                             flip=plan.flip, channels_last=args.channels_last, grad_reduce=args.grad_reduce)
         trainer.plan = plan.to_json()
         if args.resume:
             meta = trainer.resume(path)
@@ -271,8 +273,7 @@ def run(args, out=print):
 
 def run_cli(run, args):
     """Run a command line's `run(args)`: a known failure is one `error:` line and exit status 1."""
-    from minidl.backend import DeviceError
-    from minidl.backend import CaptureError
+    from minidl.backend import CaptureError, DeviceError
     from minidl.trainer import TrainingDiverged, TrainingStopped
     try:
         run(args)
@@ -302,7 +303,6 @@ def run_cli(run, args):
 def main(argv=None):
     p = parser()
     args = check_args(p, p.parse_args(argv))
-    from minidl import distributed
     return run_cli(distributed.init().guard(run), args)   # a failing rank ends every rank
 
 

@@ -268,7 +268,7 @@ def test_two_ranks_of_the_command_line_train_the_run_of_one_process_under_the_de
 def test_three_ranks_run_the_command_line_and_rank_0_prints_and_saves(tmp_path):
     ckpt = tmp_path / "l.npz"
     p = launch(3, "-m", "minidl.train", "--model", "lenet", "-n", "20", "-m", "10", "-b", "8", "-x", "300",
-               "-y", "2", "--device", "cpu", "-s", "--checkpoint", ckpt, cwd=tmp_path)
+               "-y", "2", "--device", "cpu", "-s", "--checkpoint", ckpt, "--grad-reduce", "bf16", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     out = p.stdout.splitlines()
     assert sum(l.startswith("step:") for l in out) == 2 and out.count("Done.") == 1
