@@ -82,6 +82,7 @@ class Device:
             if gpu is not None:              # a data-parallel rank: the GPU of its local rank
                 _use_gpu(cp, gpu)
             self.xp = cp
+            importlib.import_module("minidl.kernels.gpu._cuda").prefetch()   # modules compile meanwhile
             self.stream = importlib.import_module("minidl.kernels.gpu.stream").compute_stream()
             importlib.import_module("minidl.kernels.gpu._cublas").prepare()     # its one-time setup
             self.rng = CounterRNG(cp, seed)
@@ -167,6 +168,13 @@ class Device:
     def to_host(self, a):
         """A NumPy copy of a device array."""
         return a if isinstance(a, np.ndarray) else a.get()
+
+    def preparing(self, say):
+        """Call say(line) while kernels compile and convolutions are timed ("preparing: compiling
+        3/35 kernels, timing 4 convolutions"); returns the function that stops it."""
+        if self.name == "cpu":
+            return lambda: None
+        return importlib.import_module("minidl.kernels.gpu._cuda").progress.listen(say)
 
     def sync(self):
         if self.name == "cuda":

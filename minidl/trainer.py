@@ -6,7 +6,7 @@ import time
 from numbers import Integral
 
 from . import checkpoint as ckpt
-from . import distributed
+from . import distributed, progress
 from .backend import DeviceError, get_device
 from .data.loader import Loader
 from .losses import softmax_cross_entropy
@@ -163,10 +163,11 @@ class Trainer:
         metrics, result = self.metrics, (math.nan, math.nan)
         metrics.reset()
         self._step.reset_flag()
-        bar = _bar(steps, self.progress)
+        bar = progress.bar(steps, self.progress)
         start = self.step
         end = start + steps
         t0 = t1 = t_interval = time.perf_counter()
+        quiet = self.device.preparing(progress.preparing(bar, self.log))     # a cold first step says what it does
         while self.step < end:
             epoch, k = divmod(self.step, per_epoch)
             try:
@@ -179,7 +180,7 @@ class Trainer:
             self.step += 1
             if self.step == start + 1:       # one sync: the first step's compilation apart
                 self.device.sync()
-                t1 = time.perf_counter()
+                t1, _ = time.perf_counter(), quiet()
             if bar is not None:
                 bar.update(1)
             if self.step % monitor == 0 or self.step == end:
@@ -299,10 +300,3 @@ class Trainer:
 
 def _quiet(*args, **kwargs):
     pass
-
-
-def _bar(total, enabled):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-    return tqdm(total=total, unit="step", leave=False, dynamic_ncols=True)

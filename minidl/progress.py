@@ -1,0 +1,25 @@
+"""What a training run shows while it runs: tqdm's bar on a terminal, and what a cold first step
+prepares (kernels compiling, convolutions timed), so a minute of preparation does not look like a hang."""
+import time
+
+
+def bar(total, enabled):
+    """A progress bar over `total` steps, or None (not a terminal, or a rank other than 0)."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, unit="step", leave=False, dynamic_ncols=True)
+
+
+def preparing(bar, log, every_s=10.0):
+    """say(line) for Device.preparing: the bar's postfix on a terminal; without a bar, a line in the
+    log at most every `every_s` seconds."""
+    said = [-every_s]
+
+    def say(line):
+        if bar is not None:
+            bar.set_postfix_str(line)
+        elif time.monotonic() - said[0] >= every_s:
+            said[0] = time.monotonic()
+            log(line)
+    return say
