@@ -44,16 +44,30 @@ def size_from_env(environ=None):
 
 
 class World:
-    """This process among the ranks: `rank` of `size`, `local_rank` on its host, `comm` (mpi4py's or None)."""
+    """This process among the ranks: `rank` of `size`, `local_rank` on its host, `comm` (mpi4py's or None),
+    `host` (the communicator of this host's ranks, or None)."""
 
-    def __init__(self, rank=0, size=1, local_rank=0, comm=None):
-        self.rank, self.size, self.local_rank, self.comm = rank, size, local_rank, comm
+    def __init__(self, rank=0, size=1, local_rank=0, comm=None, host=None):
+        self.rank, self.size, self.local_rank, self.comm, self.host = rank, size, local_rank, comm, host
         self._vote = None                 # the stop vote in flight: (MPI request, sent, received)
 
     @property
     def main(self):
         """Rank 0: the one that prints and saves."""
         return self.rank == 0
+
+    def host_first(self, fn):
+        """fn() on this host's first rank, then on its others: what the first fetches (a dataset's
+        download) the others then find, so a host downloads once and no two ranks write one file."""
+        if self.host is None or self.host.size == 1:
+            return fn()
+        if self.local_rank == 0:
+            try:
+                return fn()
+            finally:
+                self.host.Barrier()
+        self.host.Barrier()
+        return fn()
 
     def global_batch(self, batch_size, resumed=None):
         """The images a step takes over all ranks. A run resumed from a checkpoint trained on
@@ -158,9 +172,7 @@ def _mpi_world():
         sys.exit(f"error: started by an MPI launcher, but mpi4py is missing ({install_hint('dist', 'mpi4py', 'mpich')})")
     comm = MPI.COMM_WORLD
     host = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)     # the ranks on this host
-    world = World(comm.rank, comm.size, host.rank, comm)
-    host.Free()
-    return world
+    return World(comm.rank, comm.size, host.rank, comm, host)
 
 
 class Reducer:

@@ -203,7 +203,7 @@ def run(args, out=print):
         plan = recipes.plan(args)
         out(plan.describe())
         out("[TRAIN]")
-        paths = data.find_dataset(args.dataset, args.data_dir)
+        paths = world.host_first(lambda: data.find_dataset(args.dataset, args.data_dir))   # one download a host
         out(f"loading {paths['train-images-idx3-ubyte']}")
         train = data.load(args.dataset, "train", args.data_dir)
         out(f"loaded {len(train[0])} items..")

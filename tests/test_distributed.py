@@ -229,6 +229,21 @@ def test_a_rank_killed_ends_the_job_within_10_s(tmp_path):
 
 
 @needs_mpi
+def test_the_first_rank_of_a_host_fetches_before_the_others_look(tmp_path):
+    """World.host_first: what local rank 0 makes (a dataset's download) is there when the others run."""
+    code = ("import os, sys, time; from minidl import distributed\n"
+            "w = distributed.init(); f = os.path.join(sys.argv[1], 'data')\n"
+            "def fetch():\n"
+            "    if not os.path.exists(f):\n"
+            "        time.sleep(0.5); open(f, 'a').write(f'made by {w.rank}')\n"
+            "    return open(f).read()\n"
+            "open(os.path.join(sys.argv[1], f'saw.{w.rank}'), 'w').write(w.host_first(fetch))")
+    p = launch(3, "-c", code, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [(tmp_path / f"saw.{r}").read_text() for r in range(3)] == ["made by 0"] * 3
+
+
+@needs_mpi
 def test_ctrl_c_stops_every_rank(tmp_path):
     cmd = ["mpiexec", "-n", "2", sys.executable, str(WORKER), "lenet", tmp_path / "x", 8, 1_000_000]
     proc = subprocess.Popen(list(map(str, cmd)), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
