@@ -207,3 +207,31 @@ def test_a_failing_gpu_rank_ends_every_rank_within_10_s_naming_itself(tmp_path):
                                       "--device", "cuda"], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "error: rank 1: injected failure\n" in p.stderr, p.stderr[-2000:]
     print(f"the job ended {time.perf_counter() - t0:.1f} s after it began")
+
+
+@pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(not os.environ.get("MINIDL_DATA"), reason="MINIDL_DATA (real MNIST) is not set")
+def test_sigterm_to_the_launcher_saves_once_and_one_gpu_resumes_the_run_at_the_same_global_batch(tmp_path):
+    """SIGTERM to the launcher of 2 GPU ranks: rank 0 saves once, exit 143; one GPU at -b32 resumes
+    the -b16 x 2 run from there (the global batch kept) and a -b16 resume is refused, naming -b."""
+    import re
+    import signal
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               NCCL_NVLS_ENABLE="0")
+    common = [sys.executable, "-m", "minidl.train", "-n", "20000", "-m", "100", "-x", "100", "-y", "1",
+              "--checkpoint", str(tmp_path / "c.npz")]
+    proc = subprocess.Popen(_launcher() + ["-n", "2"] + common + ["-b", "16"], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (line := proc.stdout.readline()).startswith("step:"):
+        assert line, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    said = [l for l in err.splitlines() if l.startswith("SIGTERM: stopped at step")]
+    assert proc.returncode == 143 and len(said) == 1, err[-2000:]
+    step = int(re.search(r"step (\d+)", said[0]).group(1))
+    refused = subprocess.run(common + ["-b", "16", "--resume"], env=env, cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 2 and "-b 16 x 1 ranks" in refused.stderr, refused.stderr[-2000:]
+    resumed = subprocess.run(common + ["-b", "32", "--resume"], env=env, cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0 and f"at step {step}" in resumed.stdout, resumed.stderr[-2000:]
