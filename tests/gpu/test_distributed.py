@@ -212,8 +212,10 @@ def test_a_failing_gpu_rank_ends_every_rank_within_10_s_naming_itself(tmp_path):
 @pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
 @pytest.mark.skipif(not os.environ.get("MINIDL_DATA"), reason="MINIDL_DATA (real MNIST) is not set")
 def test_sigterm_to_the_launcher_saves_once_and_one_gpu_resumes_the_run_at_the_same_global_batch(tmp_path):
-    """SIGTERM to the launcher of 2 GPU ranks: rank 0 saves once, exit 143; one GPU at -b32 resumes
-    the -b16 x 2 run from there (the global batch kept) and a -b16 resume is refused, naming -b."""
+    """SIGTERM to every rank of 2 on GPUs, as a batch scheduler sends it (Open MPI 4.1's mpirun, the
+    launcher on our GPU machines, ends its ranks at once on a signal of its own, nothing saved; MPICH's
+    mpiexec forwards it: tests/test_distributed.py): rank 0 saves once, the job exits 143; one GPU at
+    -b32 resumes the -b16 x 2 run from there (the global batch kept); a -b16 resume is refused."""
     import re
     import signal
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -224,10 +226,14 @@ def test_sigterm_to_the_launcher_saves_once_and_one_gpu_resumes_the_run_at_the_s
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not (line := proc.stdout.readline()).startswith("step:"):
         assert line, proc.stderr.read()[-2000:]
-    proc.send_signal(signal.SIGTERM)
+    ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(ranks) == 2, ranks
+    for pid in ranks:
+        os.kill(int(pid), signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    said = [l for l in err.splitlines() if l.startswith("SIGTERM: stopped at step")]
-    assert proc.returncode == 143 and len(said) == 1, err[-2000:]
+    lines = [l for l in err.splitlines() if l.strip() and "step/s" not in l]     # no progress bars
+    said = [l for l in lines if l.startswith("SIGTERM: stopped at step")]
+    assert proc.returncode == 143 and len(said) == 1, (proc.returncode, lines[-20:])
     step = int(re.search(r"step (\d+)", said[0]).group(1))
     refused = subprocess.run(common + ["-b", "16", "--resume"], env=env, cwd=tmp_path, capture_output=True,
                              text=True, timeout=120)
