@@ -183,8 +183,8 @@ class Reducer:
     each step `begin()` gives Model.backward its hook, which starts summing a bucket over the ranks
     as soon as backward has finished its layers (on the GPU on a second stream, in the captured
     step too; under a precision policy its range is first cast from the compute-dtype copies,
-    net.gather, so half-precision buckets also travel while backward goes on), and `finish(flag)` starts what is left, ANDs the ranks' NaN flags behind it, and
-    makes the update wait for all of it. The sum becomes the mean inside the update:
+    net.gather, so half-precision buckets also travel while backward goes on), and `finish(flag)`
+    starts what is left, ANDs the ranks' NaN flags behind it, and makes the update wait for all of it. The sum becomes the mean inside the update:
     `grad_scale` = 1/N is the optimizer's. Outside steps: `average(a)` (BatchNorm's running
     statistics before evaluation and saving), `sum_metrics(metrics)` (a Mean's sums and count).
     bucket_mib: bucket size (default $MINIDL_BUCKET_MIB, else buckets.CAP_MIB); communicator: the

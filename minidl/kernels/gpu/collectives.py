@@ -10,11 +10,11 @@ the sums. Inside a CUDA stream capture the first event forks the capture into th
 stream and the second joins it back: the captured step holds the work of both streams in one
 graph. Every rank issues the same collectives in the same order, all on one stream per phase.
 
-The reduction stream has the device's highest priority: the GPU then gives the all-reduce's
-blocks the SMs that backward's kernels free, rather than queueing it behind them, so a bucket is
-summed while backward goes on instead of after it ($MINIDL_REDUCE_PRIORITY=normal: the default
-priority, for comparison). A `wire` array of a narrower dtype (bfloat16) makes a reduction travel
-in it: the bucket is rounded into it, summed there, and widened back, halving the bytes sent.
+The reduction stream has the device's highest priority, so the GPU may give the all-reduce's
+blocks the SMs that backward's kernels free rather than queue it behind them; at ResNet-50's sizes
+that measured the same as the default priority ($MINIDL_REDUCE_PRIORITY=normal; docs/distributed.md).
+A `wire` array of a narrower dtype (bfloat16) makes a reduction travel in it: the bucket is rounded
+into it, summed there, and widened back, halving the bytes sent.
 
 NCCL's communicator destroy waits for every CUDA graph that recorded its collectives to be
 destroyed, so `close` releases the captured graphs first; a process that exits with its
