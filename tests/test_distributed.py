@@ -1,6 +1,6 @@
 """Data-parallel ranks (minidl.distributed): the loader's slices, launch detection, and runs under
 `mpiexec -n N` on the CPU: N ranks at b end like one process at N*b (gradients in buckets, the mean
-in the update); each rank its own dropout masks; stops agreed without a host round trip per step
+in the update, every per-image draw keyed by the global batch); stops agreed without a host round trip per step
 and resumed exactly; failures end every rank."""
 import importlib.util
 import os
@@ -305,11 +305,12 @@ def test_ranks_meet_on_the_host_only_at_monitoring_steps_and_reduce_each_bucket_
 
 
 @needs_mpi
-def test_each_rank_draws_its_own_dropout_masks(tmp_path):
-    p = launch(2, WORKER, "dropout", tmp_path / "d", 8, 5)
-    assert p.returncode == 0, p.stderr
+def test_each_rank_draws_the_dropout_masks_of_its_slice_of_one_process_batch(tmp_path):
+    one, two = launch(0, WORKER, "dropout", tmp_path / "one", 16, 5), launch(2, WORKER, "dropout", tmp_path / "d", 8, 5)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
     m0, m1 = (np.load(tmp_path / f"d.{r}.npz")["mask"] for r in (0, 1))
-    assert m0.shape == m1.shape == (8, 64) and 0.35 < np.mean(m0 != m1) < 0.65     # independent masks
+    assert m0.shape == m1.shape == (8, 64) and 0.35 < np.mean(m0 != m1) < 0.65     # unlike each other
+    np.testing.assert_array_equal(np.concatenate([m0, m1]), np.load(tmp_path / "one.0.npz")["mask"])
 
 
 @needs_mpi
