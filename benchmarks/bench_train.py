@@ -43,7 +43,7 @@ def minidl_train(case, train, test, graph=True, seed=0, precision="fp32", channe
     dev.sync()
     ms = (time.perf_counter() - t0) / (steps - WARMUP) * 1e3
     mem = dev.memory_bytes()                      # before evaluating: the training step's memory
-    _, acc = trainer.evaluate(test, batch_size=1000)
+    acc = trainer.evaluate(test, batch_size=1000).percent       # the JSON keeps percent
     plans = [call.memory.describe() for _, call in trainer._step._captured.values()]
     return {"ms_per_step": ms, "test_accuracy": acc, "steps": steps, "memory_plan": "; ".join(plans),
             "peak_reserved_mb": mem.reserved / 2 ** 20, "in_use_mb": mem.used / 2 ** 20}

@@ -102,7 +102,7 @@ def run_minidl(name, epochs, train, test, args):
         dev.sync()
         train_s += time.perf_counter() - t0
         loss, acc = trainer.evaluate(test, batch_size=1000)
-        points.append({"epoch": e, "test_accuracy": acc, "test_loss": loss, "train_s": train_s})
+        points.append({"epoch": e, "test_accuracy": 100 * acc, "test_loss": loss, "train_s": train_s})
         done = e
     return points
 

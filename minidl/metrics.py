@@ -1,4 +1,20 @@
-"""Running metrics kept on the device and read back only when asked."""
+"""Running metrics kept on the device and read back only when asked, and the Score they come to."""
+from typing import NamedTuple
+
+
+class Score(NamedTuple):
+    """(loss, accuracy) of a fit interval or an evaluation; unpacks as `loss, accuracy = score`.
+
+    accuracy is a fraction in [0, 1] (Keras's convention); `percent` is the same number x 100, the unit
+    of the command line's `accuracy: 45.188%` line and of the metrics log.
+    """
+    loss: float
+    accuracy: float
+
+    @property
+    def percent(self) -> float:
+        """The accuracy in percent."""
+        return 100.0 * self.accuracy
 
 
 class Mean:
@@ -24,9 +40,9 @@ class Mean:
         self.add(loss_sum, correct)
         self.count += n
 
-    def result(self):
-        """(mean loss, accuracy in %) over what was accumulated since the last reset."""
+    def result(self) -> Score:
+        """Score(mean loss, accuracy as a fraction) over what was accumulated since the last reset."""
         if self.count == 0:
-            return float("nan"), float("nan")
+            return Score(float("nan"), float("nan"))
         loss, correct = float(self.loss), int(self.correct)
-        return loss / self.count, 100.0 * correct / self.count
+        return Score(loss / self.count, correct / self.count)

@@ -4,7 +4,7 @@ accuracies are measured; `benchmarks/recipes.sh` runs them all.
 """
 import math
 
-from . import distributed
+from . import distributed, models
 from .runplan import RunPlan
 
 # Per model: optimizer, lr, schedule, warm-up steps, weight decay, label smoothing, shift in pixels,
@@ -23,6 +23,11 @@ RECIPES = {
     "resnet": {"optimizer": "momentum", "lr": 0.025, "schedule": "cosine", "warmup": 0, "weight_decay": 0.0,
                "label_smoothing": 0.1, "shift": 0, "flip": False},
 }
+# The cuDNN-vs-PyTorch study's nets train as the study trained them (benchmarks/compare.py, which
+# measured their accuracies against PyTorch's): plain SGD at 0.01, constant, nothing added.
+STUDY = {"optimizer": "sgd", "lr": 0.01, "schedule": "constant", "warmup": 0, "weight_decay": 0.0,
+         "label_smoothing": 0.0, "shift": 0, "flip": False}
+RECIPES.update({name: STUDY for name in ("simplenet", "lenet-caffe", "relunet", "largenet")})
 # Per dataset, what differs from the model's recipe: Fashion-MNIST's garments fill the frame, so a
 # shift cuts them off (LeNet-5, 10 epochs: 90.6% with shifts of 2 pixels, 91.3% without).
 DATASETS = {"mnist": {}, "fashion-mnist": {"shift": 0}}
@@ -38,9 +43,18 @@ MAX_SHIFT = 8                # of a 28x28 image: beyond this a shift leaves litt
 
 
 def model_of(args):
-    """(model family, ResNet depth or None) that -r / --model name."""
-    depth = args.depth or (18 if args.model == "resnet" else None)
-    return ("resnet" if depth else "lenet"), depth
+    """(model family, ResNet depth or None) that -r / --model name: the key of RECIPES, and a name
+    minidl.models.get takes. A ValueError where they contradict (-r 18 with --model resnet50 or lenet)."""
+    name = args.model or ("resnet" if args.depth else "lenet")
+    if args.depth and not name.startswith("resnet"):
+        raise ValueError(f"-r {args.depth} is a ResNet depth and conflicts with --model {name}")
+    tag = models.tag(name, args.depth or (18 if name == "resnet" else None))     # lenet5, resnet50, simplenet, ...
+    return ("resnet", int(tag[6:])) if tag.startswith("resnet") else ("lenet" if tag == "lenet5" else tag, None)
+
+
+def model_tag(args):
+    """The one name of the model the flags train (lenet5, resnet50, simplenet, lenet-caffe, ...)."""
+    return models.tag(*model_of(args))
 
 
 def plan(args):
@@ -53,7 +67,7 @@ def plan(args):
         return recipe[dest] if v is None else v
     opt = pick("optimizer")
     lr = args.lr if args.lr is not None else recipe["lr"] if opt == recipe["optimizer"] else DEFAULT_LR[opt]
-    return RunPlan(model=f"resnet{depth}" if depth else "lenet5", dataset=args.dataset, batch_size=args.batch_size,
+    return RunPlan(model=models.tag(family, depth), dataset=args.dataset, batch_size=args.batch_size,
                    steps=None if args.epochs else args.steps, epochs=args.epochs, optimizer=opt, lr=float(lr),
                    weight_decay=float(pick("weight_decay")), schedule=pick("schedule"), seed=args.seed,
                    warmup=pick("warmup"), label_smoothing=float(pick("label_smoothing")), shift=pick("shift"),

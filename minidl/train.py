@@ -1,9 +1,8 @@
-"""python -m minidl.train: train LeNet-5 or a ResNet on MNIST, with the C++ trainer's flags.
+"""python -m minidl.train: train a net of the zoo on MNIST, with the C++ trainer's flags.
 
     python -m minidl.train -b32 -n500 -m100 -r50      # ResNet-50, 500 steps of batch 32
     python -m minidl.train --model lenet --epochs 1 -s
 """
-import argparse
 import importlib.util
 import math
 import os
@@ -11,17 +10,9 @@ import signal
 import sys
 
 from minidl import distributed, recipes, stops
+from minidl.train_flags import DEFAULT_STEPS, IMAGES, add_precision, parser, positive  # noqa: F401 (re-exported)
 
-# Split sizes, known without reading a file, so that flags are checked before any data is loaded.
-IMAGES = {"train": 60_000, "test": 10_000}          # MNIST and Fashion-MNIST alike
 MAX_RUNS = 1_000_000                                # infer --runs: beyond this a typo, not a benchmark
-
-
-def positive(v):
-    n = int(v)
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return n
 
 
 def _saved_plan(path):
@@ -35,11 +26,8 @@ def _saved_plan(path):
 
 
 def checkpoint_path(args):
-    """--checkpoint, else checkpoints/<model tag>.npz (lenet5, resnet18, ...)."""
-    if args.checkpoint:
-        return args.checkpoint
-    depth = args.depth or (18 if args.model == "resnet" else None)
-    return os.path.join("checkpoints", f"resnet{depth}.npz" if depth else "lenet5.npz")
+    """--checkpoint, else checkpoints/<model tag>.npz (lenet5, resnet18, simplenet, ...)."""
+    return args.checkpoint or os.path.join("checkpoints", f"{recipes.model_tag(args)}.npz")
 
 
 def check_args(p, args, batch_split="train"):
@@ -58,6 +46,10 @@ def check_args(p, args, batch_split="train"):
     def error(dest, msg):
         p.error(f"argument {flag(dest)}: {msg}")
 
+    if a.get("epochs") and a.get("steps") is not None:     # -n left at its default is None (train_flags)
+        error("steps", "conflicts with --epochs: -n counts steps, --epochs whole epochs; give one of them")
+    if "steps" in a and a["steps"] is None and not a.get("epochs"):
+        args.steps = a["steps"] = DEFAULT_STEPS
     for dest, low in (("lr", "> 0"), ("weight_decay", ">= 0")):
         v = a.get(dest)
         if v is not None and (not math.isfinite(v) or (v <= 0 if low == "> 0" else v < 0)):
@@ -76,8 +68,11 @@ def check_args(p, args, batch_split="train"):
                          f"each BLAS call would wait for cores")
     if a.get("runs") is not None and a["runs"] > MAX_RUNS:
         error("runs", f"{a['runs']:,} is more than {MAX_RUNS:,}")
-    if a.get("depth") and a.get("model") == "lenet":
-        error("depth", f"-r {a['depth']} is a ResNet depth and conflicts with --model lenet")
+    if "model" in a:
+        try:
+            recipes.model_of(args)
+        except ValueError as e:          # -r with a net that is no ResNet, or another ResNet's depth
+            error("depth", str(e))
     if a.get("load") and a.get("resume"):
         error("load", "conflicts with --resume (which restores the weights and the optimizer state)")
     if "resume" in a:                                # the training command line
@@ -112,74 +107,6 @@ def check_args(p, args, batch_split="train"):
     return args
 
 
-def add_precision(p, what, default="fp32"):
-    """The --precision flag (minidl.precision's policies), shared with minidl.infer."""
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=default, help=f"precision (fp32): {what}")
-
-
-def parser():
-    p = argparse.ArgumentParser(
-        prog="python -m minidl.train",
-        description="Train LeNet-5 or a ResNet on MNIST / Fashion-MNIST, then score the whole test set. "
-                    "Flags left out take the model's default recipe (minidl/recipes.py; each run prints it).")
-    p.add_argument("-b", dest="batch_size", type=positive, default=32, help="batch size (32)")
-    p.add_argument("-n", dest="steps", type=positive, default=2000, help="training steps (2000)")
-    p.add_argument("-m", dest="monitor", type=positive, default=100, help="monitoring interval in steps (100)")
-    p.add_argument("-l", dest="load", action="store_true", help="load the checkpoint's weights before training")
-    p.add_argument("-s", dest="save", action="store_true", help="save a checkpoint after training")
-    p.add_argument("-x", dest="test_batch", type=positive, default=1000, help="test batch size (1000)")
-    p.add_argument("-y", dest="test_steps", type=positive, default=10,
-                   help="test steps (10: the whole test set at -x 1000)")
-    p.add_argument("-r", dest="depth", type=int, choices=(18, 34, 50, 101, 152),
-                   help="ResNet depth; implies --model resnet")
-    p.add_argument("--model", choices=("lenet", "resnet"), help="network (lenet; resnet with -r, default 18)")
-    p.add_argument("--epochs", type=positive, help="train whole epochs instead of -n steps")
-    p.add_argument("--optimizer", choices=tuple(recipes.DEFAULT_LR), help="optimizer (the recipe's; momentum is 0.9)")
-    p.add_argument("--lr", type=float, help="learning rate (the recipe's; another optimizer's: adam/rmsprop 1e-3, "
-                                            "momentum 0.05, sgd 0.01)")
-    p.add_argument("--schedule", choices=("cosine", "constant", "step", "inverse-time"),
-                   help="learning-rate schedule over the run's steps (cosine: to 0 at the last step; "
-                        "step: x0.1 every third of the run; inverse-time: lr/(1+1e-4*step), the C++ trainer's)")
-    p.add_argument("--warmup", type=int, metavar="STEPS", help="linear lr warm-up over the first STEPS steps")
-    p.add_argument("--weight-decay", type=float, help="L2 weight decay")
-    p.add_argument("--label-smoothing", type=float, metavar="EPS", help="label smoothing of the training loss")
-    p.add_argument("--shift", type=int, metavar="PIXELS", help="shift training images by up to PIXELS (0: none)")
-    p.add_argument("--flip", action=argparse.BooleanOptionalAction,
-                   help="mirror each training image left to right with probability 1/2 (--no-flip: never)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device (auto)")
-    add_precision(p, "convolutions, dense layers and activations in bf16/fp16 with fp32 accumulation; fp32 "
-                     "master weights, optimizer state, BN statistics and loss; fp16 with dynamic loss scaling")
-    p.add_argument("--data-dir", help="dataset folder, searched alone (it must exist); without it: $MINIDL_DATA, "
-                                      "./dataset, /usr/share/datasets, then a download")
-    p.add_argument("--dataset", choices=("mnist", "fashion-mnist"), default="mnist", help="dataset (mnist)")
-    p.add_argument("--seed", type=int, default=0, help="seed for weights, shuffling and dropout (0)")
-    p.add_argument("--threads", type=positive, help="CPU: BLAS/OpenMP threads (1, or $OMP_NUM_THREADS)")
-    p.add_argument("--checkpoint", help="checkpoint path (checkpoints/<model>.npz)")
-    p.add_argument("--grad-reduce", choices=distributed.GRAD_REDUCE, default="fp32",
-                   help="several ranks: the dtype gradients travel in (fp32; bf16: half the bytes, rounded)")
-    p.add_argument("--no-graph", dest="graph", action="store_false",
-                   help="GPU: run each step eagerly instead of replaying it as one CUDA graph")
-    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
-                   help="GPU: convolutions write channels-last (NHWC) activations (default: in bf16/fp16, "
-                        "where it is faster)")
-    tf = p.add_mutually_exclusive_group()
-    tf.add_argument("--tf32", dest="tf32", action="store_true", default=True,
-                    help="GPU: allow TF32 tensor cores in FP32 convolutions (the default)")
-    tf.add_argument("--no-tf32", dest="tf32", action="store_false", help="GPU: full FP32 convolutions")
-    p.add_argument("--nondeterministic", action="store_true",
-                   help="GPU: let cuDNN pick engines that reduce in any order (faster for some shapes; "
-                        "seeded runs then differ in the last bits)")
-    p.add_argument("--metrics", metavar="PATH",
-                   help="append one JSON line per monitoring interval and per evaluation (minidl.plot draws them)")
-    p.add_argument("--tensorboard", metavar="DIR",
-                   help="also write the same records as TensorBoard scalars into DIR (needs tensorboardX)")
-    p.add_argument("--save-every", type=positive, metavar="N",
-                   help="also save a resumable checkpoint every N steps (to --checkpoint)")
-    p.add_argument("--resume", action="store_true",
-                   help="restore weights, optimizer state and step from the checkpoint and continue")
-    return p
-
-
 def run(args, out=print):
     import minidl as dl
     from minidl import data, models, optim
@@ -187,7 +114,7 @@ def run(args, out=print):
     from minidl.threads import set_threads
 
     model_name, depth = recipes.model_of(args)
-    tag = f"resnet{depth}" if depth else "lenet5"
+    tag = recipes.model_tag(args)
     path = checkpoint_path(args)
     world = distributed.init()                   # one process, or rank r of N under mpiexec
     out = out if world.main else (lambda *a: None)  # rank 0 prints
@@ -256,19 +183,20 @@ def run(args, out=print):
             out("[INFERENCE]")
             out(f"loading {paths['t10k-images-idx3-ubyte']}")
             out(f"loaded {len(test[0])} items..")
-            loss, acc = trainer.evaluate(test, batch_size=args.test_batch, steps=args.test_steps)
+            score = trainer.evaluate(test, batch_size=args.test_batch, steps=args.test_steps)
         except stops.Interrupted as e:
             with signals.deferred(None):
                 kept = kept or trainer.save(stop_path() if callable(stop_path) else stop_path)
             raise stops.stopped(e.signum, f"stopped after training, at step {trainer.step}", kept, path) from None
     seen = min(len(test[0]), args.test_batch * args.test_steps * world.size)   # -x is per rank too
     note = "" if seen == len(test[0]) else f" (first {seen} of {len(test[0])})"
-    out(f"loss: {loss:.3f}, accuracy: {acc:.3f}%{note}")
+    out(f"loss: {score.loss:.3f}, accuracy: {score.percent:.3f}%{note}")     # the C++ trainer's line
     if log is not None:
-        log.evaluation(step=trainer.step, epoch=(trainer.step - 1) // per_epoch, test_loss=loss, test_accuracy=acc)
+        log.evaluation(step=trainer.step, epoch=(trainer.step - 1) // per_epoch, test_loss=score.loss,
+                       test_accuracy=score.percent)
         log.close()
     out("Done.")
-    return loss, acc
+    return score
 
 
 def run_cli(run, args):

@@ -10,7 +10,7 @@ from . import distributed, progress
 from .backend import DeviceError, get_device
 from .data.loader import Loader
 from .losses import softmax_cross_entropy
-from .metrics import Mean
+from .metrics import Mean, Score
 from .step import TrainStep
 
 
@@ -68,7 +68,8 @@ class Trainer:
         self.metrics = Mean(self.device)   # one set of accumulators: captured graphs add into it
         self.world = world or distributed.init()
         if not self.world.main:            # rank 0 prints
-            log, self.log, self.progress = _quiet, _quiet, False
+            log = self.log = lambda *a, **k: None
+            self.progress = False
         self.reducer = self.world.reducer(self.device, grad_reduce=grad_reduce)     # None for one process
         self.device.rng.shard(self.world.rank, self.world.size)   # ranks draw as one process would
         self._step = TrainStep(model, optimizer, self.metrics, self.reducer, precision, label_smoothing, shift,
@@ -114,7 +115,7 @@ class Trainer:
         try:
             images, labels = data
         except (TypeError, ValueError):
-            raise ValueError("data must be a Loader or a pair (images, labels)") from None
+            raise ValueError("data must be a Loader or a pair (images, labels), or images and labels apart") from None
         self._check_fits(labels)
         return Loader(images, labels, batch_size, self.device, shuffle=shuffle, seed=self.seed,
                       drop_last=drop_last, classes=self.model.outputs[0].shape[-1], rank=self.world.rank,
@@ -136,16 +137,18 @@ class Trainer:
         Safe to call from a signal handler."""
         self._stop = signum
 
-    def fit(self, data, steps=None, epochs=None, batch_size=32, monitor=100, save_to=None, save_every=None,
-            checkpoint=None, metrics_log=None):
-        """Train for `steps` (or `epochs` of the whole set) more steps; returns the last
-        interval's (loss, accuracy %). Saves to `save_to` at the end, only if training stayed finite.
+    def fit(self, x, y=None, *, steps=None, epochs=None, batch_size=32, monitor=100, save_to=None,
+            save_every=None, checkpoint=None, metrics_log=None) -> Score:
+        """Train for `steps` (or `epochs` of the whole set) more steps on `(images, labels)`, `images,
+        labels` (Keras's order) or a Loader; returns the last interval's Score(loss, accuracy as a fraction).
+        Images as docs/input.md says. The rest is keyword-only (Keras's third positional is batch_size).
 
-        checkpoint: where a stop request (request_stop) and every `save_every` steps save (default
-        save_to; for a stop also a function returning the path, called at the stop); each save first
-        checks that training stayed finite. metrics_log: a
-        log from minidl.metrics_log.open_logs that gets one record per monitoring interval.
+        save_to: saved at the end, only if training stayed finite. checkpoint: where a stop request
+        (request_stop) and every `save_every` steps save (default save_to; for a stop also a function
+        returning the path, called at the stop); each save first checks that training stayed finite.
+        metrics_log: a log from minidl.metrics_log.open_logs that gets one record per monitoring interval.
         """
+        data = _data(x, y, "fit")
         for what, v in (("steps", steps), ("epochs", epochs), ("batch_size", batch_size), ("monitor", monitor),
                         ("save_every", save_every)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v <= 0):
@@ -160,7 +163,7 @@ class Trainer:
         per_epoch = len(loader)
         if steps is None:
             steps = (epochs or 1) * per_epoch
-        metrics, result = self.metrics, (math.nan, math.nan)
+        metrics, result = self.metrics, Score(math.nan, math.nan)
         metrics.reset()
         self._step.reset_flag()
         bar = progress.bar(steps, self.progress)
@@ -191,12 +194,12 @@ class Trainer:
                 metrics.reset()
                 if metrics_log is not None:
                     now = time.perf_counter()
-                    metrics_log.interval(step=self.step, epoch=(self.step - 1) // per_epoch, loss=result[0],
-                                         accuracy=result[1], lr=self.optimizer.current_lr,
+                    metrics_log.interval(step=self.step, epoch=(self.step - 1) // per_epoch, loss=result.loss,
+                                         accuracy=result.percent, lr=self.optimizer.current_lr,
                                          images_per_s=images / max(now - t_interval, 1e-9))
                     t_interval = now
                 if self.step % monitor == 0:
-                    self._print(bar, f"step: {self.step:4d}, loss: {result[0]:.3f}, accuracy: {result[1]:.3f}%")
+                    self._print(bar, f"step: {self.step:4d}, loss: {result.loss:.3f}, accuracy: {result.percent:.3f}%")
             if save_every and self.step % save_every == 0:
                 self._check_finite(start, checkpoint)
                 self.save(checkpoint)
@@ -246,9 +249,10 @@ class Trainer:
             self.log(line)
 
     # -- evaluation ----------------------------------------------------------------------------
-    def evaluate(self, data, batch_size=1000, steps=None):
-        """(mean loss, accuracy %) over the whole set, or over its first `steps` batches."""
-        loader = self._loader(data, batch_size, shuffle=False, drop_last=False)
+    def evaluate(self, x, y=None, *, batch_size=1000, steps=None) -> Score:
+        """Score(mean loss, accuracy as a fraction) over the whole set, or over its first `steps`
+        batches; the data as fit takes it: `(images, labels)`, `images, labels` or a Loader."""
+        loader = self._loader(_data(x, y, "evaluate"), batch_size, shuffle=False, drop_last=False)
         self._average_state()
         metrics = Mean(self.device)
         for i, (x, y) in enumerate(loader):
@@ -298,5 +302,8 @@ class Trainer:
         return meta
 
 
-def _quiet(*args, **kwargs):
-    pass
+def _data(x, y, what):
+    """fit's and evaluate's data as one pair (or Loader): `(x, y)` when labels come apart (Keras)."""
+    if y is not None and isinstance(x, (Loader, tuple)):
+        raise ValueError(f"{what}: labels given twice: pass {what}((images, labels)) or {what}(images, labels)")
+    return x if y is None else (x, y)

@@ -367,7 +367,7 @@ def trained(tmp_path_factory):
     model = models.lenet5()
     trainer = dl.Trainer(model, optim.get("adam", lr=1e-3), log=lambda *a: None, progress=False)
     trainer.fit(train, steps=60, batch_size=32, monitor=1000)
-    _, acc = trainer.evaluate(test, batch_size=1000)
+    acc = trainer.evaluate(test, batch_size=1000).percent       # as the infer CLI prints it
     path = checkpoint.save(root / "lenet5.npz", model)
     return root / "data", path, acc
 

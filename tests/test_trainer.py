@@ -42,11 +42,11 @@ def test_lenet5_learns_2000_mnist_images(mnist_train):
     model = models.lenet5(seed=0)
     trainer = dl.Trainer(model, optim.Adam(lr=2e-3), device="cpu", progress=False, log=lambda s: None)
     before_loss, before_acc = trainer.evaluate((images, labels))
-    assert before_acc < 30                           # an untrained net guesses
+    assert before_acc < 0.30                           # an untrained net guesses
     trainer.fit((images, labels), epochs=3, batch_size=32, monitor=1000)
     assert trainer.step == 3 * (2000 // 32)
     loss, acc = trainer.evaluate((images, labels))
-    assert acc >= 90.0, f"training accuracy {acc:.2f}% after 3 epochs"
+    assert acc >= 0.90, f"training accuracy {acc:.2%} after 3 epochs"
     assert loss < before_loss / 4
 
 
@@ -68,7 +68,7 @@ def test_monitor_line_format_every_monitor_steps():
         assert 0.0 <= float(m["acc"]) <= 100.0
     last = MONITOR_LINE.fullmatch(lines[-1])
     assert float(last["loss"]) == pytest.approx(result[0], abs=5e-4)
-    assert float(last["acc"]) == pytest.approx(result[1], abs=5e-4)
+    assert float(last["acc"]) == pytest.approx(result.percent, abs=5e-4)
 
 
 def test_monitor_line_at_step_100_matches_seed_width():
@@ -136,7 +136,7 @@ def test_evaluate_includes_the_final_short_batch(mnist_train):
     net = model.lower(dl.graph.passes.training)              # outputs the logits
     logits = net.forward(normalized(images), training=False).astype(np.float64)   # all 1,050 in one batch
     hits = np.argmax(logits, axis=1) == labels
-    acc_all, acc_first = 100 * hits.mean(), 100 * hits[:1000].mean()
+    acc_all, acc_first = hits.mean(), hits[:1000].mean()
     assert acc_all != acc_first                              # otherwise the test could not fail
 
     loss, acc = trainer.evaluate((images, labels), batch_size=1000)
@@ -226,7 +226,7 @@ def test_softmax_model_uses_the_logits_for_loss_and_gradient():
 
     loss, acc = trainer.evaluate((images, labels), batch_size=N)
     assert loss == pytest.approx(nll.mean(), rel=1e-5)
-    assert acc == pytest.approx(100 * np.mean(np.argmax(z, 1) == labels))
+    assert acc == pytest.approx(np.mean(np.argmax(z, 1) == labels))
 
     # one training step over the whole set (lr 0: weights stay): the same loss, and the gradient
     # of the last bias is mean(softmax(z) - onehot), i.e. backward skipped the Softmax layer

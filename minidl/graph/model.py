@@ -13,15 +13,17 @@ from ..backend import get_device
 from ..layers.base import Layer, Need, _fmt
 from ..layers.node import Input, Node
 from . import arena, checks, liveness
+from .api import FamiliarAPI
 from .config import graph_of_config
 from .ir import Graph
 from .summary import print_summary
 
 
-class Model:
+class Model(FamiliarAPI):
     """A DAG of layers from `inputs` to `outputs`, built on `device` in `dtype`.
 
     forward(x, training) -> y;  backward(gy) -> gx, adding parameter gradients into `grads`.
+    predict(images) -> class probabilities, parameters() / named_parameters(): graph/api.py.
     weights: {'layer/param': array} to start from (checked against the model before anything is
     allocated) instead of the seeded initializers.
     """
@@ -257,11 +259,15 @@ class Model:
     def _check_weights(self, weights, strict):
         checks.weights(self, weights, strict)
 
-    def set_weights(self, weights, strict=True):
-        """Copy arrays into parameters by 'layer/param' name, checking names and shapes first."""
+    def set_weights(self, weights: dict, strict: bool = True) -> list[str]:
+        """Copy arrays into parameters by 'layer/param' name, checking names and shapes first;
+        strict=False loads part of them (`set_weights({"conv2d/w": w0}, strict=False)`); unknown names
+        are refused either way. Returns the names left as they were (none when strict).
+        """
         self._check_weights(weights, strict)
         for k, a in weights.items():
             self.params[k].data[...] = self.device.asarray(np.asarray(a), dtype=self.params[k].data.dtype)
+        return sorted(set(self.params) - set(weights))
 
     @property
     def n_params(self):

@@ -1,18 +1,37 @@
 """Adam (Kingma & Ba), with coupled weight decay as torch.optim.Adam."""
+from numbers import Real
+
 from .base import Optimizer
 
 
 class Adam(Optimizer):
-    """m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;  p -= lr m̂ / (√v̂ + eps),  g' = g + wd p."""
+    """m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;  p -= lr m̂ / (√v̂ + eps),  g' = g + wd p.
+
+    The decay rates as b1=, b2= or as torch.optim.Adam's betas=(b1, b2); one of the two spellings.
+    """
     name = "adam"
     slots = ("m", "v")
     hyper = ("b1", "b2", "eps")
 
-    def __init__(self, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, schedule=None):
+    def __init__(self, lr: float = 1e-3, b1: float | None = None, b2: float | None = None, eps: float = 1e-8,
+                 weight_decay: float = 0.0, schedule=None, *, betas: tuple[float, float] | None = None):
         super().__init__(lr, weight_decay, schedule)
+        if betas is not None:
+            if b1 is not None or b2 is not None:
+                raise ValueError("Adam: give betas=(b1, b2) or b1=/b2=, not both")
+            if not (isinstance(betas, (tuple, list)) and len(betas) == 2
+                    and all(isinstance(b, Real) and not isinstance(b, bool) for b in betas)):
+                raise ValueError(f"Adam: betas must be a pair of numbers (b1, b2), got {betas!r}")
+            b1, b2 = betas
+        b1, b2 = 0.9 if b1 is None else b1, 0.999 if b2 is None else b2
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0 and eps >= 0):
             raise ValueError(f"Adam: need 0 <= b1, b2 < 1 and eps >= 0, got b1={b1}, b2={b2}, eps={eps}")
         self.b1, self.b2, self.eps = float(b1), float(b2), float(eps)
+
+    @property
+    def betas(self) -> tuple[float, float]:
+        """(b1, b2), as torch.optim.Adam names them."""
+        return self.b1, self.b2
 
     def update(self, lr, t, ok):
         self.kernels.adam_update(self.flat, self.grads, self.state["m"], self.state["v"], lr,

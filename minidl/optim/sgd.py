@@ -3,28 +3,42 @@ from .base import Optimizer
 
 
 class SGD(Optimizer):
-    """p -= lr (g + wd p)   over the flat buffers."""
+    """p -= lr g';  with momentum mu: v = mu v + g', p -= lr v (Nesterov: p -= lr (g' + mu v));  g' = g + wd p.
+
+    `SGD(lr, momentum=0.9, nesterov=True)` as torch.optim.SGD (without dampening): with momentum > 0
+    it keeps the velocity `v` and runs the momentum kernel, as Momentum does; at 0 the plain kernel.
+    All but lr are keyword-only: minidl's second positional argument was weight_decay, torch's momentum.
+    """
     name = "sgd"
-
-    def __init__(self, lr, weight_decay=0.0, schedule=None):
-        super().__init__(lr, weight_decay, schedule)
-
-    def update(self, lr, t, ok):
-        self.kernels.sgd_update(self.flat, self.grads, lr, self.weight_decay, ok, scale=self.grad_scale)
-
-
-class Momentum(Optimizer):
-    """v = mu v + g';  p -= lr v   (Nesterov: p -= lr (g' + mu v)),  g' = g + wd p."""
-    name = "momentum"
-    slots = ("v",)
     hyper = ("momentum", "nesterov")
 
-    def __init__(self, lr, momentum=0.9, nesterov=False, weight_decay=0.0, schedule=None):
+    def __init__(self, lr: float, *, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
+                 schedule=None):
         super().__init__(lr, weight_decay, schedule)
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"Momentum: momentum must be in [0, 1), got {momentum}")
+        if isinstance(momentum, bool) or not 0.0 <= momentum < 1.0:
+            raise ValueError(f"{type(self).__name__}: momentum must be in [0, 1), got {momentum!r}")
+        if nesterov and not momentum:
+            raise ValueError(f"{type(self).__name__}: nesterov=True needs a momentum > 0 (as torch.optim.SGD)")
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
+        self.slots = ("v",) if momentum else ()      # the velocity, only where there is momentum
 
     def update(self, lr, t, ok):
-        self.kernels.momentum_update(self.flat, self.grads, self.state["v"], lr, self.momentum,
-                                     self.weight_decay, self.nesterov, ok, scale=self.grad_scale)
+        if self.slots:
+            self.kernels.momentum_update(self.flat, self.grads, self.state["v"], lr, self.momentum,
+                                         self.weight_decay, self.nesterov, ok, scale=self.grad_scale)
+        else:
+            self.kernels.sgd_update(self.flat, self.grads, lr, self.weight_decay, ok, scale=self.grad_scale)
+
+
+class Momentum(SGD):
+    """SGD with momentum 0.9 unless told: v = mu v + g';  p -= lr v  (Nesterov: p -= lr (g' + mu v)).
+
+    What optim.get("momentum") and the command line's --optimizer momentum build; its checkpoints name
+    it "momentum" and always hold v (momentum 0 included), as before SGD took a momentum.
+    """
+    name = "momentum"
+
+    def __init__(self, lr: float, momentum: float = 0.9, nesterov: bool = False, weight_decay: float = 0.0,
+                 schedule=None):
+        super().__init__(lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, schedule=schedule)
+        self.slots = ("v",)

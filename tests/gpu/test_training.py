@@ -107,4 +107,4 @@ def test_resnet18_step_runs_captured_and_learns_on_mnist():
     trainer = dl.Trainer(model, optim.Adam(1e-3), progress=False, log=lambda s: None)
     first = trainer.fit(subset, steps=20, batch_size=32, monitor=20)
     last = trainer.fit(subset, steps=80, batch_size=32, monitor=80)
-    assert trainer._step._captured and last[0] < first[0] and last[1] > 80.0
+    assert trainer._step._captured and last.loss < first.loss and last.accuracy > 0.80

@@ -1,0 +1,55 @@
+"""The names users bring to a Model: Keras's `predict`, PyTorch's `parameters` / `named_parameters`,
+and a repr that says what the model is. Model (graph/model.py) takes them in as a base class.
+
+`predict` is the graph room's one use of `data`: images go through the Loader, as fit's and
+evaluate's do, so the input contract (docs/input.md) and the normalisation are decided in one place.
+"""
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..data.errors import DataError
+from ..data.loader import Loader
+
+
+class FamiliarAPI:
+    """predict(x), parameters(), named_parameters() and repr over Model's forward and arenas."""
+
+    def predict(self, x, batch_size: int = 256, normalize: bool | tuple[float, float] = True) -> np.ndarray:
+        """The model's output for images `x`, in evaluation mode, as a host NumPy array (N, classes):
+        class probabilities for the zoo's nets, which end in a Softmax (a model without one gives logits).
+
+        x: (N, H, W) or (N, C, H, W), uint8 in [0, 255] or floats in [0, 1], the input contract of
+        Trainer.fit and evaluate (docs/input.md), normalised by the same Loader (`normalize` as the
+        Loader's: MNIST's mean and std by default); anything else is a DataError (a ValueError).
+        `batch_size` images go through each forward (dropout off, BN's running statistics).
+        """
+        if not (self.single_input and self.single_output):
+            raise ValueError(f"{self.name}: predict takes a model of one input and one output; call forward")
+        images = np.asarray(x)
+        try:
+            loader = Loader(images, np.zeros(len(images) if images.ndim else 0, np.int64), batch_size, self.device,
+                            shuffle=False, drop_last=False, normalize=normalize)
+        except DataError as e:
+            raise DataError(f"{self.name}.predict: {e}") from None
+        return np.concatenate([np.array(self.device.to_host(self.forward(xb, training=False))) for xb, _ in loader])
+
+    def named_parameters(self) -> Iterator[tuple[str, object]]:
+        """('layer/param', array) for each trainable parameter, in layer order, as torch's named_parameters.
+
+        The arrays are views into the model's flat arena, on its device: assigning into one
+        (`w[...] = ...`) changes the model. BN's running statistics are state, not parameters
+        (torch's buffers): get_weights() has them too.
+        """
+        return ((k, p.data) for k, p in self.params.items() if p.trainable)
+
+    def parameters(self) -> Iterator[object]:
+        """The arrays of named_parameters(), as torch's parameters()."""
+        return (a for _, a in self.named_parameters())
+
+    def __repr__(self) -> str:
+        ins = ", ".join(str(tuple(n.shape[1:])) for n in self.inputs)
+        device = getattr(self, "device", None)
+        where = f"{device.name} {device.dtype.name}" if device is not None else "not built"
+        return (f"Model({self.name!r}: input {ins}, {len(self.layers)} layers, {self.n_params:,} parameters, "
+                f"{where})")
