@@ -46,8 +46,9 @@ def model_of(args):
     """(model family, ResNet depth or None) that -r / --model name: the key of RECIPES, and a name
     minidl.models.get takes. A ValueError where they contradict (-r 18 with --model resnet50 or lenet)."""
     name = args.model or ("resnet" if args.depth else "lenet")
-    if args.depth and not name.startswith("resnet"):
-        raise ValueError(f"-r {args.depth} is a ResNet depth and conflicts with --model {name}")
+    if args.depth and name != "resnet" and name != f"resnet{args.depth}":      # resnet50 with -r 50 agrees
+        raise ValueError(f"-r {args.depth} " + ("is a ResNet depth and " if not name.startswith("resnet") else "")
+                         + f"conflicts with --model {name}")
     tag = models.tag(name, args.depth or (18 if name == "resnet" else None))     # lenet5, resnet50, simplenet, ...
     return ("resnet", int(tag[6:])) if tag.startswith("resnet") else ("lenet" if tag == "lenet5" else tag, None)
 

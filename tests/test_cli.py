@@ -219,3 +219,62 @@ def test_tensorboard_without_tensorboardx_is_one_line_before_any_data(no_data, c
                         lambda name, *a: None if name == "tensorboardX" else real(name, *a))
     err = exits_2(cli.main, ["--tensorboard", "runs"], "--tensorboard", capsys)
     assert "pip install '.[tensorboard]' in minidl's checkout, or pip install tensorboardX" in err
+
+
+# -- the zoo by name, and -n against --epochs (issue 29, point 6) ---------------------------------
+
+def test_model_choices_are_the_zoos_names():
+    from minidl import models, train as cli
+    choices = next(a.choices for a in cli.parser()._actions if a.dest == "model")
+    assert tuple(choices) == models.names()
+    assert {"lenet", "resnet", "simplenet", "lenet-caffe", "relunet", "largenet", "resnet50"} <= set(choices)
+
+
+@pytest.mark.parametrize("args", [["-n", "100", "--epochs", "1"], ["--epochs", "1", "-n", "2000"]])
+def test_steps_with_epochs_exit_2_naming_both_before_reading_data(args, no_data, capsys):
+    from minidl import train as cli
+    err = exits_2(cli.main, args, "-n", capsys)         # -n at its default value, but given: still refused
+    assert "--epochs" in err.strip().splitlines()[-1]
+
+
+def test_steps_left_out_take_the_default_and_epochs_alone_plan_no_steps(no_data):
+    from minidl import recipes, train as cli
+    p = cli.parser()
+    assert recipes.plan(cli.check_args(p, p.parse_args([]))).steps == cli.DEFAULT_STEPS == 2000
+    plan = recipes.plan(cli.check_args(p, p.parse_args(["--epochs", "2"])))
+    assert (plan.steps, plan.epochs) == (None, 2)
+
+
+@pytest.mark.parametrize("args,flag", [(["--model", "simplenet", "-r", "18"], "-r"),
+                                       (["--model", "resnet50", "-r", "18"], "-r"),
+                                       (["--model", "vgg"], "--model")])
+def test_model_and_depth_that_disagree_exit_2(args, flag, no_data, capsys):
+    from minidl import train as cli
+    exits_2(cli.main, args, flag, capsys)
+
+
+@pytest.mark.parametrize("argv,tag,family", [(["--model", "lenet-caffe"], "lenet-caffe", "lenet-caffe"),
+                                             (["--model", "lenet_caffe"], "lenet-caffe", "lenet-caffe"),
+                                             (["--model", "resnet50"], "resnet50", "resnet"),
+                                             (["--model", "resnet50", "-r", "50"], "resnet50", "resnet"),
+                                             (["--model", "lenet5"], "lenet5", "lenet")])
+def test_each_name_plans_its_model_checkpoint_and_recipe(argv, tag, family, no_data):
+    from minidl import recipes, train as cli
+    p = cli.parser()
+    args = cli.check_args(p, p.parse_args(argv))
+    plan = recipes.plan(args)
+    assert plan.model == tag and cli.checkpoint_path(args) == os.path.join("checkpoints", f"{tag}.npz")
+    assert all(getattr(plan, k) == v for k, v in recipes.RECIPES[family].items())
+
+
+@needs_mnist
+@pytest.mark.parametrize("name", ["simplenet", "lenet-caffe", "relunet", "largenet"])
+def test_the_studys_nets_train_by_name(name, tmp_path, monkeypatch, capsys):
+    from minidl import train as cli
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--model", name, "-n", "4", "-m", "2", "-y", "1", "-x", "100", "--device", "cpu", "-s"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(l.startswith(f".. model {name}: ") and "sgd lr 0.01 constant" in l for l in out), out
+    assert [l[:10] for l in out if STEP_LINE.fullmatch(l)] == ["step:    2", "step:    4"]
+    assert any(RESULT_LINE.fullmatch(l) for l in out) and out[-1] == "Done."
+    assert (tmp_path / "checkpoints" / f"{name}.npz").is_file()
