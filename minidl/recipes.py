@@ -39,6 +39,7 @@ DATASETS = {"mnist": {}, "fashion-mnist": {"shift": 0}}
 MODEL_DATASET = {("lenet", "fashion-mnist"): {"weight_decay": 2e-4}}
 # The learning rate of an optimizer other than the recipe's (--optimizer without --lr).
 DEFAULT_LR = {"sgd": 0.01, "momentum": 0.05, "adam": 1e-3, "rmsprop": 1e-3}
+DEFAULT_STEPS = 2000         # the run's length where neither -n nor --epochs is given
 MAX_SHIFT = 8                # of a 28x28 image: beyond this a shift leaves little of a digit
 
 
@@ -51,6 +52,12 @@ def model_of(args):
                          + f"conflicts with --model {name}")
     tag = models.tag(name, args.depth or (18 if name == "resnet" else None))     # lenet5, resnet50, simplenet, ...
     return ("resnet", int(tag[6:])) if tag.startswith("resnet") else ("lenet" if tag == "lenet5" else tag, None)
+
+
+def steps(a):
+    """-n as the run takes it (a: the parsed flags as a dict): the flag, else DEFAULT_STEPS; None with
+    --epochs. The flag's default is None so that check_args can refuse a -n given with --epochs."""
+    return None if a.get("epochs") else a.get("steps") or DEFAULT_STEPS
 
 
 def model_tag(args):
@@ -69,7 +76,7 @@ def plan(args):
     opt = pick("optimizer")
     lr = args.lr if args.lr is not None else recipe["lr"] if opt == recipe["optimizer"] else DEFAULT_LR[opt]
     return RunPlan(model=models.tag(family, depth), dataset=args.dataset, batch_size=args.batch_size,
-                   steps=None if args.epochs else args.steps, epochs=args.epochs, optimizer=opt, lr=float(lr),
+                   steps=steps(vars(args)), epochs=args.epochs, optimizer=opt, lr=float(lr),
                    weight_decay=float(pick("weight_decay")), schedule=pick("schedule"), seed=args.seed,
                    warmup=pick("warmup"), label_smoothing=float(pick("label_smoothing")), shift=pick("shift"),
                    flip=pick("flip"), precision=args.precision, ranks=distributed.size_from_env())
@@ -84,7 +91,7 @@ def check(a, error, images):
     if a.get("shift") is not None and not 0 <= a["shift"] <= MAX_SHIFT:
         error("shift", f"must be an integer from 0 to {MAX_SHIFT} (pixels), got {a['shift']}")
     if a.get("warmup") is not None:
-        total = a["epochs"] * (images // a["batch_size"]) if a.get("epochs") else a.get("steps")
+        total = a["epochs"] * (images // a["batch_size"]) if a.get("epochs") else steps(a)
         if a["warmup"] < 0:
             error("warmup", f"must be a non-negative integer (steps), got {a['warmup']}")
         if total and a["warmup"] >= total:

@@ -48,8 +48,6 @@ def check_args(p, args, batch_split="train"):
 
     if a.get("epochs") and a.get("steps") is not None:     # -n left at its default is None (train_flags)
         error("steps", "conflicts with --epochs: -n counts steps, --epochs whole epochs; give one of them")
-    if "steps" in a and a["steps"] is None and not a.get("epochs"):
-        args.steps = a["steps"] = DEFAULT_STEPS
     for dest, low in (("lr", "> 0"), ("weight_decay", ">= 0")):
         v = a.get(dest)
         if v is not None and (not math.isfinite(v) or (v <= 0 if low == "> 0" else v < 0)):

@@ -6,10 +6,10 @@ checkpoint that cannot be written) is minidl.train.check_args's to refuse, befor
 import argparse
 
 from minidl import distributed, models, recipes
+from minidl.recipes import DEFAULT_STEPS
 
 # Split sizes, known without reading a file, so that flags are checked before any data is loaded.
 IMAGES = {"train": 60_000, "test": 10_000}          # MNIST and Fashion-MNIST alike
-DEFAULT_STEPS = 2000                                # -n left out, and no --epochs
 
 
 def positive(v: str) -> int:
@@ -32,7 +32,7 @@ def parser() -> argparse.ArgumentParser:
         description="Train a net of minidl's zoo on MNIST / Fashion-MNIST, then score the whole test set. "
                     "Flags left out take the model's default recipe (minidl/recipes.py; each run prints it).")
     p.add_argument("-b", dest="batch_size", type=positive, default=32, help="batch size (32)")
-    # default None: check_args tells a -n given from one left out (refused with --epochs), then sets DEFAULT_STEPS
+    # default None: a -n given is told from one left out (refused with --epochs; recipes.steps resolves it)
     p.add_argument("-n", dest="steps", type=positive, default=None,
                    help=f"training steps ({DEFAULT_STEPS}; not with --epochs)")
     p.add_argument("-m", dest="monitor", type=positive, default=100, help="monitoring interval in steps (100)")
