@@ -43,7 +43,7 @@ DEFAULT_STEPS = 2000         # the run's length where neither -n nor --epochs is
 MAX_SHIFT = 8                # of a 28x28 image: beyond this a shift leaves little of a digit
 
 
-def model_of(args):
+def model_of(args) -> tuple[str, int | None]:
     """(model family, ResNet depth or None) that -r / --model name: the key of RECIPES, and a name
     minidl.models.get takes. A ValueError where they contradict (-r 18 with --model resnet50 or lenet)."""
     name = args.model or ("resnet" if args.depth else "lenet")
@@ -54,13 +54,13 @@ def model_of(args):
     return ("resnet", int(tag[6:])) if tag.startswith("resnet") else ("lenet" if tag == "lenet5" else tag, None)
 
 
-def steps(a):
+def steps(a: dict) -> int | None:
     """-n as the run takes it (a: the parsed flags as a dict): the flag, else DEFAULT_STEPS; None with
     --epochs. The flag's default is None so that check_args can refuse a -n given with --epochs."""
     return None if a.get("epochs") else a.get("steps") or DEFAULT_STEPS
 
 
-def model_tag(args):
+def model_tag(args) -> str:
     """The one name of the model the flags train (lenet5, resnet50, simplenet, lenet-caffe, ...)."""
     return models.tag(*model_of(args))
 

@@ -302,7 +302,7 @@ class Trainer:
         return meta
 
 
-def _data(x, y, what):
+def _data(x, y, what: str):
     """fit's and evaluate's data as one pair (or Loader): `(x, y)` when labels come apart (Keras)."""
     if y is not None and isinstance(x, (Loader, tuple)):
         raise ValueError(f"{what}: labels given twice: pass {what}((images, labels)) or {what}(images, labels)")
