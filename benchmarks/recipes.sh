@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The default recipes against their targets (README, Results, default recipes), from the repository root:
+# The default recipes against their targets (docs/results.md, The default recipes: targets and evidence), from the repository root:
 #   bash benchmarks/recipes.sh             (logs in $OUT, default /tmp/minidl-recipes; $MINIDL_DATA as set)
 #   SEEDS="0 1 2" bash benchmarks/recipes.sh       (each command under several seeds: the margin)
 # Every command is the bare recipe (no flags beyond the command); all run on the GPU except the

@@ -12,6 +12,7 @@ COMMANDS = {
     "infer": "run a checkpoint's inference lowering: accuracy, latency, throughput",
     "export": "write a checkpoint as an ONNX graph and/or PyTorch-named safetensors",
     "plot": "draw loss and accuracy curves from --metrics JSON lines",
+    "warmup": "fill the GPU caches (compiled kernels, cuDNN engine choices) for a model ahead of time",
 }
 
 

@@ -3,14 +3,14 @@
 NumPy's OpenBLAS starts one thread per core and spins them on every matrix product. LeNet-sized
 products (a few million multiply-adds at most) gain little from a second thread (a LeNet-5 step
 at batch 32: 10% on idle cores), and on a machine whose cores are busy a spinning pool waits for
-a core on every call: the same step took 3-25x longer under load (README, Threads).
+a core on every call: the same step took 3-25x longer under load (docs/training.md, Threads on the CPU).
 """
 import os
 import warnings
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-DEFAULT_THREADS = 1     # measured on the 2-core machine: README, Threads
+DEFAULT_THREADS = 1     # measured on the 2-core machine: docs/training.md, Threads on the CPU
 _ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 

@@ -143,3 +143,12 @@ def test_a_command_runs_its_modules_main(monkeypatch):
     seen = []
     monkeypatch.setattr(plot, "main", lambda argv: seen.append(argv) or 7)
     assert cli.main(["plot", "a.jsonl", "-o", "x.png"]) == 7 and seen == [["a.jsonl", "-o", "x.png"]]
+
+
+def test_every_command_of_the_dispatcher_is_a_module_with_a_main():
+    """minidl COMMAND runs minidl.COMMAND.main: each listed command exists (warmup included)."""
+    import importlib
+    from minidl import cli
+    assert "warmup" in cli.COMMANDS
+    for name in cli.COMMANDS:
+        assert callable(importlib.import_module(f"minidl.{name}").main)
