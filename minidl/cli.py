@@ -8,7 +8,7 @@ import sys
 
 # command -> one line of help; the module is minidl.<command> (docs/architecture.md: "a command")
 COMMANDS = {
-    "train": "train LeNet-5 or a ResNet on MNIST / Fashion-MNIST, then score the test set",
+    "train": "train a zoo net (LeNet-5, ResNets, the study's nets) on MNIST or Fashion-MNIST, then test it",
     "infer": "run a checkpoint's inference lowering: accuracy, latency, throughput",
     "export": "write a checkpoint as an ONNX graph and/or PyTorch-named safetensors",
     "plot": "draw loss and accuracy curves from --metrics JSON lines",

@@ -1,6 +1,6 @@
 """The default recipe of each model: what `python -m minidl.train` trains with where no flag says
-otherwise. Each was chosen against the targets in the README (Results, default recipes), where its
-accuracies are measured; `benchmarks/recipes.sh` runs them all.
+otherwise. Each was chosen against the targets in docs/results.md (The default recipes: targets and
+evidence), where its accuracies are measured; `benchmarks/recipes.sh` runs them all.
 """
 import math
 
