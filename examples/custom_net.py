@@ -29,5 +29,5 @@ if __name__ == "__main__":
     trainer = dl.Trainer(model, dl.optim.Adam(lr=1e-3))
     trainer.fit(dl.data.mnist("train"), epochs=1, batch_size=64, monitor=200)
     loss, acc = trainer.evaluate(dl.data.mnist("test"))
-    print(f"test loss {loss:.4f}, accuracy {acc:.2f}%")
+    print(f"test loss {loss:.4f}, accuracy {acc:.2%}")
     trainer.save("checkpoints/custom.npz")
