@@ -1,0 +1,14 @@
+"""Names for type hints shared across minidl (hints only: nothing here runs at import).
+
+An array is a NumPy array on the CPU and a CuPy array on the GPU; minidl's code is written once
+for both (a Device's `xp`), so a hint cannot name one module's class: `Array` stands for either.
+"""
+from __future__ import annotations
+
+from typing import Any, Union
+
+import numpy as np
+
+Array = Any                          # numpy.ndarray or cupy.ndarray
+DTypeLike = Union[np.dtype, str, type]
+Shape = tuple
