@@ -1,7 +1,14 @@
 """Adam (Kingma & Ba), with coupled weight decay as torch.optim.Adam."""
+from __future__ import annotations
+
 from numbers import Real
+from typing import TYPE_CHECKING
 
 from .base import Optimizer
+
+if TYPE_CHECKING:
+    from .._types import Array
+    from .schedules import ScheduleSpec
 
 
 class Adam(Optimizer):
@@ -14,7 +21,8 @@ class Adam(Optimizer):
     hyper = ("b1", "b2", "eps")
 
     def __init__(self, lr: float = 1e-3, b1: float | None = None, b2: float | None = None, eps: float = 1e-8,
-                 weight_decay: float = 0.0, schedule=None, *, betas: tuple[float, float] | None = None):
+                 weight_decay: float = 0.0, schedule: ScheduleSpec = None, *,
+                 betas: tuple[float, float] | None = None) -> None:
         super().__init__(lr, weight_decay, schedule)
         if betas is not None:
             if b1 is not None or b2 is not None:
@@ -33,6 +41,6 @@ class Adam(Optimizer):
         """(b1, b2), as torch.optim.Adam names them."""
         return self.b1, self.b2
 
-    def update(self, lr, t, ok):
+    def update(self, lr: Array, t: Array, ok: Array | bool) -> None:
         self.kernels.adam_update(self.flat, self.grads, self.state["m"], self.state["v"], lr,
                                  self.b1, self.b2, self.eps, self.weight_decay, t, ok, scale=self.grad_scale)

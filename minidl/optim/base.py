@@ -1,11 +1,19 @@
 """Optimizer: one fused kernel call per step over the model's flat parameter and gradient buffers."""
+from __future__ import annotations
+
 import math
 from numbers import Real
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..backend import DtypeError
 from . import schedules as _schedules
+
+if TYPE_CHECKING:
+    from .._types import Array
+    from ..graph.model import Model
+    from .schedules import ScheduleSpec
 
 
 class Optimizer:
@@ -22,11 +30,13 @@ class Optimizer:
     one process, the kernels skip the multiply.
     """
     name = "optimizer"
-    slots = ()
-    hyper = ()
+    slots: tuple[str, ...] = ()
+    hyper: tuple[str, ...] = ()
     grad_scale = 1.0
+    flat: Array          # the model's parameters and gradients, bound by setup()
+    grads: Array
 
-    def __init__(self, lr, weight_decay=0.0, schedule=None):
+    def __init__(self, lr: float, weight_decay: float = 0.0, schedule: ScheduleSpec = None):
         for what, v in (("lr", lr), ("weight_decay", weight_decay)):
             if not (isinstance(v, Real) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"{type(self).__name__}: {what} must be a finite number >= 0, got {v!r}")
@@ -34,17 +44,18 @@ class Optimizer:
         self.schedule = _schedules.resolve(schedule)
         self._t = 0                        # host copy while no model is set up
         self._lr_fn, self._lr_table = (None, None), None     # (schedule, its device function), a cosine's table
-        self.state = {}
-        self.model = self._pending = None
+        self.state: dict[str, Array] = {}
+        self.model: Model | None = None
+        self._pending: dict[str, Any] | None = None
 
-    def check_free_for(self, model):
+    def check_free_for(self, model: Model) -> None:
         """Refuse to serve a second model (a second Trainer's): setup would rebind the flat buffers and
         the first Trainer's steps would silently update the other model."""
         if self.model is not None and self.model is not model:
             raise ValueError(f"Trainer: this {type(self).__name__} already trains model {self.model.name!r} "
                              f"(another Trainer's): give each Trainer an optimizer of its own")
 
-    def setup(self, model):
+    def setup(self, model: Model) -> Optimizer:
         """Bind model.flat / model.grads and the device's optim kernels; allocate zeroed state.
 
         State loaded before setup is applied now. Setting up the same model again keeps the state:
@@ -74,7 +85,7 @@ class Optimizer:
         return self
 
     # -- the step ---------------------------------------------------------------------------
-    def step(self, gate=None):
+    def step(self, gate: Array | None = None) -> None:
         """Apply one update in place from model.grads; the first step is t = 1.
 
         gate: a 0-d device bool; where False the update changes nothing, the step count t included
@@ -107,30 +118,30 @@ class Optimizer:
     def _tabulate(self, schedule, horizon):
         return np.array([schedule(self._lr, max(t - 1, 0)) for t in range(horizon + 2)], np.float64)
 
-    def update(self, lr, t, ok):
+    def update(self, lr: Array, t: Array, ok: Array | bool) -> None:
         """One in-place update with learning rate `lr` at step `t` (0-d float64 device arrays), where
         `ok` (True or a 0-d device bool) holds."""
         raise NotImplementedError
 
     @property
-    def t(self):
+    def t(self) -> int:
         """Steps taken (one host read of the device counter)."""
         return self._t if self.model is None else int(self.device.to_host(self._t_dev))
 
     @t.setter
-    def t(self, t):
+    def t(self, t: int) -> None:
         if self.model is None:
             self._t = int(t)
         else:
             self._t_dev.fill(int(t))
 
     @property
-    def lr(self):
+    def lr(self) -> float:
         """The base learning rate; setting it takes effect at the next step (captured ones too)."""
         return self._lr
 
     @lr.setter
-    def lr(self, lr):
+    def lr(self, lr: float) -> None:
         if not (isinstance(lr, Real) and math.isfinite(lr) and lr >= 0):
             raise ValueError(f"{type(self).__name__}: lr must be a finite number >= 0, got {lr!r}")
         self._lr = float(lr)
@@ -141,29 +152,29 @@ class Optimizer:
                 self._lr_table[...] = self.xp.asarray(self._tabulate(schedule, schedule.horizon))
 
     @property
-    def current_lr(self):
+    def current_lr(self) -> float:
         """The learning rate of the last step taken (the base one before any)."""
         return float(self.schedule(self._lr, max(self.t - 1, 0)))
 
-    def device_arrays(self):
+    def device_arrays(self) -> list[Array]:
         """Every array a step changes: snapshotted around a capture's warm-up."""
         return list(self.state.values()) + [self._t_dev]
 
     # -- state ------------------------------------------------------------------------------
-    def config(self):
+    def config(self) -> dict[str, Any]:
         """The constructor's arguments, JSON-able: get(name, **config()) rebuilds this optimizer."""
-        cfg = {"lr": self.lr, "weight_decay": self.weight_decay}
+        cfg: dict[str, Any] = {"lr": self.lr, "weight_decay": self.weight_decay}
         cfg.update({k: getattr(self, k) for k in self.hyper})
         # a user's own schedule function has no config: it is recorded as None and not rebuilt
         cfg["schedule"] = getattr(self.schedule, "config", None)
         return cfg
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         """{"name", "config", "t", "arrays": {slot: NumPy host copy}}."""
         arrays = {k: np.array(self.device.to_host(a)) for k, a in self.state.items()}
         return {"name": self.name, "config": self.config(), "t": self.t, "arrays": arrays}
 
-    def load_state_dict(self, d):
+    def load_state_dict(self, d: dict[str, Any]) -> None:
         """Restore step, hyper-parameters and state arrays (copied in place: addresses are kept).
 
         Everything is checked before anything changes; a ValueError says what does not fit.
@@ -184,7 +195,8 @@ class Optimizer:
             if isinstance(getattr(self, k), bool):
                 if not isinstance(v, bool):
                     raise ValueError(f"{self.name} state: {k} must be true or false, got {v!r}")
-            elif not (isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+            elif not (isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v)
+                      and v >= 0):     # type: ignore[operator]  # typeshed's numbers.Real has no >=
                 raise ValueError(f"{self.name} state: {k} must be a finite number >= 0, got {v!r}")
         if self.model is None:  # nothing to copy into yet: applied by setup()
             self._pending = d
@@ -200,6 +212,6 @@ class Optimizer:
             setattr(self, k, v)
         self.t = t
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if v is not None)
         return f"{type(self).__name__}({args})"

@@ -1,5 +1,13 @@
 """RMSprop (Hinton), uncentred and without momentum, as torch.optim.RMSprop's defaults."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .base import Optimizer
+
+if TYPE_CHECKING:
+    from .._types import Array
+    from .schedules import ScheduleSpec
 
 
 class RMSprop(Optimizer):
@@ -8,12 +16,13 @@ class RMSprop(Optimizer):
     slots = ("s",)
     hyper = ("rho", "eps")
 
-    def __init__(self, lr=1e-2, rho=0.99, eps=1e-8, weight_decay=0.0, schedule=None):
+    def __init__(self, lr: float = 1e-2, rho: float = 0.99, eps: float = 1e-8, weight_decay: float = 0.0,
+                 schedule: ScheduleSpec = None) -> None:
         super().__init__(lr, weight_decay, schedule)
         if not (0.0 <= rho < 1.0 and eps >= 0):
             raise ValueError(f"RMSprop: need 0 <= rho < 1 and eps >= 0, got rho={rho}, eps={eps}")
         self.rho, self.eps = float(rho), float(eps)
 
-    def update(self, lr, t, ok):
+    def update(self, lr: Array, t: Array, ok: Array | bool) -> None:
         self.kernels.rmsprop_update(self.flat, self.grads, self.state["s"], lr, self.rho, self.eps,
                                     self.weight_decay, ok, scale=self.grad_scale)

@@ -11,9 +11,16 @@ numbers: the first time a process hands CuPy a NumPy ufunc or an operator with a
 Each carries a JSON-able `config` ({"name": ..., **arguments}) so an optimizer's state can name
 its schedule and `get(**config)` can rebuild it.
 """
+from __future__ import annotations
+
 import sys
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import numpy as np
+
+if TYPE_CHECKING:
+    Schedule = Callable[[Any, Any], Any]       # f(base_lr, step) -> lr; numbers or 0-d device arrays
+    ScheduleSpec = Union[str, dict, Callable[[Any, Any], Any], None]     # what resolve() accepts
 
 
 def _xp(a):
@@ -27,12 +34,12 @@ def _schedule(fn, name, **kw):
     return fn
 
 
-def constant():
+def constant() -> Schedule:
     """lr = base_lr."""
     return _schedule(lambda base_lr, step: base_lr, "constant")
 
 
-def step_decay(step_size, gamma=0.1):
+def step_decay(step_size: int, gamma: float = 0.1) -> Schedule:
     """lr = base_lr · gamma^⌊step / step_size⌋."""
     if step_size < 1:
         raise ValueError(f"step_decay: step_size must be >= 1, got {step_size}")
@@ -43,7 +50,7 @@ def step_decay(step_size, gamma=0.1):
     return _schedule(f, "step_decay", step_size=step_size, gamma=gamma)
 
 
-def cosine(total_steps, min_lr=0.0):
+def cosine(total_steps: int, min_lr: float = 0.0) -> Schedule:
     """lr = min_lr + (base_lr - min_lr) (1 + cos(π min(step, T) / T)) / 2."""
     if total_steps < 1:
         raise ValueError(f"cosine: total_steps must be >= 1, got {total_steps}")
@@ -51,11 +58,11 @@ def cosine(total_steps, min_lr=0.0):
     def f(base_lr, step):
         # held at min_lr after total_steps rather than climbing back up the cosine
         return min_lr + (base_lr - min_lr) * (1 + np.cos(np.pi * np.minimum(step, total_steps) / total_steps)) / 2
-    f.horizon = total_steps      # constant from there on: an optimizer may tabulate it
+    f.horizon = total_steps      # type: ignore[attr-defined]  # constant from there on: may be tabulated
     return _schedule(f, "cosine", total_steps=total_steps, min_lr=min_lr)
 
 
-def inverse_time(decay):
+def inverse_time(decay: float) -> Schedule:
     """lr = base_lr / (1 + decay · step)   (the seed trainer's decay)."""
     if decay < 0:
         raise ValueError(f"inverse_time: decay must be >= 0, got {decay}")
@@ -66,7 +73,7 @@ def inverse_time(decay):
     return _schedule(f, "inverse_time", decay=decay)
 
 
-def warmup(steps, schedule):
+def warmup(steps: int, schedule: ScheduleSpec) -> Schedule:
     """lr = schedule(base_lr, step) · min(1, (step + 1) / steps): a linear ramp over the first
     `steps` steps (Goyal et al., 2017), composed with any schedule (a name, config or callable)."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -77,22 +84,22 @@ def warmup(steps, schedule):
         xp = _xp(step)
         return xp.multiply(inner(base_lr, step), xp.minimum(1.0, xp.divide(xp.add(step, 1.0), steps)))
     if getattr(inner, "horizon", None) is not None:      # constant past both: still tabulated
-        f.horizon = max(inner.horizon, steps)
+        f.horizon = max(inner.horizon, steps)      # type: ignore[attr-defined]  # a function attribute
     return _schedule(f, "warmup", steps=steps, schedule=getattr(inner, "config", None))
 
 
-SCHEDULES = {"constant": constant, "step_decay": step_decay, "cosine": cosine, "inverse_time": inverse_time,
-             "warmup": warmup}
+SCHEDULES: dict[str, Callable[..., Schedule]] = {
+    "constant": constant, "step_decay": step_decay, "cosine": cosine, "inverse_time": inverse_time, "warmup": warmup}
 
 
-def get(name, **kw):
+def get(name: str, **kw: Any) -> Schedule:
     """The schedule called `name`, built with keyword arguments `kw`."""
     if name not in SCHEDULES:
         raise ValueError(f"unknown schedule {name!r}: expected one of {', '.join(SCHEDULES)}")
     return SCHEDULES[name](**kw)
 
 
-def resolve(spec):
+def resolve(spec: ScheduleSpec) -> Schedule:
     """None -> constant(); a name or a config dict -> get(...); a callable is kept as is."""
     if spec is None:
         return constant()

@@ -1,5 +1,13 @@
 """Stochastic gradient descent, plain and with (Nesterov) momentum, as torch.optim.SGD."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .base import Optimizer
+
+if TYPE_CHECKING:
+    from .._types import Array
+    from .schedules import ScheduleSpec
 
 
 class SGD(Optimizer):
@@ -13,7 +21,7 @@ class SGD(Optimizer):
     hyper = ("momentum", "nesterov")
 
     def __init__(self, lr: float, *, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
-                 schedule=None):
+                 schedule: ScheduleSpec = None) -> None:
         super().__init__(lr, weight_decay, schedule)
         if isinstance(momentum, bool) or not 0.0 <= momentum < 1.0:
             raise ValueError(f"{type(self).__name__}: momentum must be in [0, 1), got {momentum!r}")
@@ -22,7 +30,7 @@ class SGD(Optimizer):
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
         self.slots = ("v",) if momentum else ()      # the velocity, only where there is momentum
 
-    def update(self, lr, t, ok):
+    def update(self, lr: Array, t: Array, ok: Array | bool) -> None:
         if self.slots:
             self.kernels.momentum_update(self.flat, self.grads, self.state["v"], lr, self.momentum,
                                          self.weight_decay, self.nesterov, ok, scale=self.grad_scale)
@@ -39,6 +47,6 @@ class Momentum(SGD):
     name = "momentum"
 
     def __init__(self, lr: float, momentum: float = 0.9, nesterov: bool = False, weight_decay: float = 0.0,
-                 schedule=None):
+                 schedule: ScheduleSpec = None) -> None:
         super().__init__(lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, schedule=schedule)
         self.slots = ("v",)
