@@ -5,10 +5,12 @@ for both (a Device's `xp`), so a hint cannot name one module's class: `Array` st
 """
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import numpy as np
 
 Array = Any                          # numpy.ndarray or cupy.ndarray
 DTypeLike = Union[np.dtype, str, type]
 Shape = tuple
+# an initializer (minidl.init): f(rng, shape, fan_in, fan_out) -> float64 host array
+Initializer = Callable[[np.random.Generator, tuple[int, ...], int, int], np.ndarray]

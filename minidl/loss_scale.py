@@ -8,25 +8,35 @@ device arrays changed in place by array operations, so a captured CUDA graph mak
 replay and the host reads nothing. A skipped step is routine here, not divergence: only a loss
 that is not finite stops training (minidl.step).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+
+from ._types import Array
+
+if TYPE_CHECKING:
+    from .backend import Device
+    from .precision import LossScale
 
 
 class DynamicLossScale:
     """scale (0-d float32), clean (steps since the last overflow or growth), skipped (steps skipped
     so far): device arrays for one run under `config` (a precision.LossScale)."""
 
-    def __init__(self, device, config):
+    def __init__(self, device: Device, config: LossScale) -> None:
         self.xp, self.config = device.xp, config
         self.scale = self.xp.full((), config.init, dtype=np.float32)
         self.clean = self.xp.zeros((), dtype=np.int64)
         self.skipped = self.xp.zeros((), dtype=np.int64)
         self.gate = self.xp.ones((), dtype=bool)       # this step's update goes ahead
 
-    def scale_grad(self, gz):
+    def scale_grad(self, gz: Array) -> None:
         """gz *= scale, in place: the loss gradient that starts backward."""
         self.xp.multiply(gz, self.scale, out=gz)
 
-    def unscale(self, grads, live):
+    def unscale(self, grads: Array, live: Array) -> Array:
         """grads *= 1/scale in place, then the decision: returns the gate (a 0-d device bool), True where
         `live` (the run's finite-loss flag) holds and every gradient is finite. On a live step an
         overflow skips it, backs the scale off and restarts the clean count; `interval` clean steps grow it.
@@ -45,15 +55,15 @@ class DynamicLossScale:
         self.clean[...] = xp.where(grow, 0, self.clean)
         return self.gate
 
-    def device_arrays(self):
+    def device_arrays(self) -> list[Array]:
         """What a step changes: snapshotted around a capture's warm-up."""
         return [self.scale, self.clean, self.skipped, self.gate]
 
-    def state(self):
+    def state(self) -> dict[str, float]:
         """{'scale', 'clean', 'skipped'} as host numbers, for checkpoints (one sync)."""
         return {"scale": float(self.scale), "clean": int(self.clean), "skipped": int(self.skipped)}
 
-    def set_state(self, state):
+    def set_state(self, state: dict[str, Any]) -> None:
         """Continue from `state()`'s numbers; a malformed record raises a ValueError naming it."""
         ok = (isinstance(state, dict) and isinstance(state.get("scale"), float) and np.isfinite(state["scale"])
               and state["scale"] > 0 and all(type(state.get(k)) is int and state[k] >= 0 for k in ("clean", "skipped")))

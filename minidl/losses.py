@@ -1,8 +1,12 @@
 """Losses on arrays: softmax cross-entropy, computed stably from logits."""
+from __future__ import annotations
+
+from ._types import Array
 from .backend import kernels_for
 
 
-def softmax_cross_entropy(logits, labels, gz=None, smoothing=0.0):
+def softmax_cross_entropy(logits: Array, labels: Array, gz: Array | None = None,
+                          smoothing: float = 0.0) -> tuple[Array, Array, Array]:
     """Mean cross-entropy of logits (N, K) against int labels (N,), from log-softmax; with label
     smoothing eps in [0, 1) against the target (1 - eps) onehot + eps / K.
 

@@ -1,5 +1,12 @@
 """Running metrics kept on the device and read back only when asked, and the Score they come to."""
-from typing import NamedTuple
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from ._types import Array
+
+if TYPE_CHECKING:
+    from .backend import Device
 
 
 class Score(NamedTuple):
@@ -20,23 +27,23 @@ class Score(NamedTuple):
 class Mean:
     """Accumulates (sum of losses, hits, count) on the device; `result()` reads them once."""
 
-    def __init__(self, device):
+    def __init__(self, device: Device) -> None:
         self.device = device
         xp = device.xp
         self.loss, self.correct, self.count = xp.zeros((), "float64"), xp.zeros((), "int64"), 0
 
-    def reset(self):
+    def reset(self) -> None:
         # In place: a captured CUDA graph keeps adding into these very buffers.
         self.loss.fill(0)
         self.correct.fill(0)
         self.count = 0
 
-    def add(self, loss_sum, correct):
+    def add(self, loss_sum: Array, correct: Array) -> None:
         """The device half of `update`: in place, no host sync, so a CUDA graph can record it."""
         self.loss += loss_sum
         self.correct += correct
 
-    def update(self, loss_sum, correct, n):
+    def update(self, loss_sum: Array, correct: Array, n: int) -> None:
         self.add(loss_sum, correct)
         self.count += n
 

@@ -12,10 +12,14 @@ and the layers that declare `keeps_fp32` (BN statistics, softmax, LRN) and the l
 float32; the graph pass `minidl.graph.passes.cast` inserts the casts between the two regions.
 bfloat16 comes from ml_dtypes (NumPy has none); float16 is NumPy's own.
 """
+from __future__ import annotations
+
 from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
+
+from ._types import DTypeLike
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT16 = np.dtype(np.float16)
@@ -25,7 +29,7 @@ NAMES = {"fp32": FLOAT32, "bf16": BFLOAT16, "fp16": FLOAT16}
 _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 
-def dtype_of(spec):
+def dtype_of(spec: DTypeLike) -> np.dtype:
     """A NumPy dtype from a name ('bfloat16', 'float16', 'float32', 'fp16', ...) or a dtype."""
     if isinstance(spec, str):
         spec = NAMES.get(_ALIASES.get(spec, spec), spec)
@@ -35,7 +39,7 @@ def dtype_of(spec):
         raise ValueError(f"unknown dtype {spec!r}: expected float32, bfloat16 or float16") from None
 
 
-def is_float(dtype):
+def is_float(dtype: DTypeLike) -> bool:
     """Whether `dtype` holds real floating-point numbers (bfloat16 included: NumPy sees a void type)."""
     dtype = np.dtype(dtype)
     return dtype.kind == "f" or dtype == BFLOAT16
@@ -67,15 +71,15 @@ class Policy:
     name: str
     compute: np.dtype
     param: np.dtype = FLOAT32
-    loss_scale: LossScale = field(default=None)
+    loss_scale: LossScale | None = field(default=None)
 
     @property
-    def mixed(self):
+    def mixed(self) -> bool:
         """Whether some layers compute in another dtype than the weights are kept in."""
         return self.compute != self.param
 
 
-def policy(spec=None, loss_scale=None):
+def policy(spec: Policy | DTypeLike | None = None, loss_scale: LossScale | None = None) -> Policy:
     """The Policy named by `spec`: 'fp32' (also None), 'bf16', 'fp16' or the dtype names
     'float32', 'bfloat16', 'float16'; a Policy is returned as it is.
 
