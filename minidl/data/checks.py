@@ -1,4 +1,8 @@
 """Checks on (images, labels) where they enter minidl: files in datasets.load, arrays in Loader."""
+from __future__ import annotations
+
+import os
+
 import numpy as np
 
 from .errors import DataError
@@ -6,7 +10,7 @@ from .errors import DataError
 CLASSES = 10
 
 
-def check_labels(labels, where, classes=CLASSES, hint=""):
+def check_labels(labels: np.ndarray, where: str | os.PathLike, classes: int = CLASSES, hint: str = "") -> None:
     """Raise DataError unless `labels` is a 1-D integer array with values in [0, classes).
 
     Checked once on entry: a -1 would otherwise index class 9 and a 15 fail deep in the loss.
@@ -19,7 +23,7 @@ def check_labels(labels, where, classes=CLASSES, hint=""):
                         f"0-{classes - 1} ({len(bad)} such labels){hint}")
 
 
-def check_images(images, labels, where):
+def check_images(images: np.ndarray, labels: np.ndarray, where: str) -> None:
     """Raise DataError unless `images` is (N, H, W) or (N, C, H, W) numbers, one per label."""
     if images.ndim not in (3, 4) or not (np.issubdtype(images.dtype, np.number) or images.dtype == bool):
         raise DataError(f"{where}: images of shape {images.shape} {images.dtype}, expected "

@@ -9,11 +9,14 @@ public mirrors (or `$MINIDL_MIRRORS`, comma-separated base URLs) into `<root>/<n
 writable of `$MINIDL_DATA`, `./dataset`, and stored decompressed once the SHA-256 of the
 decompressed bytes matches: a file appears complete and verified, or not at all.
 """
+from __future__ import annotations
+
 import hashlib
 import os
 import tempfile
 import zlib
 from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -78,7 +81,7 @@ def _copy_hash(src, dst=None, limit=MAX_BYTES + _CHUNK):
     return h.hexdigest()
 
 
-def sha256_of(path):
+def sha256_of(path: str | os.PathLike) -> str:
     """SHA-256 hex digest of the decompressed bytes of a gzipped or raw file."""
     return _copy_hash(path)
 
@@ -173,7 +176,9 @@ def _explicit_root(data_dir, name):
     return root
 
 
-def find_dataset(name, data_dir=None, mirrors=None, hashes=None, download=True, progress=True):
+def find_dataset(name: str, data_dir: str | os.PathLike | None = None, mirrors: str | Sequence[str] | None = None,
+                 hashes: dict[str, str] | None = None, download: bool = True,
+                 progress: bool = True) -> dict[str, Path]:
     """{standard file name: Path} of the four IDX files of `name`, found locally or downloaded.
 
     An explicit `data_dir` is searched alone and never downloaded into (see the module docstring).
@@ -221,7 +226,8 @@ def _check_headers(split, ipath, lpath):
     return idims[0]
 
 
-def load(name, split="train", data_dir=None, **find_kw):
+def load(name: str, split: str = "train", data_dir: str | os.PathLike | None = None,
+         **find_kw: Any) -> tuple[np.ndarray, np.ndarray]:
     """(images uint8 (N, 28, 28), labels uint8 (N,)) of one split, N = 60000 train / 10000 test."""
     if split not in FILES:
         raise ValueError(f"unknown split {split!r}: expected 'train' or 'test'")
@@ -235,11 +241,13 @@ def load(name, split="train", data_dir=None, **find_kw):
     return images, labels
 
 
-def mnist(split="train", data_dir=None, **find_kw):
+def mnist(split: str = "train", data_dir: str | os.PathLike | None = None,
+          **find_kw: Any) -> tuple[np.ndarray, np.ndarray]:
     """MNIST digits: (images uint8 (N, 28, 28), labels uint8 (N,))."""
     return load("mnist", split, data_dir, **find_kw)
 
 
-def fashion_mnist(split="train", data_dir=None, **find_kw):
+def fashion_mnist(split: str = "train", data_dir: str | os.PathLike | None = None,
+                  **find_kw: Any) -> tuple[np.ndarray, np.ndarray]:
     """Fashion-MNIST clothing: (images uint8 (N, 28, 28), labels uint8 (N,))."""
     return load("fashion-mnist", split, data_dir, **find_kw)

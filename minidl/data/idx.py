@@ -7,18 +7,22 @@ The reader trusts nothing: it reads the header first, refuses a payload larger t
 before allocating it, then decompresses exactly the declared bytes plus one (to detect trailing
 data). A gzip bomb therefore costs at most `max_bytes` of memory and a few reads, whatever it holds.
 """
+from __future__ import annotations
+
 import contextlib
 import gzip
 import math
+import os
 import struct
 import zlib
+from typing import IO, Iterator
 
 import numpy as np
 
 from .errors import DataError
 
 # IDX type code -> NumPy dtype of the (big-endian) payload
-TYPES = {0x08: np.dtype("u1"), 0x09: np.dtype("i1"), 0x0B: np.dtype(">i2"),
+TYPES: dict[int, np.dtype] = {0x08: np.dtype("u1"), 0x09: np.dtype("i1"), 0x0B: np.dtype(">i2"),
          0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 GZIP_MAGIC = b"\x1f\x8b"
 # the largest payload read_idx allocates unless told otherwise: MNIST's 60000x28x28 is 47 MB
@@ -27,7 +31,7 @@ _CHUNK = 1 << 20
 
 
 @contextlib.contextmanager
-def open_maybe_gzip(path):
+def open_maybe_gzip(path: str | os.PathLike) -> Iterator[IO[bytes] | gzip.GzipFile]:
     """Open `path` for binary reading, decompressing on the fly if it is gzip (by content, not name)."""
     with open(path, "rb") as f:
         gz = f.read(2) == GZIP_MAGIC
@@ -80,13 +84,13 @@ def _header(f, path):
     return TYPES[code], struct.unpack(f">{ndim}I", sizes)
 
 
-def read_header(path):
+def read_header(path: str | os.PathLike) -> tuple[np.dtype, tuple[int, ...]]:
     """(dtype, dims) that an IDX file declares, read without touching its payload."""
     with _reading(path) as f:
         return _header(f, path)
 
 
-def read_idx(path, max_bytes=MAX_BYTES):
+def read_idx(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> np.ndarray:
     """Read an IDX file (gzipped or raw) into a NumPy array of shape dims, native byte order.
 
     Raises DataError if the declared payload exceeds `max_bytes` or the file holds more or less.
@@ -111,7 +115,7 @@ def read_idx(path, max_bytes=MAX_BYTES):
     return a
 
 
-def write_idx(path, array):
+def write_idx(path: str | os.PathLike, array: np.typing.ArrayLike) -> None:
     """Write `array` as an IDX file; gzipped if `path` ends in .gz (fixed mtime: same bytes each time)."""
     a = np.asarray(array)
     codes = {dt.newbyteorder("="): c for c, dt in TYPES.items()}

@@ -1,15 +1,23 @@
 """Mini-batches of a whole dataset held on the device, reshuffled every epoch by a seeded generator."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
 import numpy as np
 
 from .checks import CLASSES, check_images, check_labels
 from .errors import DataError
+
+if TYPE_CHECKING:
+    from .._types import Array
+    from ..backend import Device
 
 # MNIST's pixel mean and standard deviation after scaling to [0, 1] (the usual torchvision values)
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 CONTRACT = "uint8 in [0, 255] or floating point in [0, 1] (docs/input.md)"
 
 
-def pixel_scale(images, where="images"):
+def pixel_scale(images: np.ndarray, where: str = "images") -> int:
     """What the images are divided by to lie in [0, 1]: 255 for uint8, 1 for floating images in [0, 1].
 
     The one input contract of Loader (so of Trainer.fit and evaluate), docs/input.md. Anything else is
@@ -48,8 +56,10 @@ class Loader:
     so N ranks at b see exactly the images one process sees at N*b.
     """
 
-    def __init__(self, images, labels, batch_size, device, shuffle=True, seed=0, drop_last=True,
-                 normalize=True, classes=CLASSES, rank=0, world=1):
+    def __init__(self, images: np.typing.ArrayLike, labels: np.typing.ArrayLike, batch_size: int, device: Device,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = True,
+                 normalize: bool | tuple[float, float] = True, classes: int = CLASSES, rank: int = 0,
+                 world: int = 1) -> None:
         images, labels = np.asarray(images), np.asarray(labels)
         check_labels(labels, "Loader labels", classes, hint="; pass classes= for another count")
         check_images(images, labels, "Loader images")
@@ -79,20 +89,20 @@ class Loader:
             x /= std
             self.blank = float((device.dtype.type(0) - mean) / std)     # in x's dtype, as x was
         self.x, self.y = x, device.asarray(labels, dtype=np.int32)
-        self._order = (None, None)  # (epoch, device index array): cached for batch() calls
+        self._order: tuple[int | None, Array] = (None, None)  # (epoch, device index array): for batch() calls
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Batches per epoch (global batches: every rank runs as many)."""
         full, rest = divmod(self.N, self.global_batch)
         return full + (1 if rest and not self.drop_last else 0)
 
-    def order(self, epoch):
+    def order(self, epoch: int) -> np.ndarray:
         """Host int64 permutation of range(N) that epoch `epoch` visits."""
         if not self.shuffle:
             return np.arange(self.N)
         return np.random.default_rng([self.seed, epoch]).permutation(self.N)
 
-    def indices(self, epoch, k):
+    def indices(self, epoch: int, k: int) -> Array:
         """The device indices of this rank's part of the k-th batch of epoch `epoch` (a view: no
         copy, no transfer); empty for a rank past the end of a last, partial batch."""
         if not 0 <= k < len(self):
@@ -102,18 +112,18 @@ class Loader:
         start = k * self.global_batch + self.rank * self.batch_size
         return self._order[1][start:start + self.batch_size]
 
-    def batch(self, epoch, k):
+    def batch(self, epoch: int, k: int) -> tuple[Array, Array]:
         """The k-th batch (x, y) of epoch `epoch`, gathered on the device."""
         idx = self.indices(epoch, k)
         xp = self.device.xp
         return xp.take(self.x, idx, axis=0), xp.take(self.y, idx, axis=0)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[Array, Array]]:
         """The batches of epoch `self.epoch`; advances `self.epoch` at once, so a partial pass counts."""
         epoch, self.epoch = self.epoch, self.epoch + 1
         return (self.batch(epoch, k) for k in range(len(self)))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         ranks = f", rank={self.rank} of {self.world}" if self.world > 1 else ""
         return (f"Loader(N={self.N}, batch_size={self.batch_size}{ranks}, batches={len(self)}, "
                 f"shuffle={self.shuffle}, seed={self.seed}, epoch={self.epoch}, {self.device})")
