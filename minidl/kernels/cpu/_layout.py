@@ -1,5 +1,9 @@
 """NCHW <-> CHWN copies for the kernels that compute with the batch innermost (conv)."""
+from __future__ import annotations
+
 import numpy as np
+
+from ..._types import Array
 
 # A CHWN -> NCHW copy walks the destination in order, so it reads the source N values apart.
 # Done in blocks of about this many source values (32 KB of float32: L1), each source cache line
@@ -7,12 +11,12 @@ import numpy as np
 BLOCK_VALUES = 8192
 
 
-def nchw_to_chwn(x, out):
+def nchw_to_chwn(x: Array, out: Array) -> None:
     """x (N, C, H, W) -> out (C, H, W, N); out may be a view (a padded buffer's interior)."""
     np.copyto(out, x.transpose(1, 2, 3, 0))
 
 
-def chwn_to_nchw(x, out):
+def chwn_to_nchw(x: Array, out: Array) -> Array:
     """x (C, H, W, N), possibly a view (a crop) -> out (N, C, H, W)."""
     C, H, W, N = x.shape
     positions = max(1, BLOCK_VALUES // N)

@@ -5,15 +5,19 @@ computed in (conv: batch innermost, CHWN), and the elementwise and pooling kerne
 input's order: NumPy runs an op in memory order when its operands share one, and 2-4x slower
 when they do not. `order` and `like` let a kernel follow its input's order.
 """
+from __future__ import annotations
+
 import functools
 import math
 
 import numpy as np
 
-_ZEROS = {}      # dtype -> one read-only zero buffer, grown on demand
+from ..._types import Array, DTypeLike
+
+_ZEROS: dict[np.dtype, Array] = {}      # dtype -> one read-only zero buffer, grown on demand
 
 
-def emit(y, out):
+def emit(y: Array, out: Array | None) -> Array:
     """y, or y copied into `out` when one is given (the kernels' `out=` contract)."""
     if out is None:
         return y
@@ -21,7 +25,7 @@ def emit(y, out):
     return out
 
 
-def order(a):
+def order(a: Array) -> tuple[int, ...] | None:
     """The axes of `a` from outermost to innermost in memory, if its values fill one dense block
     (a C-contiguous array with permuted axes), else None."""
     return _order(a.shape, a.strides, a.itemsize)
@@ -38,7 +42,7 @@ def _order(shape, strides, itemsize):
     return tuple(axes)
 
 
-def like(a, ref):
+def like(a: Array, ref: Array) -> Array:
     """`a` with the memory order of `ref` (same shape): itself if it has it, else a copy."""
     if order(a) == order(ref):
         return a
@@ -47,7 +51,7 @@ def like(a, ref):
     return out
 
 
-def zeros(shape, dtype):
+def zeros(shape: tuple[int, ...], dtype: DTypeLike) -> Array:
     """A read-only C-contiguous zero array of `shape`: a view of one shared buffer per dtype."""
     n, dt = math.prod(shape), np.dtype(dtype)
     buf = _ZEROS.get(dt)
@@ -58,7 +62,7 @@ def zeros(shape, dtype):
     return buf[:n].reshape(shape)
 
 
-def zeros_like(a):
+def zeros_like(a: Array) -> Array | None:
     """Read-only zeros in a's shape and memory order, or None when a is not one dense block.
 
     np.maximum(x, 0) broadcasts a scalar and NumPy runs that without SIMD; against a zero array of

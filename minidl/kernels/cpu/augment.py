@@ -8,12 +8,20 @@ the very same shifts and flips, so a captured training step augments anew at eve
 resumed run continues the same draws. Among data-parallel ranks the offset is the global batch's
 (CounterRNG.skip): image n of rank r draws as image r N + n of one process.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from ..._types import Array
 from .dropout import philox_uniform
 
+if TYPE_CHECKING:
+    from ...rng import CounterRNG
 
-def shift_draws(N, max_shift, key, offset):
+
+def shift_draws(N: int, max_shift: int, key: tuple[int, int], offset: int) -> tuple[Array, Array]:
     """(dy, dx), each (N,) int64 uniform in [-max_shift, max_shift]: the top 24 bits r of a draw
     give (r (2 max_shift + 1)) >> 24 - max_shift, integer arithmetic with no rounding to skew it."""
     r = (philox_uniform(2 * N, key, offset) * np.float32(2.0 ** 24)).astype(np.int64)   # exact: u = r 2^-24
@@ -21,7 +29,7 @@ def shift_draws(N, max_shift, key, offset):
     return s[0::2], s[1::2]
 
 
-def random_shift(x, max_shift, fill, rng, out=None):
+def random_shift(x: Array, max_shift: int, fill: float, rng: CounterRNG, out: Array | None = None) -> Array:
     """y[n, c, h, w] = x[n, c, h - dy_n, w - dx_n], `fill` where that falls outside the image;
     dy_n, dx_n uniform in [-max_shift, max_shift] from `rng` (key, offset), which advances by 2N (per rank).
 
@@ -43,12 +51,12 @@ def random_shift(x, max_shift, fill, rng, out=None):
     return out
 
 
-def flip_draws(N, key, offset):
+def flip_draws(N: int, key: tuple[int, int], offset: int) -> Array:
     """(N,) bool: image n is flipped where the top bit of draw offset + n is set (u >= 1/2), even odds."""
     return philox_uniform(N, key, offset) >= np.float32(0.5)
 
 
-def random_flip(x, rng, out=None):
+def random_flip(x: Array, rng: CounterRNG, out: Array | None = None) -> Array:
     """y[n, c, h, w] = x[n, c, h, W - 1 - w] where f_n, else x[n, c, h, w]; f_n true with probability
     1/2 from `rng` (key, offset), which advances by N (per rank).
 

@@ -6,8 +6,13 @@ kernel takes (shared memory holds one sample's activations and the conv weights)
 `stages` is a list of ("conv", w, b, pads, pool, relu) (pool 1 or 2) and ("dense", w, b, relu)
 tuples: the conv stages first, then (after an implicit flatten) one or more dense ones.
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import numpy as np
 
+from ..._types import Array
 from ._util import emit
 from .direct_conv import (conv2d_bias_relu_fprop, conv2d_bias_relu_maxpool2x2_fprop, conv_geometry, pads4,
                           supported_conv)
@@ -18,7 +23,7 @@ MAX_WIDTH = 4096        # dense widths
 MAX_CHAIN_SMEM = 40 * 1024   # floats of one sample's activations in shared memory
 
 
-def supported_chain(x_shape, stages):
+def supported_chain(x_shape: Sequence[int], stages: Sequence[tuple]) -> bool:
     """Whether the GPU chain kernel takes these stages for inputs of per-sample shape x_shape: conv
     stages (their weights staged in shared memory), then one or more dense stages."""
     shape, floats, seen_dense = tuple(x_shape), 0, False
@@ -45,7 +50,7 @@ def supported_chain(x_shape, stages):
     return seen_dense and floats + int(np.prod(x_shape)) <= MAX_CHAIN_SMEM
 
 
-def chain_fprop(x, stages, out=None):
+def chain_fprop(x: Array, stages: Sequence[tuple], out: Array | None = None) -> Array:
     """conv stages, a flatten, dense stages (stages: see the module docstring).   x (N, ...) -> (N, D)."""
     h = x
     for st in stages:

@@ -8,9 +8,13 @@ thread by default), so most of the work happens in the next `start` or in `wait`
 bfloat16, so a reduction `through` a narrower dtype is NCCL's arithmetic for two ranks: each
 rank's values rounded to it, summed in float32, the sum rounded again.
 """
+from __future__ import annotations
+
 import numpy as np
 
 from mpi4py import MPI
+
+from ..._types import Array
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "and": MPI.LAND}
 
@@ -18,16 +22,16 @@ _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "and": MPI.LAND}
 class Communicator:
     """In-place collectives among the ranks of the MPI communicator `mpi_comm`; op: sum, min, max, and."""
 
-    def __init__(self, mpi_comm):
+    def __init__(self, mpi_comm: MPI.Comm) -> None:
         self.comm = mpi_comm
-        self._requests = []
-        self._narrowed = []             # (a, wire): sums to round to wire's dtype at wait()
+        self._requests: list[MPI.Request] = []
+        self._narrowed: list[tuple[Array, Array]] = []             # (a, wire): sums to round to wire's dtype at wait()
 
-    def allreduce(self, a, op):
+    def allreduce(self, a: Array, op: str) -> None:
         """a <- op over the ranks of a, now."""
         self.comm.Allreduce(MPI.IN_PLACE, a, op=_OPS[op])
 
-    def start(self, a, op, wire=None):
+    def start(self, a: Array, op: str, wire: Array | None = None) -> None:
         """a <- op over the ranks of a, begun now; `a` is not to be touched until wait(). `wire`: a's
         size in a narrower dtype, which the values and the sum are rounded to (the GPU's wire)."""
         if wire is not None:
@@ -35,7 +39,7 @@ class Communicator:
             self._narrowed.append((a, wire))
         self._requests.append(self.comm.Iallreduce(MPI.IN_PLACE, a, op=_OPS[op]))
 
-    def wait(self):
+    def wait(self) -> None:
         """Complete every reduction started."""
         MPI.Request.Waitall(self._requests)
         self._requests.clear()
@@ -43,15 +47,15 @@ class Communicator:
             _round(a, wire)
         self._narrowed.clear()
 
-    def broadcast(self, a, root=0):
+    def broadcast(self, a: Array, root: int = 0) -> None:
         """a <- rank `root`'s a."""
         self.comm.Bcast(a, root=root)
 
-    def close(self):
+    def close(self) -> None:
         self.wait()
 
 
-def _round(a, wire):
+def _round(a: Array, wire: Array) -> None:
     """a <- a rounded to wire's dtype (to nearest even), through wire."""
     np.copyto(wire, a, casting="unsafe")
     np.copyto(a, wire, casting="unsafe")

@@ -8,11 +8,16 @@ dtype it last ran; fprop's im2col columns are kept for the wgrad of the same x, 
 rearranged gy for the dgrad of the same gy (conv2d_wgrad then conv2d_dgrad, as a layer's
 backward calls them), since each is a full pass over memory.
 """
+from __future__ import annotations
+
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from ..._types import Array
 from ._layout import chwn_to_nchw, nchw_to_chwn
 
 
@@ -27,12 +32,13 @@ class ConvPlan:
     ws: dict = field(default_factory=dict, compare=False, repr=False)   # the CPU kernels' buffers
 
 
-def resolve_pads(padding, size, ksize, stride, dilation):
+def resolve_pads(padding: int | str | Sequence[int], size: Sequence[int], ksize: Sequence[int], stride: Sequence[int],
+                 dilation: Sequence[int]) -> tuple[int, ...]:
     """Padding spec -> (top, bottom, left, right); 'same' pads as TensorFlow (extra at the end)."""
     if padding == "valid":
         return (0, 0, 0, 0)
     if padding == "same":
-        pads = []
+        pads: Any = []                # a list here, the name a 4-tuple below
         for n, k, s, d in zip(size, ksize, stride, dilation):
             total = max((math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n, 0)
             pads += [total // 2, total - total // 2]
@@ -50,11 +56,12 @@ def resolve_pads(padding, size, ksize, stride, dilation):
     return (int(ph), int(ph), int(pw), int(pw))
 
 
-def out_size(n, k, s, d, p0, p1):
+def out_size(n: int, k: int, s: int, d: int, p0: int, p1: int) -> int:
     return (n + p0 + p1 - (k - 1) * d - 1) // s + 1
 
 
-def conv2d_plan(x_shape, w_shape, stride, padding, dilation):
+def conv2d_plan(x_shape: Sequence[int], w_shape: Sequence[int], stride: Sequence[int],
+                padding: int | str | Sequence[int], dilation: Sequence[int]) -> ConvPlan:
     N, C, H, W = x_shape
     K, _, kH, kW = w_shape
     pads = resolve_pads(padding, (H, W), (kH, kW), stride, dilation)
@@ -159,7 +166,8 @@ def _gy_rows(plan, gy):
     return plan.ws["g"]
 
 
-def conv2d_fprop(plan, x, w, b=None, out=None, cl=False):
+def conv2d_fprop(plan: ConvPlan, x: Array, w: Array, b: Array | None = None, out: Array | None = None,
+                 cl: bool = False) -> Array:
     """x (N, C, H, W), w (K, C, kH, kW), b (K,) -> y (N, K, oH, oW), in CHWN memory order whatever
     `cl` (the GPU's channels-last request) says: the order this kernel computes in."""
     N, K = x.shape[0], w.shape[0]
@@ -174,7 +182,7 @@ def conv2d_fprop(plan, x, w, b=None, out=None, cl=False):
     return y.transpose(3, 0, 1, 2) if out is None else chwn_to_nchw(y, out)
 
 
-def conv2d_wgrad(plan, x, gy, gw, accumulate=True):
+def conv2d_wgrad(plan: ConvPlan, x: Array, gy: Array, gw: Array, accumulate: bool = True) -> None:
     """Adds dL/dw = gy @ im2col(x)^T into gw (K, C, kH, kW); accumulate=False overwrites gw."""
     g = _gy_rows(plan, gy)
     if plan.ws.get("cols_of") is x:          # fprop's columns of this very x
@@ -192,7 +200,7 @@ def conv2d_wgrad(plan, x, gy, gw, accumulate=True):
         gw[...] = dw
 
 
-def conv2d_dgrad(plan, gy, w, out=None):
+def conv2d_dgrad(plan: ConvPlan, gy: Array, w: Array, out: Array | None = None) -> Array:
     """gy (N, K, oH, oW), w (K, C, kH, kW) -> gx (N, C, H, W): col2im of w^T @ gy."""
     N, K, oH, oW = gy.shape
     C, kH, kW = w.shape[1:]

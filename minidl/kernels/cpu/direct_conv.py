@@ -5,8 +5,13 @@ they are compositions of the reference conv and pool kernels, which the GPU kern
 against. `supported_conv` says which shapes the GPU kernel takes (its limits below); the inference
 planner asks it on both devices, so the CPU runs the very plan the GPU runs.
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import numpy as np
 
+from ..._types import Array
 from . import conv as _conv, pool as _pool
 from ._util import emit
 
@@ -18,7 +23,7 @@ MAX_IMAGE = 8192        # C * padded H * padded W floats of one sample in shared
 MAX_K = 256
 
 
-def pads4(pads):
+def pads4(pads: int | Sequence[int]) -> tuple[int, int, int, int]:
     """An int, a pair or a 4-sequence -> (top, bottom, left, right)."""
     if isinstance(pads, (int, np.integer)):
         return (int(pads),) * 4
@@ -30,7 +35,8 @@ def pads4(pads):
     return pads
 
 
-def conv_geometry(x_shape, w_shape, pads, pool):
+def conv_geometry(x_shape: Sequence[int], w_shape: Sequence[int], pads: int | Sequence[int],
+                  pool: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """(conv output (oH, oW), pooled output (pH, pW)) of a stride-1 conv and a pool x pool floor pool."""
     C, H, W = x_shape[-3:]
     K, Cw, kH, kW = w_shape
@@ -47,7 +53,7 @@ def conv_geometry(x_shape, w_shape, pads, pool):
     return (oH, oW), (pH, pW)
 
 
-def supported_conv(x_shape, w_shape, pads, pool):
+def supported_conv(x_shape: Sequence[int], w_shape: Sequence[int], pads: int | Sequence[int], pool: int) -> bool:
     """Whether the GPU direct conv kernel takes this stride-1 conv (+ pool x pool max-pool)."""
     try:
         (oH, oW), (pH, pW) = conv_geometry(x_shape, w_shape, pads, pool)
@@ -61,7 +67,8 @@ def supported_conv(x_shape, w_shape, pads, pool):
 
 
 
-def conv2d_bias_relu_fprop(x, w, b, pads=0, relu=True, out=None):
+def conv2d_bias_relu_fprop(x: Array, w: Array, b: Array | None, pads: int | Sequence[int] = 0, relu: bool = True,
+                           out: Array | None = None) -> Array:
     """y = relu(conv(x, w) + b), stride 1.   x (N, C, H, W), w (K, C, kH, kW), b (K,) -> (N, K, oH, oW)."""
     t, bo, l, r = pads4(pads)
     if (t, l) != (bo, r):                          # asymmetric: pad explicitly, then a valid conv
@@ -74,7 +81,8 @@ def conv2d_bias_relu_fprop(x, w, b, pads=0, relu=True, out=None):
     return emit(y, out)
 
 
-def conv2d_bias_relu_maxpool2x2_fprop(x, w, b, pads=0, relu=True, out=None):
+def conv2d_bias_relu_maxpool2x2_fprop(x: Array, w: Array, b: Array | None, pads: int | Sequence[int] = 0,
+                                      relu: bool = True, out: Array | None = None) -> Array:
     """y = maxpool2x2(relu(conv(x, w) + b)), stride-1 conv, floor pool.   -> (N, K, oH // 2, oW // 2)."""
     y = conv2d_bias_relu_fprop(x, w, b, pads, relu)
     plan = _pool.pool2d_plan(y.shape, 2, 2, 0)

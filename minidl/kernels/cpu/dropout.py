@@ -5,13 +5,22 @@ advances the offset by the number of draws; the GPU twin computes the very same 
 masks are tested against these, and a captured CUDA graph that advances the offset on the device
 draws new masks at every replay.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+from ..._types import Array
+
+if TYPE_CHECKING:
+    from ...rng import CounterRNG
 
 M0, M1, W0, W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85     # Salmon et al. (2011), Philox4x32
 LOW = 0xFFFFFFFF
 
 
-def philox_uniform(n, key, offset):
+def philox_uniform(n: int, key: tuple[int, int], offset: int) -> Array:
     """n float32 draws in [0, 1): the first word of Philox4x32-10 at counters offset .. offset+n-1,
     its top 24 bits scaled by 2^-24 (exact in float32)."""
     ctr = np.arange(n, dtype=np.uint64) + np.uint64(offset)
@@ -26,7 +35,7 @@ def philox_uniform(n, key, offset):
     return (c0 >> np.uint64(8)).astype(np.float32) * np.float32(2.0 ** -24)
 
 
-def dropout_fprop(x, rate, rng, out=None):
+def dropout_fprop(x: Array, rate: float, rng: CounterRNG, out: Array | None = None) -> tuple[Array, Array]:
     """y = x * mask, mask = (u >= rate) / (1 - rate), u ~ U[0, 1) from `rng` (key, offset); advances it.
 
     x (any shape) -> y, mask (x's shape and dtype).
@@ -37,6 +46,6 @@ def dropout_fprop(x, rate, rng, out=None):
     return np.multiply(x, mask, out=out), mask
 
 
-def dropout_bprop(gy, mask, out=None):
+def dropout_bprop(gy: Array, mask: Array, out: Array | None = None) -> Array:
     """gx = gy * mask.   gy, mask (same shape) -> gx."""
     return np.multiply(gy, mask, out=out)

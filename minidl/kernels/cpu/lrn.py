@@ -1,5 +1,9 @@
 """Across-channel local response normalisation, as cuDNN (cudnnLRNCrossChannelForward) and Caffe."""
+from __future__ import annotations
+
 import numpy as np
+
+from ..._types import Array
 
 
 def _reach(size):
@@ -23,7 +27,8 @@ def _window_sum(a, behind, ahead):
     return s
 
 
-def lrn_fprop(x, size, alpha, beta, k, out=None):
+def lrn_fprop(x: Array, size: int, alpha: float, beta: float, k: float,
+              out: Array | None = None) -> tuple[Array, Array]:
     """Across-channel LRN forward.
 
     scale = k + alpha/size * sum_window x^2;  y = x scale^-beta.   x (N, C, H, W) -> y, scale (N, C, H, W).
@@ -37,7 +42,8 @@ def lrn_fprop(x, size, alpha, beta, k, out=None):
     return y, scale
 
 
-def lrn_bprop(x, y, scale, gy, size, alpha, beta, k, out=None):
+def lrn_bprop(x: Array, y: Array, scale: Array, gy: Array, size: int, alpha: float, beta: float, k: float,
+              out: Array | None = None) -> Array:
     """Across-channel LRN backward.
 
     gx_j = gy_j scale_j^-beta - 2 alpha beta/size x_j sum_{c: j in window(c)} gy_c y_c / scale_c.

@@ -1,10 +1,16 @@
 """Dense chains and their elementwise epilogues, NumPy reference (minidl/kernels/gpu/mlp.py on the GPU)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import numpy as np
 
+from ..._types import Array
 from ._util import emit
 
 
-def mlp_fprop(x, ws, bs, relus, out=None):
+def mlp_fprop(x: Array, ws: Sequence[Array], bs: Sequence[Array | None], relus: Sequence[bool],
+              out: Array | None = None) -> Array:
     """A chain of dense layers: h = x; h = relu?(h @ w.T + b) for each (w, b, relu).   x (N, D0) -> (N, DL)."""
     h = x.reshape(x.shape[0], -1)
     for w, b, relu in zip(ws, bs, relus):
@@ -16,7 +22,7 @@ def mlp_fprop(x, ws, bs, relus, out=None):
     return emit(h, out)
 
 
-def add_relu_fprop(xs, out=None):
+def add_relu_fprop(xs: Sequence[Array], out: Array | None = None) -> Array:
     """y = max(sum of xs, 0)."""
     y = xs[0] + xs[1] if len(xs) > 1 else xs[0].copy()
     for x in xs[2:]:
@@ -24,7 +30,7 @@ def add_relu_fprop(xs, out=None):
     return emit(np.maximum(y, 0, out=y), out)
 
 
-def bias_act_fprop(y, b, relu, out=None):
+def bias_act_fprop(y: Array, b: Array | None, relu: bool, out: Array | None = None) -> Array:
     """y + b (b broadcast over rows), then max(., 0) if relu."""
     z = y + b if b is not None else y.copy()
     if relu:

@@ -4,7 +4,11 @@ Under a precision policy x (and gy, y) may come in the compute dtype (float16, b
 parameters and statistics stay float32: the kernels then compute in float32 and round what they
 return to x's dtype, so BN needs no casts around it (as the GPU family).
 """
+from __future__ import annotations
+
 import numpy as np
+
+from ..._types import Array
 
 
 def _c(v):
@@ -19,7 +23,8 @@ def _count(x):
     return M
 
 
-def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out=None, relu=False):
+def bn_fprop_train(x: Array, gamma: Array, beta: Array, running_mean: Array, running_var: Array, momentum: float,
+                   eps: float, out: Array | None = None, relu: bool = False) -> tuple[Array, Array, Array]:
     """Training forward with batch statistics, optionally followed by a ReLU.
 
     y = gamma (x - mean) / sqrt(var + eps) + beta (then max(y, 0) if relu).
@@ -47,7 +52,8 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
     return y, mean, invstd
 
 
-def bn_fprop_infer(x, gamma, beta, running_mean, running_var, eps, out=None, relu=False):
+def bn_fprop_infer(x: Array, gamma: Array, beta: Array, running_mean: Array, running_var: Array, eps: float,
+                   out: Array | None = None, relu: bool = False) -> Array:
     """y = gamma (x - running_mean) / sqrt(running_var + eps) + beta (then max(y, 0) if relu).   x -> y."""
     if x.dtype != gamma.dtype:
         y = bn_fprop_infer(x.astype(gamma.dtype), gamma, beta, running_mean, running_var, eps, relu=relu)
@@ -60,7 +66,8 @@ def bn_fprop_infer(x, gamma, beta, running_mean, running_var, eps, out=None, rel
     return y
 
 
-def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=False, accumulate=True):
+def bn_bprop(x: Array, gy: Array, gamma: Array, mean: Array, invstd: Array, ggamma: Array, gbeta: Array,
+             out: Array | None = None, y: Array | None = None, relu: bool = False, accumulate: bool = True) -> Array:
     """Training backward through the batch statistics; adds into ggamma, gbeta (C,), or overwrites them.
 
     gx = gamma invstd (gy - mean(gy) - xhat mean(gy xhat)).   x, gy (N, C, H, W) -> gx (N, C, H, W).

@@ -7,12 +7,18 @@ coupled, as in torch.optim: g' = g + wd p. `ok` False (the trainer's NaN guard) 
 `scale` multiplies the gradient first (data-parallel ranks: 1/N turns their summed gradients into
 the mean, with no pass of its own); at 1 no multiply happens, so one process rounds as before.
 """
+from __future__ import annotations
+
 import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from ..._types import Array
 
-def _decayed(p, g, wd, scale=1.0):
+
+def _decayed(p: Array, g: Array, wd: float, scale: float = 1.0) -> Array:
     """g' = scale g + wd p   (a fresh array; `g` itself when wd == 0 and scale == 1)."""
     if scale != 1.0:
         d = np.multiply(g, scale)
@@ -26,7 +32,7 @@ def _decayed(p, g, wd, scale=1.0):
     return d
 
 
-def sgd_update(p, g, lr, wd, ok=True, scale=1.0):
+def sgd_update(p: Array, g: Array, lr: float | Array, wd: float, ok: bool | Array = True, scale: float = 1.0) -> None:
     """p -= lr (scale g + wd p).   p, g (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
     if not ok:                           # the NaN guard: nothing changes
@@ -36,7 +42,8 @@ def sgd_update(p, g, lr, wd, ok=True, scale=1.0):
     np.subtract(p, step, out=p)
 
 
-def momentum_update(p, g, v, lr, mu, wd, nesterov, ok=True, scale=1.0):
+def momentum_update(p: Array, g: Array, v: Array, lr: float | Array, mu: float, wd: float, nesterov: bool,
+                    ok: bool | Array = True, scale: float = 1.0) -> None:
     """v = mu v + g';  p -= lr v, or with Nesterov p -= lr (g' + mu v).   p, g, v (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
     if not ok:                           # the NaN guard: nothing changes
@@ -51,7 +58,8 @@ def momentum_update(p, g, v, lr, mu, wd, nesterov, ok=True, scale=1.0):
     np.subtract(p, step, out=p)
 
 
-def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t, ok=True, scale=1.0):
+def adam_update(p: Array, g: Array, m: Array, v: Array, lr: float | Array, b1: float, b2: float, eps: float, wd: float,
+                t: int | Array, ok: bool | Array = True, scale: float = 1.0) -> None:
     """m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;  p -= lr m̂ / (√v̂ + eps), at step t >= 1.   (P,)"""
     lr, t = float(lr), float(t)          # 0-d arrays from the optimizer: host numbers here
     if not ok:                           # the NaN guard: nothing changes
@@ -73,7 +81,8 @@ def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t, ok=True, scale=1.0):
     np.subtract(p, tmp, out=p)
 
 
-def rmsprop_update(p, g, s, lr, rho, eps, wd, ok=True, scale=1.0):
+def rmsprop_update(p: Array, g: Array, s: Array, lr: float | Array, rho: float, eps: float, wd: float,
+                   ok: bool | Array = True, scale: float = 1.0) -> None:
     """s = rho s + (1-rho) g'²;  p -= lr g' / (√s + eps).   p, g, s (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
     if not ok:                           # the NaN guard: nothing changes
@@ -90,38 +99,39 @@ def rmsprop_update(p, g, s, lr, rho, eps, wd, ok=True, scale=1.0):
     np.subtract(p, tmp, out=p)
 
 
-def cast_copy(dst, src):
+def cast_copy(dst: Array, src: Array) -> None:
     """dst[...] = src rounded to dst's dtype (to nearest even): the compute-dtype copies of the master
     weights.   dst, src (P,)."""
     np.copyto(dst, src, casting="unsafe")
 
 
-def cast_copy_where(dst, src, mask):
+def cast_copy_where(dst: Array, src: Array, mask: Array) -> None:
     """dst[i] = src[i] as dst's dtype where mask[i]; elsewhere dst is left alone: the copies' gradients
     into the master's gradient arena.   dst, src, mask (P,)."""
     np.copyto(dst, src, casting="unsafe", where=mask)
 
 
-def filter_view(a, shape, krsc):
+def filter_view(a: Array, shape: Sequence[int], krsc: bool) -> Array:
     """The 1-D range `a` as a (K, C, kH, kW) array: C-contiguous, or lying K, kH, kW, C if krsc (the
     compute-dtype copies of a channels-last convolution's filters, graph/arena.py)."""
     K, C, kh, kw = shape
     return a.reshape(K, kh, kw, C).transpose(0, 3, 1, 2) if krsc else a.reshape(shape)
 
 
-def cast_filters_krsc(dst, src, filters):
+def cast_filters_krsc(dst: Array, src: Array, filters: Iterable[Sequence[int]]) -> None:
     """The (K, C, kH, kW) filters at `filters` ((offset, K, C, kH, kW) each) of the master arena `src`
     into the copies' arena `dst`, each permuted to K, kH, kW, C within its range.   dst, src (P,)."""
     cast_filters(dst, src, filters, to_krsc=True)
 
 
-def cast_filters_kcrs(dst, src, filters):
+def cast_filters_kcrs(dst: Array, src: Array, filters: Iterable[Sequence[int]]) -> None:
     """The inverse: the copies' K, kH, kW, C filters at `filters` into the master arena `dst` as
     (K, C, kH, kW).   dst, src (P,)."""
     cast_filters(dst, src, filters, to_krsc=False)
 
 
-def cast_filters(dst, src, filters, to_krsc, copyto=np.copyto):
+def cast_filters(dst: Array, src: Array, filters: Iterable[Sequence[int]], to_krsc: bool,
+                 copyto: Callable[..., Any] = np.copyto) -> None:
     """Each filter range cast-copied from src's layout into dst's, one copy a filter (the GPU's fallback
     too, with CuPy's copyto)."""
     for o, *shape in filters:

@@ -1,8 +1,12 @@
 """2-D max and average pooling and global average pooling (NCHW; floor output size, as cuDNN)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..._types import Array
 from ._util import emit, like
 from .conv import out_size, resolve_pads
 
@@ -20,7 +24,8 @@ def _pair(v):
     return (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(s) for s in v)
 
 
-def pool2d_plan(x_shape, ksize, stride, padding):
+def pool2d_plan(x_shape: Sequence[int], ksize: int | Sequence[int], stride: int | Sequence[int],
+                padding: int | str | Sequence[int]) -> PoolPlan:
     """Plan a kH x kW pooling window; padding is an int, a pair, 'same' or 'valid'."""
     N, C, H, W = x_shape
     (kH, kW), (sH, sW) = _pair(ksize), _pair(stride)
@@ -67,7 +72,7 @@ def _crop(plan, gxp):
     return gxp[:, :, t:t + H, l:l + W]
 
 
-def maxpool2d_fprop(plan, x, out=None):
+def maxpool2d_fprop(plan: PoolPlan, x: Array, out: Array | None = None) -> Array:
     """x (N, C, H, W) -> y (N, C, oH, oW): the max of each window, padding read as -inf."""
     xp = _pad(x, plan.pads, -np.inf)
     slabs = list(_slabs(plan))
@@ -80,7 +85,7 @@ def maxpool2d_fprop(plan, x, out=None):
     return y
 
 
-def maxpool2d_bprop(plan, x, y, gy, out=None):
+def maxpool2d_bprop(plan: PoolPlan, x: Array, y: Array, gy: Array, out: Array | None = None) -> Array:
     """x (N, C, H, W), y and gy (N, C, oH, oW) -> gx: each gy to the first max of its window."""
     xp, gy = _pad(x, plan.pads, -np.inf), like(gy, y)      # every operand in one memory order
     (kH, kW), (sH, sW) = plan.ksize, plan.stride
@@ -112,7 +117,7 @@ def maxpool2d_bprop(plan, x, y, gy, out=None):
     return emit(_crop(plan, gxp), out)     # gxp is ours: a crop of it needs no copy
 
 
-def avgpool2d_fprop(plan, x, out=None):
+def avgpool2d_fprop(plan: PoolPlan, x: Array, out: Array | None = None) -> Array:
     """x (N, C, H, W) -> y (N, C, oH, oW) = window sum / (kH kW), padding counted as zeros."""
     xp = _pad(x, plan.pads, 0)
     y = None
@@ -122,7 +127,7 @@ def avgpool2d_fprop(plan, x, out=None):
     return _emit(y, out)
 
 
-def avgpool2d_bprop(plan, gy, out=None):
+def avgpool2d_bprop(plan: PoolPlan, gy: Array, out: Array | None = None) -> Array:
     """gy (N, C, oH, oW) -> gx (N, C, H, W): gy / (kH kW) spread over each window."""
     N, C = gy.shape[:2]
     t, b, l, r = plan.pads
@@ -134,12 +139,12 @@ def avgpool2d_bprop(plan, gy, out=None):
     return _emit(_crop(plan, gxp), out)
 
 
-def global_avgpool_fprop(x, out=None):
+def global_avgpool_fprop(x: Array, out: Array | None = None) -> Array:
     """x (N, C, H, W) -> y (N, C, 1, 1) = mean over H, W."""
     return np.mean(x, axis=(2, 3), keepdims=True, out=out)
 
 
-def global_avgpool_bprop(gy, x_shape, out=None):
+def global_avgpool_bprop(gy: Array, x_shape: Sequence[int], out: Array | None = None) -> Array:
     """gy (N, C, 1, 1) -> gx (N, C, H, W) = gy / (H W) at every pixel."""
     H, W = x_shape[2:]
     if out is None:

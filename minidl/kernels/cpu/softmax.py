@@ -1,8 +1,12 @@
 """Softmax over classes and the fused, stable softmax cross-entropy."""
+from __future__ import annotations
+
 import numpy as np
 
+from ..._types import Array
 
-def softmax_fprop(x, out=None):
+
+def softmax_fprop(x: Array, out: Array | None = None) -> Array:
     """y = exp(x - max x) / sum exp(x - max x) over axis 1 of (N, K)."""
     y = np.subtract(x, x.max(axis=1, keepdims=True), out=out)
     np.exp(y, out=y)
@@ -10,13 +14,14 @@ def softmax_fprop(x, out=None):
     return y
 
 
-def softmax_bprop(y, gy, out=None):
+def softmax_bprop(y: Array, gy: Array, out: Array | None = None) -> Array:
     """gx = y (gy - sum(gy y))."""
     dot = (gy * y).sum(axis=1, keepdims=True)
     return np.multiply(y, gy - dot, out=out)
 
 
-def softmax_xent(z, labels, gz=None, smoothing=0.0):
+def softmax_xent(z: Array, labels: Array, gz: Array | None = None,
+                 smoothing: float = 0.0) -> tuple[Array, Array, Array]:
     """Cross-entropy of logits z (N, K) against int labels (N,), via log-softmax.
 
     With label smoothing eps the target is q = (1 - eps) onehot + eps / K (Szegedy et al., 2016).

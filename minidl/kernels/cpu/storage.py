@@ -11,18 +11,22 @@ other dtypes (float32 BN statistics, integer labels, the generator) pass through
 The GPU kernels take half types natively instead. Overflow and invalid-value warnings are off
 inside these kernels (see `run`).
 """
+from __future__ import annotations
+
 import functools
 import inspect
 import types
 
 import numpy as np
 
+from ..._types import DTypeLike
+
 # The arguments kernels write into, by name: outputs, gradients added into, BN's running statistics,
 # and the optimizer's parameters and state (a model stored wholly in float16 trains through these).
 WRITTEN = ("out", "gz", "gw", "gb", "ggamma", "gbeta", "running_mean", "running_var", "p", "m", "v", "s")
 
 
-def families(ns, dtype):
+def families(ns: types.SimpleNamespace, dtype: DTypeLike) -> types.SimpleNamespace:
     """A namespace like `ns` (family name -> module) whose kernels store in `dtype` and compute in float32."""
     out = types.SimpleNamespace()
     for name, module in vars(ns).items():
