@@ -15,7 +15,16 @@ pass it); a layer whose range does not adjoin the bucket's (a lowering that reor
 starts a new bucket, so the plan stays right, only finer. The ranges tile the whole arena:
 alignment gaps go with the tensor before them, and the arena's head with the lowest layer.
 """
-from typing import NamedTuple
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+from ._types import Array
+
+if TYPE_CHECKING:
+    from .graph.model import Model
+    from .layers.base import Layer
 
 CAP_MIB = 8.0        # per bucket: ~12 all-reduces for ResNet-50's 97 MiB, one for LeNet-5's 0.24 MiB
 
@@ -24,16 +33,16 @@ class Bucket(NamedTuple):
     """Elements lo:hi of the gradient arena, final once every layer named in `layers` has reported."""
     lo: int
     hi: int
-    layers: tuple
+    layers: tuple[str, ...]
 
 
-def plan(net, cap_bytes):
+def plan(net: Model, cap_bytes: int) -> list[Bucket]:
     """The buckets of `net`'s gradient arena, in the order backward completes them."""
     owners = [layer for layer in reversed(net.layers) if _trainable(layer)]
     starts = sorted({min(p.offset for p in _trainable(layer)) for layer in owners})
     ends = dict(zip(starts, starts[1:] + [net.grads.size]))
     itemsize = net.grads.dtype.itemsize
-    buckets = []
+    buckets: list[Bucket] = []
     for layer in owners:
         lo = min(p.offset for p in _trainable(layer))
         hi = ends[lo]
@@ -59,23 +68,23 @@ class GradientBuckets:
     `started` lists this step's bucket indices in the order they were started.
     """
 
-    def __init__(self, net, start, cap_mib=CAP_MIB):
+    def __init__(self, net: Model, start: Callable[[Array, int], object], cap_mib: float = CAP_MIB) -> None:
         self.buckets = plan(net, int(cap_mib * 2 ** 20))
         self.views = [net.grads[b.lo:b.hi] for b in self.buckets]      # fixed: a captured step keeps them
         self.start = start
-        self._of = {name: i for i, b in enumerate(self.buckets) for name in b.layers}
+        self._of: dict[str | None, int] = {name: i for i, b in enumerate(self.buckets) for name in b.layers}
         self.begin()
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.buckets)
 
-    def begin(self):
+    def begin(self) -> Callable[[Layer], None]:
         """A new step: every bucket waits for all its layers again. Returns the hook ready(layer)."""
         self._left = [len(b.layers) for b in self.buckets]
-        self.started = []
+        self.started: list[int] = []
         return self.ready
 
-    def ready(self, layer):
+    def ready(self, layer: Layer) -> None:
         """Backward is done with `layer`: start its bucket if it was the bucket's last layer."""
         i = self._of.get(layer.name)
         if i is None:
@@ -84,7 +93,7 @@ class GradientBuckets:
         if self._left[i] == 0:
             self._start(i)
 
-    def flush(self):
+    def flush(self) -> None:
         """Start every bucket this step has not started (after begin() alone: all of them)."""
         for i, left in enumerate(self._left):
             if left > 0:

@@ -1,4 +1,9 @@
 """The device's counter-based generator (Philox4x32-10): its key and its counter on the device."""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
 import numpy as np
 
 
@@ -17,35 +22,35 @@ class CounterRNG:
     rank: a run resumes at any N that keeps the global batch.
     """
 
-    def __init__(self, xp, seed):
+    def __init__(self, xp: ModuleType, seed: int) -> None:
         seed = int(seed)
         self.key = (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
         self.offset = xp.zeros((), np.uint64)
         self.rank, self.ranks = 0, 1
 
-    def shard(self, rank, ranks):
+    def shard(self, rank: int, ranks: int) -> None:
         """Draw as rank `rank` of `ranks`, each holding the same share of every batch."""
         if not 0 <= rank < ranks:
             raise ValueError(f"rank must be in [0, {ranks}), got {rank}")
         self.rank, self.ranks = int(rank), int(ranks)
 
-    def skip(self, count):
+    def skip(self, count: int) -> int:
         """Where this rank's `count` draws begin, counted from `offset`."""
         return self.rank * count
 
-    def advance(self, count):
+    def advance(self, count: int) -> None:
         """Past the draws of every rank's `count` (after the kernel that read `offset`)."""
         self.offset += self.ranks * count
 
-    def state(self):
+    def state(self) -> dict[str, Any]:
         return {"key": list(self.key), "offset": int(self.offset)}
 
-    def set_state(self, state):
+    def set_state(self, state: dict[str, Any]) -> None:
         """Continue the draws `state()` describes (its key and its offset)."""
         key = state.get("key") if isinstance(state, dict) else None
         ok = (isinstance(key, list) and len(key) == 2 and all(type(k) is int and 0 <= k <= 0xFFFFFFFF for k in key)
               and type(state.get("offset")) is int and 0 <= state["offset"] < 2 ** 63)
         if not ok:
             raise ValueError(f"generator state must be {{'key': [two 32-bit ints], 'offset': int}}, got {state!r}"[:200])
-        self.key = tuple(key)
+        self.key = tuple(key)     # type: ignore[arg-type]  # a list of two ints: `ok` checked it
         self.offset.fill(state["offset"])
