@@ -4,13 +4,20 @@ A checkpoint holds the architecture (Model.config()), every parameter and runnin
 the optimizer's state, the step and the random generator state, so a resumed run continues
 exactly where the saved one stopped.
 """
+from __future__ import annotations
+
 import json
 import os
 import zipfile
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import files
+
+if TYPE_CHECKING:
+    from .graph.model import Model
+    from .optim.base import Optimizer
 
 FORMAT = "minidl-checkpoint-1"
 
@@ -19,17 +26,20 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, corrupt, or does not fit the model."""
 
 
-def write_npz(path, arrays, info, replace=True):
+def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray], info: dict[str, Any],
+              replace: bool = True) -> str | os.PathLike:
     """Write tensors and a JSON record as one .npz through minidl.files' writer (regular files only,
     through symlinks, temp file + fsync + rename); replace=False never replaces an existing file."""
     arrays = dict(arrays, __meta__=np.frombuffer(json.dumps(info).encode(), dtype=np.uint8))
-    return files.write_atomic(path, lambda f: np.savez(f, **arrays), replace=replace)
+    # numpy's stub types **kwds of savez as its allow_pickle flag
+    return files.write_atomic(path, lambda f: np.savez(f, **arrays), replace=replace)  # type: ignore[arg-type]
 
 
 unwritable = files.problem        # why a file cannot be written at a path, or None
 
 
-def read_npz(path, what="checkpoint", error=None):
+def read_npz(path: str | os.PathLike, what: str = "checkpoint",
+             error: type[ValueError] | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(info dict, {name: array}) of a file written by write_npz; `error` (a ValueError class)
     names the file for anything missing, corrupt or not ours."""
     error = error or CheckpointError
@@ -67,7 +77,7 @@ def _check_readable(path, what, error):
         raise error(f"{what} {path} cannot be read ({e.strerror or e})") from None
 
 
-def check_finite(arrays, where, error=None):
+def check_finite(arrays: dict[str, np.ndarray], where: str, error: type[ValueError] | None = None) -> None:
     """Refuse tensors holding NaN or infinity, naming the first: a broken file must not load as a
     model that predicts at chance, nor resume into a loss of NaN blamed on training."""
     for k, a in arrays.items():
@@ -90,7 +100,8 @@ def _check_members(path):
             raise ValueError("it has no JSON record (__meta__)")
 
 
-def save(path, model, optimizer=None, meta=None):
+def save(path: str | os.PathLike, model: Model, optimizer: Optimizer | None = None,
+         meta: dict[str, Any] | None = None) -> str | os.PathLike:
     """Write model (+ optimizer) state to `path` atomically: a temporary file, then rename."""
     arrays = {f"param/{k}": v for k, v in model.get_weights().items()}
     info = {"format": FORMAT, "model": model.config(), "meta": meta or {}}
@@ -101,7 +112,7 @@ def save(path, model, optimizer=None, meta=None):
     return write_npz(path, arrays, info)
 
 
-def read(path):
+def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(info dict, {name: array}) of a checkpoint; CheckpointError names the file if it is bad.
 
     Parameters and optimizer state must be floating point and finite: an int8 tensor is not a
@@ -117,7 +128,7 @@ def read(path):
     return info, arrays
 
 
-def first_difference(saved, built):
+def first_difference(saved: Any, built: dict[str, Any]) -> str | None:
     """Where two Model.config() records differ, in words ('layer 3 (relu_1): ...'), or None.
 
     The model's own name is not architecture and is skipped; layer names are compared by the
@@ -171,7 +182,7 @@ def _meta(path, info, required=False):
     return meta
 
 
-def load_weights(path, model):
+def load_weights(path: str | os.PathLike, model: Model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Copy a checkpoint's (or a .safetensors file's) parameters and statistics into `model`."""
     if _is_safetensors(path):
         return _load_safetensors(path, model)
@@ -185,7 +196,7 @@ def load_weights(path, model):
     return info, arrays
 
 
-def load(path, model, optimizer=None):
+def load(path: str | os.PathLike, model: Model, optimizer: Optimizer | None = None) -> dict[str, Any]:
     """Restore weights and, when given, the optimizer state; returns the checkpoint's meta dict.
 
     Everything is checked before anything is written: the weights against the model (a wrong
@@ -211,7 +222,7 @@ def load(path, model, optimizer=None):
     return meta
 
 
-def load_model(path, **kwargs):
+def load_model(path: str | os.PathLike, **kwargs: Any) -> Model:
     """Rebuild the model a checkpoint describes and load its weights; kwargs go to Model.
 
     The config is validated and every tensor checked against it before anything is allocated.
@@ -240,7 +251,7 @@ def _is_safetensors(path):
     return os.fspath(path).endswith(".safetensors")
 
 
-def read_safetensors(path):
+def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(model config, {PyTorch name: array}) of a .safetensors file written by minidl.export.
 
     Its tensors carry the PyTorch twin's names (minidl.torch_names); its metadata the architecture.

@@ -16,6 +16,8 @@ What a careful user expects of a file minidl writes:
   cleared only when their process is gone;
 - a full disk (or any refusal of the OS) is one WriteError naming the file and saying what was kept.
 """
+from __future__ import annotations
+
 import atexit
 import errno
 import hashlib
@@ -23,25 +25,26 @@ import os
 import re
 import stat
 import sys
+from typing import IO, Any, Callable
 
 from filelock import FileLock, Timeout
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_held = {}               # target -> FileLock held by this process
+_held: dict[str, FileLock] = {}               # target -> FileLock held by this process
 
 
 class WriteError(ValueError):
     """A file cannot be written; the message names it and says what is left at the path."""
 
 
-def target(path):
+def target(path: str | os.PathLike) -> str:
     """The file a write to `path` changes: symlinks followed to their target, as an absolute path."""
     return os.path.realpath(os.fspath(path))
 
 
-def kind(path):
+def kind(path: str | os.PathLike) -> str | None:
     """'a folder', 'a character device', ... for what is at `path` (symlinks followed) when it is
     not a regular file; None for a regular file or nothing at all."""
     try:
@@ -73,13 +76,13 @@ def _temp_prefix(folder, base):
     return "." + _stem(folder, base, 1 + 1 + 10 + 4) + "."     # "." stem "." pid ".tmp"
 
 
-def lock_path(path):
+def lock_path(path: str | os.PathLike) -> str:
     """The lock file of `path`'s target: hidden, beside it."""
     folder, base = os.path.split(target(path))
     return os.path.join(folder, "." + _stem(folder, base, 1 + 5) + ".lock")
 
 
-def problem(path):
+def problem(path: str | os.PathLike) -> str | None:
     """Why a file cannot be written at `path` (the folder is created where missing), or None.
 
     Tried for real: the folder is made and a temporary file of the name the write will use is
@@ -110,7 +113,7 @@ def problem(path):
     return None
 
 
-def holder(path):
+def holder(path: str | os.PathLike) -> int | None:
     """The pid recorded in `path`'s lock file, or None."""
     try:
         with open(lock_path(path)) as f:
@@ -134,7 +137,7 @@ def _recorder(lock_file):
     return record
 
 
-def hold(path):
+def hold(path: str | os.PathLike) -> str:
     """Take `path`'s advisory lock for this process (until release(path) or its exit).
 
     Another process holding it: WriteError "... is in use by pid N". Returns the target path.
@@ -157,7 +160,7 @@ def hold(path):
     return real
 
 
-def release(path):
+def release(path: str | os.PathLike) -> None:
     """Give `path`'s lock back, its lock file removed first (no one waits on it: every lock here is
     taken without blocking, and a lock on the removed file is refused by its inode)."""
     lock = _held.pop(target(path), None)
@@ -189,13 +192,10 @@ def _remove_stale(folder, prefix):
     for name in os.listdir(folder):
         m = pattern.fullmatch(name)
         if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
-            try:
-                os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
+            _unlink(os.path.join(folder, name))
 
 
-def write_atomic(path, fill, replace=True):
+def write_atomic(path: str | os.PathLike, fill: Callable[[IO[bytes]], Any], replace: bool = True) -> str | os.PathLike:
     """Write the file at `path` through `fill(f)` (a binary file object): temp file, fsync, rename.
 
     replace=False: an existing file is never replaced (the rename is a link, which fails where a
@@ -269,7 +269,7 @@ def _sync_folder(folder):
         os.close(fd)
 
 
-def open_append(path):
+def open_append(path: str | os.PathLike) -> IO[str]:
     """A text file at `path` opened for appending, refused unless it is a regular file.
 
     Opened without blocking, so a FIFO that appeared after the checks cannot hang the run.
@@ -286,7 +286,7 @@ def open_append(path):
     return os.fdopen(fd, "a", buffering=1, encoding="utf-8")
 
 
-def warn_once(log, what, e):
+def warn_once(log: Any, what: str, e: BaseException) -> None:
     """A log that cannot be written says so once, on stderr, and stops writing: training goes on."""
     if not log.failed:
         log.failed = True
@@ -295,7 +295,7 @@ def warn_once(log, what, e):
               file=sys.stderr)
 
 
-def unreadable(path):
+def unreadable(path: str) -> str | None:
     """Why the file at `path` cannot be read (missing, not a regular file, permission), or None."""
     if not os.path.exists(path):
         return "does not exist (set --checkpoint, or train with -s first)" if path.endswith(".npz") else "does not exist"

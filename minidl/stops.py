@@ -7,14 +7,21 @@ honoured after it; one during evaluation keeps the trained weights and says wher
 not asked to write the checkpoint (no -s, --save-every, --resume) saves at a stop only where no
 file is (fresh_name).
 """
+from __future__ import annotations
+
+import argparse
 import contextlib
 import os
 import signal
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from minidl import files
 
+if TYPE_CHECKING:
+    from minidl.trainer import Trainer, TrainingStopped
 
-def claim_outputs(args, path):
+
+def claim_outputs(args: argparse.Namespace, path: str) -> str | Callable[[], str]:
     """Lock every file this run writes, for the whole run, before anything is read or trained:
     a second run on one of them ends at once with "... is in use by pid N" (minidl.files).
 
@@ -33,33 +40,33 @@ def claim_outputs(args, path):
 
 
 @contextlib.contextmanager
-def hint_resume(path):
+def hint_resume(path: str) -> Iterator[None]:
     """A stop that saved beside the checkpoint (not asked to write it) says how to resume from there."""
     from minidl.trainer import TrainingStopped
     try:
         yield
     except TrainingStopped as e:
         if e.path and os.path.abspath(e.path) != os.path.abspath(path):
-            e.hint = (f" ({path} was left as it was): the same command with --checkpoint {e.path} --resume "
-                      f"continues it")
+            e.hint = (f" ({path} was left as it was): the same command with "  # type: ignore[attr-defined]
+                      f"--checkpoint {e.path} --resume continues it")
         raise
 
 
-def stopped(signum, what, saved, path):
+def stopped(signum: int, what: str, saved: str | None, path: str) -> TrainingStopped:
     """TrainingStopped for a stop outside Trainer.fit, its hint naming how to go on."""
     from minidl.trainer import TrainingStopped
     e = TrainingStopped(what + (f"; the trained weights are in {saved}" if saved else ""), signum, saved)
     if saved and os.path.abspath(saved) != os.path.abspath(path):
-        e.hint = f": -l --checkpoint {saved} starts from them"
+        e.hint = f": -l --checkpoint {saved} starts from them"     # type: ignore[attr-defined]  # read by getattr
     elif saved:
-        e.hint = ""
+        e.hint = ""                                               # type: ignore[attr-defined]
     return e
 
 
 class Interrupted(Exception):
     """A signal outside training: raised where the run is, caught where something can be saved."""
 
-    def __init__(self, signum):
+    def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
@@ -73,10 +80,11 @@ class Signals:
     """
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self):
-        self.trainer, self.defer, self.pending = None, False, None
+    def __init__(self) -> None:
+        self.trainer: Trainer | None = None
+        self.defer, self.pending = False, None     # type: bool, int | None
 
-    def __enter__(self):
+    def __enter__(self) -> Signals:
         self.old = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
         return self
 
@@ -92,7 +100,7 @@ class Signals:
             self.trainer.request_stop(signum)
 
     @contextlib.contextmanager
-    def deferred(self, trainer):
+    def deferred(self, trainer: Trainer) -> Iterator[None]:
         self.trainer, self.defer = trainer, True
         try:
             yield
@@ -101,14 +109,14 @@ class Signals:
         finally:
             self.trainer, self.defer = None, False
 
-    def check(self):
+    def check(self) -> None:
         """Raise Interrupted for a signal recorded while deferred and not yet acted on."""
         signum, self.pending = self.pending, None
         if signum is not None:
             raise Interrupted(signum)
 
 
-def fresh_name(path):
+def fresh_name(path: str) -> str:
     """`path` itself where nothing is there and no process holds it, else <stem>.stopped[-k]<ext>,
     the first such name free: where a run that was not asked to write `path` may still save."""
     if not os.path.lexists(path) and _try_hold(path):
