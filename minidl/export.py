@@ -12,17 +12,25 @@ reads it back. Both are written through minidl.files' writer (temp file, fsync, 
 leaves the previous file whole). Bad flags exit 2 with the usage line; a bad file is one `error:`
 line and exit 1.
 """
+from __future__ import annotations
+
 import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING, Sequence
 
 from . import files
 from .checkpoint import SAFETENSORS_FORMAT, load_model
 from .install_hint import install_hint
 
+if TYPE_CHECKING:
+    import numpy as np
 
-def save_safetensors(path, model):
+    from .graph.model import Model
+
+
+def save_safetensors(path: str | os.PathLike, model: Model) -> dict[str, np.ndarray]:
     """Write `model`'s weights under its PyTorch twin's names, and its architecture as metadata."""
     try:
         from safetensors.numpy import save
@@ -36,7 +44,7 @@ def save_safetensors(path, model):
     return tensors
 
 
-def parser():
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m minidl.export",
                                 description="Export a minidl checkpoint as ONNX and/or .safetensors.")
     p.add_argument("checkpoint", help="a checkpoint written by python -m minidl.train (.npz)")
@@ -46,7 +54,7 @@ def parser():
     return p
 
 
-def check_args(p, args):
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     """Every flag checked before the checkpoint is read: a bad one exits 2 with the usage line."""
     if not args.onnx and not args.safetensors:
         p.error("nothing to write: give --onnx PATH and/or --safetensors PATH")
@@ -67,7 +75,7 @@ def check_args(p, args):
     return args
 
 
-def run(args):
+def run(args: argparse.Namespace) -> None:
     model = load_model(args.checkpoint, device="cpu")
     if args.onnx:
         try:
@@ -83,7 +91,7 @@ def run(args):
         print(f"wrote {args.safetensors}: {len(tensors)} tensors with PyTorch names")
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     from .train import run_cli          # the command lines' one error handler
     p = parser()
     return run_cli(run, check_args(p, p.parse_args(argv)))

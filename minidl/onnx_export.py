@@ -9,9 +9,19 @@ minidl.graph.passes.inference (dropout removed, zero pads and BN folded into the
 fused, the final Softmax dropped unless probabilities=True), built on the CPU in float32 so that
 every layer's plan (pads, windows, strides) is decided.
 """
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from . import files, inference
+
+if TYPE_CHECKING:
+    import onnx
+
+    from .graph.model import Model
 
 OPSET = 17
 BATCH = "N"          # the dynamic batch dimension's name
@@ -20,7 +30,7 @@ KINDS = ("conv2d", "dense", "pool", "avgpool", "gap", "flatten", "add", "batchno
          "sigmoid", "tanh", "pad", "lrn", "softmax")
 
 
-def lower(model, probabilities=False):
+def lower(model: Model, probabilities: bool = False) -> Model:
     """The inference lowering of `model`, as minidl.inference.compile makes it, on the CPU in float32."""
     return inference.lower(model, "cpu", probabilities)[0]
 
@@ -116,7 +126,7 @@ class _Emitter:
         return self.op("Softmax", ins, out, axis=1)
 
 
-def to_onnx(model, probabilities=False):
+def to_onnx(model: Model, probabilities: bool = False) -> onnx.ModelProto:
     """An onnx.ModelProto of `model`'s inference graph (float32, opset 17, dynamic batch)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -149,7 +159,7 @@ def to_onnx(model, probabilities=False):
     return proto
 
 
-def save_onnx(path, model, probabilities=False):
+def save_onnx(path: str | os.PathLike, model: Model, probabilities: bool = False) -> str | os.PathLike:
     """Write `model`'s inference graph to `path` as ONNX through minidl.files' writer (temp file,
     fsync, rename: a full disk leaves the previous file whole); returns the path."""
     data = to_onnx(model, probabilities).SerializeToString()

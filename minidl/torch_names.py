@@ -10,7 +10,15 @@ holding `short` and `body`, each an nn.Sequential of the shortcut's and the bran
 
 Names are decided from the graph (node kinds and edges), never from class names.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from ._types import DTypeLike
+    from .graph.model import Model
 
 # node kind -> {minidl parameter: PyTorch parameter or buffer}
 PARAMS = {
@@ -66,9 +74,9 @@ def _blocks(model):
     return member
 
 
-def module_paths(model):
+def module_paths(model: Model) -> dict[str, str]:
     """{layer name: the twin's module path} for every layer of `model`."""
-    member, top, paths = _blocks(model), {}, {}
+    member, top, paths = _blocks(model), {}, {}      # type: dict, dict[int, str], dict[str, str]
     for node in model.nodes:
         if len(node.parents) > 2:
             raise ValueError(f"{model.name}: layer {node.layer.name} has {len(node.parents)} inputs; "
@@ -80,7 +88,7 @@ def module_paths(model):
     return paths
 
 
-def torch_names(model):
+def torch_names(model: Model) -> dict[str, str]:
     """{'layer/param': PyTorch state_dict key} for every parameter and statistic of `model`."""
     paths, names = module_paths(model), {}
     for node in model.nodes:
@@ -95,21 +103,21 @@ def torch_names(model):
     return names
 
 
-def counters(model):
+def counters(model: Model) -> dict[str, np.ndarray]:
     """The PyTorch BN buffers minidl does not keep: {key: 0 as int64}."""
     paths = module_paths(model)
     return {f"{paths[n.layer.name]}.{BN_COUNTER}": np.zeros((), np.int64)
             for n in model.nodes if n.kind == "batchnorm"}
 
 
-def to_torch(model, dtype=np.float32):
+def to_torch(model: Model, dtype: DTypeLike = np.float32) -> dict[str, np.ndarray]:
     """{PyTorch key: array} of the model's weights, ready for load_state_dict(strict=True)."""
     names = torch_names(model)
     out = {names[k]: np.ascontiguousarray(v, dtype=dtype) for k, v in model.get_weights().items()}
     return {**out, **counters(model)}
 
 
-def from_torch(tensors, model):
+def from_torch(tensors: dict[str, np.ndarray], model: Model) -> dict[str, np.ndarray]:
     """{'layer/param': array} of PyTorch-named `tensors`, checked to name every parameter once."""
     back = {v: k for k, v in torch_names(model).items()}
     extra = set(counters(model))

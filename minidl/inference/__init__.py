@@ -11,7 +11,10 @@ calls (minidl.inference.schedule). Weights only, in float32 by default; `precisi
 'fp16' runs the convolutions, dense layers and activations in that dtype (BN folded in float64
 first, then rounded) and saves artifacts in it, at half the size.
 """
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,10 +25,15 @@ from .artifact import ArtifactError, read as _read
 from .model import InferenceModel, OpTime
 from .schedule import CHAIN_MAX_BATCH
 
+if TYPE_CHECKING:
+    from .._types import DTypeLike
+    from ..backend import Device
+    from ..precision import Policy
+
 __all__ = ["compile", "lower", "load", "InferenceModel", "ArtifactError", "OpTime", "CHAIN_MAX_BATCH"]
 
 
-def load(path, device=None):
+def load(path: str | os.PathLike, device: str | Device | None = None) -> InferenceModel:
     """An InferenceModel from an artifact written by InferenceModel.save, on `device` (None: 'auto').
 
     The file is checked first (format, dtype, the graph's config, every tensor's name and shape),
@@ -35,8 +43,9 @@ def load(path, device=None):
     return InferenceModel(model, probabilities, stats, precision=precision)
 
 
-def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="float32", direct=True,
-            precision=None, channels_last=None):
+def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | Device | None = None,
+            probabilities: bool = False, dtype: DTypeLike = "float32", direct: bool = True,
+            precision: Policy | str | None = None, channels_last: bool | None = None) -> InferenceModel:
     """An InferenceModel of a trained Model, or of the model a checkpoint file describes.
 
     device: 'cpu', 'cuda', 'auto' or a Device; None keeps the model's device ('auto' for a path).
@@ -60,7 +69,8 @@ def compile(model_or_checkpoint_path, device=None, probabilities=False, dtype="f
     return InferenceModel(lowered, probabilities, stats, direct and not stats.get("channels_last"), policy.name)
 
 
-def lower(model, device="cpu", probabilities=False, dtype="float32", policy=None, channels_last=None):
+def lower(model: Model, device: str | Device = "cpu", probabilities: bool = False, dtype: DTypeLike = "float32",
+          policy: Policy | str | None = None, channels_last: bool | None = None) -> tuple[Model, dict[str, Any]]:
     """(the inference lowering of `model` as a Model on `device`, what the passes did): the graph
     after minidl.graph.passes.inference, BN folded in float64 and then cast to `dtype`; under a
     mixed precision `policy` the cast pass after it (weights rounded to its compute dtype)."""

@@ -10,12 +10,20 @@ before anything is allocated), then every tensor's dtype against the layer that 
 tensor holding NaN or infinity is refused by name.
 Version 2 artifacts (one dtype for everything) load too.
 """
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .. import precision as _precision
 from ..backend import DtypeError, get_device
 from ..checkpoint import check_finite, read_npz, write_npz
 from ..graph import Model
+
+if TYPE_CHECKING:
+    from ..backend import Device
 
 FORMAT = "minidl-artifact-3"
 READS = ("minidl-artifact-2", FORMAT)
@@ -26,7 +34,8 @@ class ArtifactError(ValueError):
     """An inference artifact is missing, corrupt, or not a minidl artifact; the message names the file."""
 
 
-def write(path, model, probabilities, stats, precision="fp32"):
+def write(path: str | os.PathLike, model: Model, probabilities: bool, stats: dict[str, Any],
+          precision: str = "fp32") -> str | os.PathLike:
     """Write the lowered `model` (a Model), its precision policy's name and how it was made as an artifact."""
     weights = model.get_weights()
     bits = sorted(k for k, a in weights.items() if a.dtype == _precision.BFLOAT16)
@@ -36,7 +45,8 @@ def write(path, model, probabilities, stats, precision="fp32"):
     return write_npz(path, arrays, info)
 
 
-def read(path, device=None):
+def read(path: str | os.PathLike,
+         device: str | Device | None = None) -> tuple[Model, bool, dict[str, Any], str]:
     """(lowered Model on `device` (None: 'auto'), probabilities, stats, precision name) of an artifact."""
     info, arrays = read_npz(path, "artifact", ArtifactError)
     fmt = info.get("format")

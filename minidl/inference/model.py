@@ -7,12 +7,22 @@ copies x into the buffer and launches the graph. Given the input buffer itself
 graph's output buffer: valid until the next call at that batch size (copy it to keep it).
 Elsewhere predict returns fresh arrays.
 """
+from __future__ import annotations
+
+import os
 from collections import namedtuple
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from ..graph.passes import last_reads
 from . import artifact, schedule as _schedule
+
+if TYPE_CHECKING:
+    from .._types import Array
+    from ..graph.model import Model
+    from ..layers.node import Node
+    from .schedule import Step
 
 GRAPH_CHECK_RTOL = 1e-4     # replay vs eager: the same kernels, so only nondeterministic sums differ
 OpTime = namedtuple("OpTime", "name kind shape ms")
@@ -21,7 +31,8 @@ OpTime = namedtuple("OpTime", "name kind shape ms")
 class InferenceModel:
     """A built, inference-lowered Model on one device.   predict(x (N, *input_shape)) -> y."""
 
-    def __init__(self, model, probabilities=False, stats=None, direct=True, precision="fp32"):
+    def __init__(self, model: Model, probabilities: bool = False, stats: dict[str, Any] | None = None,
+                 direct: bool = True, precision: str = "fp32") -> None:
         self.model, self.device, self.name = model, model.device, model.name
         self.dtype, self.probabilities = model.device.dtype, bool(probabilities)
         self.precision = precision                 # the policy's name: inputs and outputs in `dtype`
@@ -34,21 +45,21 @@ class InferenceModel:
         self._plan()
 
     @property
-    def nodes(self):
+    def nodes(self) -> list[Node]:
         return self.model.nodes
 
     @property
-    def n_params(self):
+    def n_params(self) -> int:
         return int(sum(p.size for p in self.model.params.values()))
 
     # -- scheduling -----------------------------------------------------------------------------------
     @property
-    def direct(self):
+    def direct(self) -> bool:
         """Whether fused direct kernels are scheduled (True by default); setting it drops captured graphs."""
         return self._direct
 
     @direct.setter
-    def direct(self, on):
+    def direct(self, on: bool) -> None:
         self._direct = bool(on)
         self._plan()
 
@@ -58,7 +69,7 @@ class InferenceModel:
         self.steps, self.chain = _schedule.plan(self.model, dk)
         self._schedules, self._entries, self._replays = {}, {}, {}
 
-    def schedule(self, N):
+    def schedule(self, N: int) -> tuple[list[Step], list[list[int]]]:
         """(steps, free) at batch N: the kernel calls in order, and after each the values to drop."""
         sched = self._schedules.get(N)
         if sched is None:
@@ -133,11 +144,11 @@ class InferenceModel:
                                    "safe to capture; set cuda_graphs = False (minidl.infer --no-graphs)")
         return call
 
-    def input_buffer(self, N, index=0):
+    def input_buffer(self, N: int, index: int = 0) -> Array:
         """The fixed input buffer for batch size N: write into it and pass it to predict (no copy)."""
         return self._entry(N)[0][index]
 
-    def predict(self, *xs):
+    def predict(self, *xs: Array) -> Array | list[Array]:
         """Outputs for inputs xs (host or device arrays, (N, *input_shape)).
 
         With CUDA graphs (the default on cuda) the result is the graph's output buffer for this
@@ -158,7 +169,7 @@ class InferenceModel:
 
     __call__ = predict
 
-    def profile(self, *xs, repeats=20):
+    def profile(self, *xs: Array, repeats: int = 20) -> list[OpTime]:
         """Per-step times [OpTime(name, kind, shape, ms)] at this batch, one row per kernel call of
         schedule(N): each step's inputs come from one forward pass, and each step is timed over
         `repeats` runs by the device (GPU: CUDA events around captured repeats; CPU: the clock).
@@ -183,17 +194,17 @@ class InferenceModel:
         return self.device.elapsed_ms(self.device.capture(loop, warmup=1).replay) / repeats
 
     # -- description ------------------------------------------------------------------------------------
-    def summary(self, print_fn=print):
+    def summary(self, print_fn: Callable[[str], Any] = print) -> None:
         """The lowered model's layers, then what the passes did."""
         self.model.summary(print_fn)
         print_fn(f"{len(self.steps)} kernel calls at large batches, {self.dtype.name} ({self.precision}), "
                  f"{self.device.name}; "
                  + ", ".join(f"{k} {v}" for k, v in sorted(self.stats.items())))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"InferenceModel({self.name!r}, {len(self.nodes)} nodes, {self.device})"
 
-    def save(self, path):
+    def save(self, path: str | os.PathLike) -> str | os.PathLike:
         """Write the weights-only artifact (the lowered graph in Model.config's format) atomically."""
         return artifact.write(path, self.model, self.probabilities, self.stats, self.precision)
 

@@ -11,9 +11,19 @@ family takes the shapes and the dtype (its DTYPES: float32):
   kernel at batch sizes up to CHAIN_MAX_BATCH (latency); the steps above beyond (throughput).
 Everything else is the node's own layer in evaluation mode.
 """
+from __future__ import annotations
+
 from collections import Counter
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .._types import Array, DTypeLike
+    from ..backend import Device
+    from ..graph.model import Model
+    from ..layers.node import Node
 
 CHAIN_MAX_BATCH = 256       # batch sizes up to this run a chain-shaped model (LeNet) as one kernel
 
@@ -21,11 +31,12 @@ CHAIN_MAX_BATCH = 256       # batch sizes up to this run a chain-shaped model (L
 class Step:
     """One kernel call: `run([input arrays]) -> output` for the values `inputs`, giving value `out`."""
 
-    def __init__(self, name, kind, nodes, inputs, out, run):
+    def __init__(self, name: str, kind: str, nodes: list[Node], inputs: Iterable[int], out: int,
+                 run: Callable[[list[Array]], Any]) -> None:
         self.name, self.kind, self.nodes, self.inputs, self.out, self.run = \
             name, kind, nodes, list(inputs), out, run
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Step({self.kind}, {self.name!r})"
 
 
@@ -51,14 +62,14 @@ def _conv_pool_ok(dk, conv, pool):
             and dk.supported_conv(c.plan.in_shape[1:], c.w.shape, c.plan.pads, 2))
 
 
-def value_ids(model):
+def value_ids(model: Model) -> dict[int, int]:
     """{id(node): value id}: the model inputs first (0 .. n_in-1), then node i's output is n_in + i."""
     vid = {id(n): i for i, n in enumerate(model.inputs)}
     vid.update({id(n): len(model.inputs) + i for i, n in enumerate(model.nodes)})
     return vid
 
 
-def plan(model, dk):
+def plan(model: Model, dk: ModuleType | None) -> tuple[list[Step], Step | None]:
     """(steps at any batch size, the chain step for small batches or None) of an inference model.
 
     dk: the device's direct kernel family, or None to run one layer per step.
@@ -137,7 +148,7 @@ def _chain_step(dk, model, steps, outputs):
                 lambda xs: dk.chain_fprop(xs[0], stages))
 
 
-def direct_family(device, dtype=None):
+def direct_family(device: Device, dtype: DTypeLike | None = None) -> ModuleType | None:
     """The device's direct kernel family where it computes in `dtype` (default: the device's; the
     family's DTYPES: float32), else None."""
     family = getattr(device.kernels, "direct", None)
