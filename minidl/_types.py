@@ -5,12 +5,17 @@ for both (a Device's `xp`), so a hint cannot name one module's class: `Array` st
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
 Array = Any                          # numpy.ndarray or cupy.ndarray
 DTypeLike = Union[np.dtype, str, type]
 Shape = tuple
+# a graph node's shape: ints, the batch dimension first and None until known (Any: a checker cannot tell
+# the first entry from the rest, and shape arithmetic reads the others)
+BatchShape = tuple[Any, ...]
+IntOrPair = Union[int, Sequence[int]]   # a window size, stride or padding: an int or a pair of ints
+Kernels = Any                        # a kernel family: a module of minidl.kernels.cpu/gpu, or its half-storage wrapper
 # an initializer (minidl.init): f(rng, shape, fan_in, fan_out) -> float64 host array
 Initializer = Callable[[np.random.Generator, tuple[int, ...], int, int], np.ndarray]

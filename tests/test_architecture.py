@@ -13,12 +13,23 @@ def _module(path):
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _type_only(tree):
+    """The import statements under `if TYPE_CHECKING:`: read by type checkers only, never run."""
+    blocks = [n for n in ast.walk(tree) if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+    return {id(m) for b in blocks for s in b.body for m in ast.walk(s)}
+
+
 def _imports(path):
-    """minidl modules imported anywhere in the file (functions included), relative ones resolved."""
+    """minidl modules imported anywhere in the file (functions included), relative ones resolved;
+    type-only imports (`if TYPE_CHECKING:`, for hints) are no edge: they never run."""
     mod = _module(path)
     package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    hints = _type_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in hints:
+            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):

@@ -1,11 +1,19 @@
 """The Layer contract, parameters, and the small helpers every layer family shares."""
-from typing import NamedTuple
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
 from .. import init as _init
+from .._types import Array, BatchShape, Initializer, Kernels
 from ..backend import DtypeError
 from .node import Node
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from ..backend import Device
 
 
 class Parameter:
@@ -15,16 +23,17 @@ class Parameter:
     non-trainable state (BN running statistics) lives in its state arena (saved, not updated).
     """
 
-    def __init__(self, name, shape, initializer, trainable=True, fan=None):
+    def __init__(self, name: str, shape: Sequence[int], initializer: str | Initializer, trainable: bool = True,
+                 fan: tuple[int, int] | None = None) -> None:
         self.name, self.shape, self.trainable = name, tuple(int(s) for s in shape), trainable
         self.initializer = _init.get(initializer)
         self.fan = fan or _fans(self.shape)
-        self.data = None
-        self.grad = None
-        self.offset = None                 # where `data` starts in its arena (set when allocated)
+        self.data: Array = None
+        self.grad: Array = None
+        self.offset: int | None = None                 # where `data` starts in its arena (set when allocated)
 
     @property
-    def size(self):
+    def size(self) -> int:
         return int(np.prod(self.shape))
 
     def __repr__(self):
@@ -46,15 +55,15 @@ class Need(NamedTuple):
     all are. accumulate: add parameter gradients into what is there (else overwrite; only layers
     that declare `overwrites_grads` are asked to).
     """
-    inputs: tuple = None
+    inputs: tuple[bool, ...] | None = None
     accumulate: bool = True
 
-    def input(self, i):
+    def input(self, i: int) -> bool:
         """Whether input i's gradient is read."""
         return self.inputs is None or self.inputs[i]
 
     @property
-    def grad_kw(self):
+    def grad_kw(self) -> dict[str, bool]:
         """Keyword arguments for parameter-gradient kernels: {} adds, accumulate=False overwrites."""
         return {} if self.accumulate else {"accumulate": False}
 
@@ -73,24 +82,27 @@ class Layer:
     `kind`, the constructor arguments (`config()`), the parameters, and the class attributes below.
     """
 
-    registry = {}          # class name -> class, for rebuilding models from their configs
-    kind = None            # what passes see: "conv2d", "batchnorm", "relu", ... (default: prefix)
-    prefix = None          # the seed's layer-name stem, e.g. "conv2d", "fbn"
-    n_inputs = 1           # None: any number >= 2
-    first_index = 0        # the seed numbered adds from add_1
-    overwrites_grads = False   # backward honours need.accumulate=False (its kernels take the flag)
-    fusable_activation = None  # "relu": a producer that takes this activation can apply it instead
-    activations = ()           # activations this layer can apply to its output (its `activation` argument)
-    layouts = ()               # memory orders it can write its output in ("channels_last": its argument)
-    commutes_with = ()         # activations f with layer(f(x)) = f(layer(x)), gradients too (max-pool: ReLU)
-    inference_identity = False # the layer is the identity in evaluation (dropout): inference drops it
-    needs_rng = False          # forward draws random numbers from device.rng in training (dropout)
-    keeps_fp32 = False         # computes in float32 under every precision policy (BN statistics, softmax)
-    io_in_compute_dtype = False  # with keeps_fp32: float32 parameters and arithmetic, but reads and writes
-                                 # the compute dtype (BN: no casts around it)
-    out_dtype = None           # the dtype of its output where it differs from its input's (Cast)
-    channels_last_params = ()  # (K, C, kH, kW) parameters its kernels read faster lying K, kH, kW, C
-                               # (a channels-last conv's filters): their compute-dtype copies lie so
+    registry: dict[str, type[Layer]] = {}   # class name -> class, for rebuilding models from their configs
+    kind: str | None = None        # what passes see: "conv2d", "batchnorm", "relu", ... (default: prefix)
+    prefix: str | None = None      # the seed's layer-name stem, e.g. "conv2d", "fbn"
+    n_inputs: int | None = 1       # None: any number >= 2
+    first_index = 0                # the seed numbered adds from add_1
+    overwrites_grads = False       # backward honours need.accumulate=False (its kernels take the flag)
+    fusable_activation: str | None = None  # "relu": a producer that takes this activation can apply it instead
+    activations: tuple[str, ...] = ()      # activations this layer can apply to its output (its `activation` argument)
+    layouts: tuple[str, ...] = ()          # memory orders it can write its output in ("channels_last": its argument)
+    commutes_with: tuple[str, ...] = ()    # activations f with layer(f(x)) = f(layer(x)), gradients too
+                                           # (max-pool: ReLU)
+    inference_identity = False     # the layer is the identity in evaluation (dropout): inference drops it
+    needs_rng = False              # forward draws random numbers from device.rng in training (dropout)
+    keeps_fp32 = False             # computes in float32 under every precision policy (BN statistics, softmax)
+    io_in_compute_dtype = False    # with keeps_fp32: float32 parameters and arithmetic, but reads and writes
+                                   # the compute dtype (BN: no casts around it)
+    out_dtype: np.dtype | None = None      # the dtype of its output where it differs from its input's (Cast)
+    channels_last_params: tuple[str, ...] = ()  # (K, C, kH, kW) parameters its kernels read faster lying
+                                                # K, kH, kW, C (a channels-last conv's filters): their
+                                                # compute-dtype copies lie so
+    _called: bool                  # set when the layer is first applied to nodes (Node.from_layer)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -99,29 +111,30 @@ class Layer:
         if cls.kind is None and cls.prefix is not None:
             cls.kind = cls.prefix
 
-    def __init__(self, name=None):
+    def __init__(self, name: str | None = None) -> None:
         self.name = name if name is None else str(name)
-        self.params = {}
-        self.saved = None
-        self.device = None
+        self.params: dict[str, Parameter] = {}
+        self.saved: Any = None
+        self.device: Device = None  # type: ignore[assignment]  # set by the model before build
 
     # -- parameters -----------------------------------------------------------------------
-    def param(self, name, shape, initializer, trainable=True, fan=None):
+    def param(self, name: str, shape: Sequence[int], initializer: str | Initializer, trainable: bool = True,
+              fan: tuple[int, int] | None = None) -> Parameter:
         """Declare (or on a rebuild, re-find) a parameter; its arrays arrive after the model allocates."""
         p = self.params.get(name)
         if p is None or p.shape != tuple(shape):
             p = self.params[name] = Parameter(name, shape, initializer, trainable, fan)
         return p
 
-    def state(self, name, shape, initializer):
+    def state(self, name: str, shape: Sequence[int], initializer: str | Initializer) -> Parameter:
         """Declare non-trainable state (running statistics), saved in checkpoints."""
         return self.param(name, shape, initializer, trainable=False)
 
-    def get_weights(self):
+    def get_weights(self) -> dict[str, np.ndarray]:
         """{param name: NumPy copy} of this layer's parameters and statistics."""
         return {k: np.array(self.device.to_host(p.data)) for k, p in self.params.items()}
 
-    def set_weights(self, weights):
+    def set_weights(self, weights: Mapping[str, ArrayLike]) -> None:
         """Copy arrays into this layer's parameters by name ('w', 'b', 'gamma', ...), checking shapes."""
         for k, a in weights.items():           # check everything before changing anything
             if k not in self.params:
@@ -133,20 +146,20 @@ class Layer:
             p.data[...] = self.device.asarray(np.asarray(a), dtype=p.data.dtype)
 
     # -- the contract -------------------------------------------------------------------------
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         raise NotImplementedError
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         raise NotImplementedError
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         raise NotImplementedError
 
-    def __call__(self, *nodes):
+    def __call__(self, *nodes: Node) -> Node:
         return Node.from_layer(self, nodes)
 
     # -- what the passes ask ------------------------------------------------------------------
-    def clone(self, share_params=False, **changes):
+    def clone(self, share_params: bool = False, **changes: Any) -> Layer:
         """A new, unbuilt layer of this class and name with `changes` to its arguments.
 
         share_params=True: the clone uses this layer's Parameter objects (a lowering of a model
@@ -157,19 +170,20 @@ class Layer:
             layer.params = self.params
         return layer
 
-    def fold_into_producer(self, producer, weights):
+    def fold_into_producer(self, producer: Layer, weights: dict[str, np.ndarray]
+                           ) -> tuple[Layer, dict[str, np.ndarray]] | None:
         """(producer', weights') with this layer's effect folded into the layer before it, or None.
 
         `weights` are the producer's host arrays by parameter name ('w', 'b'), in float64.
         """
         return None
 
-    def fold_into_consumer(self, consumer, weights):
+    def fold_into_consumer(self, consumer: Layer, weights: tuple[int, ...]) -> Layer | None:
         """(consumer', weights') with this layer folded into the layer that reads it, or None."""
         return None
 
     # -- helpers for subclasses -----------------------------------------------------------
-    def kernel_families(self, device, *names):
+    def kernel_families(self, device: Device, *names: str) -> tuple[Kernels, ...]:
         """The device's kernel families `names` (device.kernels.<name>), once each has said it computes in
         the device's dtype (Device.dtype_problem); else one error naming this layer, raised at build."""
         why = device.dtype_problem(names)
@@ -177,21 +191,21 @@ class Layer:
             raise self.error(why, DtypeError)
         return tuple(getattr(device.kernels, n) for n in names)
 
-    def error(self, message, kind=ValueError):
+    def error(self, message: str, kind: type[Exception] = ValueError) -> Exception:
         """A ValueError (or the subclass `kind`) naming this layer."""
         return kind(f"layer {self.name or type(self).__name__} ({type(self).__name__}): {message}")
 
-    def expect_rank(self, shape, rank, what="input"):
+    def expect_rank(self, shape: BatchShape, rank: int, what: str = "input") -> None:
         if len(shape) != rank:
             raise self.error(f"expects a {rank}-D {what} (with batch), got shape {_fmt(shape)}")
 
-    def check_activation(self, activation):
+    def check_activation(self, activation: str | None) -> str | None:
         """The `activation` argument: None or one of the activations this layer applies."""
         if activation is not None and activation not in self.activations:
             raise self.error(f"activation must be None or one of {list(self.activations)}, got {activation!r}")
         return activation
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         """The constructor arguments, for checkpoints (JSON-serialisable)."""
         return {k: v for k, v in getattr(self, "_config", {}).items() if k != "name"}
 
@@ -203,7 +217,7 @@ def _fmt(shape):
     return "(" + ", ".join("N" if s is None else str(s) for s in shape) + ")"
 
 
-def pair(v, what="value"):
+def pair(v: int | Sequence[int], what: str = "value") -> tuple[int, int]:
     """An int or a 2-sequence as a pair of ints."""
     if isinstance(v, (int, np.integer)):
         return int(v), int(v)
@@ -213,7 +227,7 @@ def pair(v, what="value"):
     return t
 
 
-def positive_pair(layer, v, what):
+def positive_pair(layer: Layer, v: int | Sequence[int], what: str) -> tuple[int, int]:
     try:
         p = pair(v, what)
     except (TypeError, ValueError):
@@ -223,7 +237,10 @@ def positive_pair(layer, v, what):
     return p
 
 
-def record_config(init):
+_Init = TypeVar("_Init", bound=Callable[..., None])
+
+
+def record_config(init: _Init) -> _Init:
     """Decorator for __init__: keep the constructor arguments (for checkpoints and summaries)."""
     import functools
     import inspect
@@ -237,7 +254,7 @@ def record_config(init):
         cfg = {k: v for k, v in bound.arguments.items() if k != "self"}
         init(self, *args, **kwargs)
         self._config = {k: _jsonable(v) for k, v in cfg.items()}
-    return wrapper
+    return wrapper  # type: ignore[return-value]  # functools.wraps: the signature of init
 
 
 def _jsonable(v):

@@ -1,8 +1,16 @@
 """Cast: a value converted to another floating-point dtype (the edges of a precision policy)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
 import numpy as np
 
 from .. import precision
-from .base import ALL, Layer, record_config
+from .._types import Array, BatchShape, DTypeLike
+from .base import ALL, Layer, Need, record_config
+
+if TYPE_CHECKING:
+    from ..backend import Device
 
 
 class Cast(Layer):
@@ -16,31 +24,31 @@ class Cast(Layer):
     prefix = "cast"
 
     @record_config
-    def __init__(self, dtype, name=None):
+    def __init__(self, dtype: DTypeLike, name: str | None = None) -> None:
         super().__init__(name)
         self.dtype = precision.dtype_of(dtype)
         if not precision.is_float(self.dtype):
             raise self.error(f"casts to floating-point dtypes only, got {dtype!r}")
 
     @property
-    def out_dtype(self):
+    def out_dtype(self) -> np.dtype:  # type: ignore[override]  # read-only here, a class attribute elsewhere
         return self.dtype
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         return {"dtype": self.dtype.name}
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         self.in_dtype = device.dtype           # the device a layer is built on computes in its input's dtype
         return tuple(shape)
 
     # Overflow to inf is the cast's defined result (fp16 loss scaling watches for it), not a warning.
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         with np.errstate(over="ignore"):
             return _astype(x, self.dtype)
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         with np.errstate(over="ignore"):
             return (_astype(gy, self.in_dtype),)
 

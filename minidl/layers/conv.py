@@ -1,7 +1,16 @@
 """Convolution layer."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
 from .. import init
+from .._types import Array, BatchShape, IntOrPair
 from ..kernels.cpu.conv import resolve_pads   # shape arithmetic, the same on every device
-from .base import ALL, Layer, pair, positive_pair, record_config
+from .base import ALL, Layer, Need, pair, positive_pair, record_config
+
+if TYPE_CHECKING:
+    from .._types import Initializer
+    from ..backend import Device
 
 
 class Conv2D(Layer):
@@ -17,8 +26,9 @@ class Conv2D(Layer):
     prefix, overwrites_grads, activations, layouts = "conv2d", True, ("relu",), ("channels_last",)
 
     @record_config
-    def __init__(self, filters, ksize, stride=1, padding=0, dilation=1, bias=True,
-                 w_init="he_normal", activation=None, channels_last=False, name=None):
+    def __init__(self, filters: int, ksize: IntOrPair, stride: IntOrPair = 1, padding: IntOrPair | str = 0,
+                 dilation: IntOrPair = 1, bias: bool = True, w_init: str | Initializer = "he_normal",
+                 activation: str | None = None, channels_last: bool = False, name: str | None = None) -> None:
         super().__init__(name)
         if int(filters) <= 0:
             raise self.error(f"filters must be positive, got {filters!r}")
@@ -39,11 +49,11 @@ class Conv2D(Layer):
         self.activation = self.check_activation(activation)
 
     @property
-    def channels_last_params(self):
+    def channels_last_params(self) -> tuple[str, ...]:  # type: ignore[override]  # a class attribute elsewhere
         """cuDNN's channels-last convolutions read K, kH, kW, C filters faster (a 1x1 filter lies both ways)."""
         return ("w",) if self.channels_last and tuple(self.ksize) != (1, 1) else ()
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         self.expect_rank(shape, 4)
         C = shape[1]
@@ -58,7 +68,7 @@ class Conv2D(Layer):
         self._fused = getattr(self.kern, "conv2d_bias_relu_fprop", None) if self.activation else None
         return self.plan.out_shape
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         b = None if self.b is None else self.b.data
         cl = {"cl": True} if self.channels_last else {}
@@ -71,7 +81,7 @@ class Conv2D(Layer):
         self.saved = (x, y)
         return y
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         x, y = self.saved
         if self.activation:
             gy = self.act.relu_bprop(y, gy)
@@ -80,6 +90,6 @@ class Conv2D(Layer):
             self.dense.bias_grad(gy, self.b.grad, **need.grad_kw)
         return (self.kern.conv2d_dgrad(self.plan, gy, self.w.data) if need.input(0) else None,)
 
-    def pads(self, in_shape):
+    def pads(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
         """(top, bottom, left, right) this conv pads an input of per-sample shape (C, H, W) with."""
         return resolve_pads(self.padding, in_shape[1:], self.ksize, self.stride, self.dilation)

@@ -1,8 +1,17 @@
 """Dense (fully connected) and Flatten."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
 import numpy as np
 
 from .. import init
-from .base import ALL, Layer, record_config
+from .._types import Array, BatchShape
+from .base import ALL, Layer, Need, record_config
+
+if TYPE_CHECKING:
+    from .._types import Initializer
+    from ..backend import Device
 
 
 class Flatten(Layer):
@@ -11,19 +20,19 @@ class Flatten(Layer):
     prefix = "flatten"
 
     @record_config
-    def __init__(self, name=None):
+    def __init__(self, name: str | None = None) -> None:
         super().__init__(name)
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         self.in_shape = tuple(shape[1:])
         return (shape[0], int(np.prod(self.in_shape)))
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         return x.reshape(x.shape[0], -1)                       # (N, C*H*W)
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         return (gy.reshape(gy.shape[0], *self.in_shape),)     # (N, C, H, W)
 
 
@@ -33,14 +42,15 @@ class Dense(Layer):
     prefix, overwrites_grads, activations = "dense", True, ("relu",)
 
     @record_config
-    def __init__(self, units, bias=True, w_init="he_normal", activation=None, name=None):
+    def __init__(self, units: int, bias: bool = True, w_init: str | Initializer = "he_normal",
+                 activation: str | None = None, name: str | None = None) -> None:
         super().__init__(name)
         if int(units) <= 0:
             raise self.error(f"units must be positive, got {units!r}")
         self.K, self.use_bias, self.w_init = int(units), bias, w_init
         self.activation = self.check_activation(activation)
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         if len(shape) != 2:
             raise self.error(f"expects a 2-D input (N, features), got shape {shape}; put a Flatten before it")
@@ -49,7 +59,7 @@ class Dense(Layer):
         self.kern, self.act = self.kernel_families(device, "dense", "activation")
         return (shape[0], self.K)
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         y = self.kern.dense_fprop(x, self.w.data, None if self.b is None else self.b.data)
         if self.activation:
@@ -57,7 +67,7 @@ class Dense(Layer):
         self.saved = (x, y)
         return y
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         x, y = self.saved
         if self.activation:
             gy = self.act.relu_bprop(y, gy)

@@ -1,7 +1,14 @@
 """Dropout."""
-from numbers import Real
+from __future__ import annotations
 
-from .base import ALL, Layer, record_config
+from numbers import Real
+from typing import TYPE_CHECKING, Sequence
+
+from .._types import Array, BatchShape
+from .base import ALL, Layer, Need, record_config
+
+if TYPE_CHECKING:
+    from ..backend import Device
 
 
 class Dropout(Layer):
@@ -15,19 +22,19 @@ class Dropout(Layer):
     prefix, inference_identity, needs_rng = "dropout", True, True
 
     @record_config
-    def __init__(self, rate=0.5, name=None):
+    def __init__(self, rate: float = 0.5, name: str | None = None) -> None:
         super().__init__(name)
         if not (isinstance(rate, Real) and 0.0 <= rate < 1.0):
             raise self.error(f"rate must be in [0, 1), got {rate!r}")
-        self.rate = float(rate)
+        self.rate: float = float(rate)
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         self.kern, = self.kernel_families(device, "dropout")
         self.rng = device.rng
         return tuple(shape)
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         if not training:
             self.saved = None
@@ -35,6 +42,6 @@ class Dropout(Layer):
         y, self.saved = self.kern.dropout_fprop(x, self.rate, self.rng)
         return y
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         mask = self.saved
         return (gy if mask is None else self.kern.dropout_bprop(gy, mask),)

@@ -1,5 +1,13 @@
 """Add: the elementwise sum of two or more inputs (ResNet shortcuts)."""
-from .base import ALL, Layer, _fmt, record_config
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from .._types import Array, BatchShape
+from .base import ALL, Layer, Need, _fmt, record_config
+
+if TYPE_CHECKING:
+    from ..backend import Device
 
 
 class Add(Layer):
@@ -9,11 +17,11 @@ class Add(Layer):
     activations = ("relu",)
 
     @record_config
-    def __init__(self, activation=None, name=None):
+    def __init__(self, activation: str | None = None, name: str | None = None) -> None:
         super().__init__(name)
         self.activation = self.check_activation(activation)
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         first = tuple(in_shapes[0])
         for s in in_shapes[1:]:
             if tuple(s) != first:
@@ -22,13 +30,13 @@ class Add(Layer):
         self.n = len(in_shapes)
         return first
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         if not self.activation:
             return self.kern.add_fprop(xs)
         self.saved = y = self.kern.add_fprop(xs, relu=True)
         return y
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         if self.activation:
             gy = self.act.relu_bprop(self.saved, gy)
         return tuple(gy if need.input(i) else None for i in range(self.n))

@@ -3,6 +3,16 @@
 They live with the layers because `layer(node)` makes one; the graph (minidl.graph) orders
 and runs them and knows no concrete layer type.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from .._types import BatchShape
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .base import Layer
 
 
 class Node:
@@ -11,13 +21,14 @@ class Node:
     `shape` and `dtype` are filled in when a model builds the graph (the batch dimension first, None).
     """
 
-    def __init__(self, layer, parents, shape=None, name=None):
+    def __init__(self, layer: Layer | None, parents: Iterable[Node], shape: BatchShape | None = None,
+                 name: str | None = None) -> None:
         self.layer, self.parents, self.shape = layer, tuple(parents), shape
-        self.dtype = None
+        self.dtype: np.dtype | None = None
         self.name = name if layer is None else layer.name
 
     @classmethod
-    def from_layer(cls, layer, parents):
+    def from_layer(cls, layer: Layer, parents: Sequence[Node]) -> Node:
         for p in parents:
             if not isinstance(p, Node):
                 raise TypeError(f"{type(layer).__name__} must be called on graph nodes, got {type(p).__name__}")
@@ -33,14 +44,14 @@ class Node:
         return cls(layer, parents)
 
     @property
-    def kind(self):
+    def kind(self) -> str | None:
         return "input" if self.layer is None else self.layer.kind
 
     def __repr__(self):
         return f"Node({self.layer.name if self.layer else self.name}, {self.shape})"
 
 
-def Input(shape, name=None):
+def Input(shape: Sequence[int], name: str | None = None) -> Node:
     """A model input of per-sample `shape` (e.g. (1, 28, 28)); the batch dimension is implicit."""
     try:
         dims = tuple(int(s) for s in shape)
@@ -51,7 +62,7 @@ def Input(shape, name=None):
     return Node(None, (), (None, *dims), name=name or "input")
 
 
-def toposort(outputs):
+def toposort(outputs: Iterable[Node]) -> list[Node]:
     """Every node that `outputs` depend on, each after its parents (inputs included)."""
     order, seen = [], set()
     for out in outputs:

@@ -1,10 +1,18 @@
 """Normalisation layers: BatchNorm2D (per channel, over the batch) and LRN (across channels)."""
+from __future__ import annotations
+
 from numbers import Real
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from .. import init
-from .base import ALL, Layer, record_config
+from .._types import Array, BatchShape
+from .base import ALL, Layer, Need, record_config
+
+if TYPE_CHECKING:
+    from .._types import Initializer
+    from ..backend import Device
 
 
 class BatchNorm2D(Layer):
@@ -20,9 +28,12 @@ class BatchNorm2D(Layer):
     overwrites_grads, activations = True, ("relu",)
     keeps_fp32 = True                       # batch statistics in float32 under any precision policy
     io_in_compute_dtype = True              # ...from x in the compute dtype, y rounded to it: no casts
+    momentum: float
+    eps: float
 
     @record_config
-    def __init__(self, momentum=0.1, eps=1e-5, gamma_init="ones", activation=None, name=None):
+    def __init__(self, momentum: float = 0.1, eps: float = 1e-5, gamma_init: str | Initializer = "ones",
+                 activation: str | None = None, name: str | None = None) -> None:
         super().__init__(name)
         self.gamma_init = gamma_init
         self.activation = self.check_activation(activation)
@@ -32,7 +43,7 @@ class BatchNorm2D(Layer):
             raise self.error(f"eps must be positive, got {eps!r}")
         self.momentum, self.eps = float(momentum), float(eps)
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         self.expect_rank(shape, 4)
         C = shape[1]
@@ -44,7 +55,7 @@ class BatchNorm2D(Layer):
         self._zeros = self._ones = None     # evaluation-mode backward constants, made at first use
         return tuple(shape)
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         g, b, rm, rv = self.gamma.data, self.beta.data, self.running_mean.data, self.running_var.data
         if not training:
@@ -60,7 +71,7 @@ class BatchNorm2D(Layer):
         self.saved = (x, mean, invstd, y)
         return y
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         x, mean, invstd, y = self.saved
         if mean is not None:
             relu = {"y": y, "relu": True} if self.activation else {}
@@ -83,7 +94,8 @@ class BatchNorm2D(Layer):
         return (gx.astype(io, copy=False),)
 
 
-    def fold_into_producer(self, producer, weights):
+    def fold_into_producer(self, producer: Layer, weights: dict[str, np.ndarray]
+                           ) -> tuple[Layer, dict[str, np.ndarray]] | None:
         """A conv read only by this BN takes over its evaluation map (running statistics):
         w' = gamma w / sqrt(var + eps),  b' = gamma (b - mean) / sqrt(var + eps) + beta."""
         if producer.kind != "conv2d":
@@ -105,9 +117,14 @@ class LRN(Layer):
 
     prefix = "lrn"
     keeps_fp32 = True                       # a sum of squares: overflows float16's range early
+    size: int
+    alpha: float
+    beta: float
+    k: float
 
     @record_config
-    def __init__(self, size=5, alpha=1e-4, beta=0.75, k=2.0, name=None):
+    def __init__(self, size: int = 5, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0,
+                 name: str | None = None) -> None:
         super().__init__(name)
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise self.error(f"size must be a positive int, got {size!r}")
@@ -120,21 +137,21 @@ class LRN(Layer):
             raise self.error(f"k must be positive, got {k!r}")
         self.size, self.alpha, self.beta, self.k = size, float(alpha), float(beta), float(k)
 
-    def hyper(self):
+    def hyper(self) -> tuple[int, float, float, float]:
         return self.size, self.alpha, self.beta, self.k
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         self.expect_rank(shape, 4)
         self.kern, = self.kernel_families(device, "lrn")
         return tuple(shape)
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         y, scale = self.kern.lrn_fprop(x, *self.hyper())
         self.saved = (x, y, scale)
         return y
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         x, y, scale = self.saved
         return (self.kern.lrn_bprop(x, y, scale, gy, *self.hyper()),)

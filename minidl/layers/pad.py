@@ -1,5 +1,13 @@
 """Pad2D: constant padding of height and width."""
-from .base import ALL, Layer, record_config
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from .._types import Array, BatchShape
+from .base import ALL, Layer, Need, record_config
+
+if TYPE_CHECKING:
+    from ..backend import Device
 
 
 class Pad2D(Layer):
@@ -11,7 +19,7 @@ class Pad2D(Layer):
     prefix = "pad"
 
     @record_config
-    def __init__(self, padding, value=0.0, name=None):
+    def __init__(self, padding: int | Sequence[int], value: float = 0.0, name: str | None = None) -> None:
         super().__init__(name)
         p = (padding,) if not isinstance(padding, (tuple, list)) else tuple(padding)
         if len(p) not in (1, 2, 4) or not all(isinstance(v, int) for v in p):
@@ -21,7 +29,7 @@ class Pad2D(Layer):
         self.pads = p * 4 if len(p) == 1 else (p[0], p[0], p[1], p[1]) if len(p) == 2 else p
         self.value = float(value)
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         self.expect_rank(shape, 4)
         t, b, l, r = self.pads
@@ -29,18 +37,18 @@ class Pad2D(Layer):
         N, C, H, W = shape
         return (N, C, H + t + b, W + l + r)
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         return self.kern.pad2d_fprop(x, self.pads, self.value)
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         return (self.kern.pad2d_bprop(gy, self.pads),)
 
-    def fold_into_consumer(self, consumer, in_shape):
+    def fold_into_consumer(self, consumer: Layer, in_shape: tuple[int, ...]) -> Layer | None:
         """A zero pad read only by a conv becomes that conv's padding (ResNet's strided convs)."""
         if self.value != 0 or consumer.kind != "conv2d":
             return None
         C, H, W = in_shape
         t, b, l, r = self.pads
-        own = consumer.pads((C, H + t + b, W + l + r))
+        own = consumer.pads((C, H + t + b, W + l + r))  # type: ignore[attr-defined]  # a Conv2D (its kind)
         return consumer.clone(padding=[p + q for p, q in zip(self.pads, own)])

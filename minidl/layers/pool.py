@@ -1,11 +1,19 @@
 """Pooling layers: max and average over sliding windows, and global average pooling."""
-from .base import ALL, Layer, pair, positive_pair, record_config
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from .._types import Array, BatchShape, IntOrPair
+from .base import ALL, Layer, Need, pair, positive_pair, record_config
+
+if TYPE_CHECKING:
+    from ..backend import Device
 
 
 class _Pool2D(Layer):
     """Shared by the windowed pools: hyper-parameter checks, and the plan made in build."""
 
-    def __init__(self, ksize, stride, padding, name):
+    def __init__(self, ksize: IntOrPair, stride: IntOrPair | None, padding: IntOrPair | str, name: str | None) -> None:
         super().__init__(name)
         self.ksize = positive_pair(self, ksize, "kernel size")
         self.stride = self.ksize if stride is None else positive_pair(self, stride, "stride")
@@ -25,7 +33,7 @@ class _Pool2D(Layer):
                                  f"{self.ksize[0]}x{self.ksize[1]} window")
         self.padding = padding
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         self.expect_rank(shape, 4)
         self.kern, = self.kernel_families(device, "pool")
@@ -49,16 +57,17 @@ class MaxPool2D(_Pool2D):
     commutes_with = ("relu",)
 
     @record_config
-    def __init__(self, ksize, stride=None, padding=0, name=None):
+    def __init__(self, ksize: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair | str = 0,
+                 name: str | None = None) -> None:
         super().__init__(ksize, stride, padding, name)
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         y = self.kern.maxpool2d_fprop(self.plan, x)
         self.saved = x, y
         return y
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         x, y = self.saved
         return (self.kern.maxpool2d_bprop(self.plan, x, y, gy),)
 
@@ -73,14 +82,15 @@ class AvgPool2D(_Pool2D):
     prefix = "avgpool"
 
     @record_config
-    def __init__(self, ksize, stride=None, padding=0, name=None):
+    def __init__(self, ksize: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair | str = 0,
+                 name: str | None = None) -> None:
         super().__init__(ksize, stride, padding, name)
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         return self.kern.avgpool2d_fprop(self.plan, x)
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         return (self.kern.avgpool2d_bprop(self.plan, gy),)
 
 
@@ -90,19 +100,19 @@ class GlobalAvgPool2D(Layer):
     prefix = "gap"
 
     @record_config
-    def __init__(self, name=None):
+    def __init__(self, name: str | None = None) -> None:
         super().__init__(name)
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         self.expect_rank(shape, 4)
         self.kern, = self.kernel_families(device, "pool")
         return (shape[0], shape[1], 1, 1)
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         self.saved = x.shape
         return self.kern.global_avgpool_fprop(x)
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         return (self.kern.global_avgpool_bprop(gy, self.saved),)

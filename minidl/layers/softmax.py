@@ -1,5 +1,13 @@
 """Softmax over the class axis."""
-from .base import ALL, Layer, record_config
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from .._types import Array, BatchShape
+from .base import ALL, Layer, Need, record_config
+
+if TYPE_CHECKING:
+    from ..backend import Device
 
 
 class Softmax(Layer):
@@ -13,20 +21,20 @@ class Softmax(Layer):
     keeps_fp32 = True          # exp and its normalising sum in float32 under any precision policy
 
     @record_config
-    def __init__(self, name=None):
+    def __init__(self, name: str | None = None) -> None:
         super().__init__(name)
 
-    def build(self, in_shapes, device):
+    def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
         if len(shape) != 2:
             raise self.error(f"expects a 2-D input (N, classes), got shape {shape}")
         self.kern, = self.kernel_families(device, "softmax")
         return shape
 
-    def forward(self, xs, training):
+    def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs
         self.saved = y = self.kern.softmax_fprop(x)
         return y
 
-    def backward(self, gy, need=ALL):
+    def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
         return (self.kern.softmax_bprop(self.saved, gy),)
