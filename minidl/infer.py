@@ -4,18 +4,26 @@
     python -m minidl.infer --checkpoint checkpoints/resnet18.npz --save-artifact resnet18.artifact.npz
     python -m minidl.infer --artifact resnet18.artifact.npz --profile --batch-size 1000
 """
+from __future__ import annotations
+
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from .train import add_precision, check_args, positive, run_cli
 
+if TYPE_CHECKING:
+    from ._types import Array
+    from .data.loader import Loader
+    from .inference import InferenceModel, OpTime
+
 THROUGHPUT_IMAGES = 10_000
 
 
-def parser():
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m minidl.infer",
         description="Compile a trained model for inference (BN folded, ReLU fused, CUDA graphs on the "
@@ -47,7 +55,7 @@ def parser():
     return p
 
 
-def accuracy(model, loader):
+def accuracy(model: InferenceModel, loader: Loader) -> float:
     """Percentage of argmax hits over the loader's batches, counted on the device, read once."""
     xp = model.device.xp
     hits = xp.zeros((), dtype=np.int64)
@@ -57,7 +65,7 @@ def accuracy(model, loader):
     return 100.0 * int(hits) / loader.N
 
 
-def agreement(model, reference, loader):
+def agreement(model: InferenceModel, reference: InferenceModel, loader: Loader) -> float:
     """Percentage of images where the two models predict the same class (argmax), counted on the device."""
     xp = model.device.xp
     same = xp.zeros((), dtype=np.int64)
@@ -67,7 +75,7 @@ def agreement(model, reference, loader):
     return 100.0 * int(same) / loader.N
 
 
-def latency(model, x1, runs):
+def latency(model: InferenceModel, x1: Array, runs: int) -> tuple[float, float]:
     """Seconds per batch-1 call with the input already in the model's input buffer, one sync per run."""
     dev = model.device
     buf = model.input_buffer(1)
@@ -84,7 +92,7 @@ def latency(model, x1, runs):
     return float(np.median(times)), float(np.percentile(times, 99))
 
 
-def throughput(model, x):
+def throughput(model: InferenceModel, x: Array) -> tuple[float, int]:
     """(seconds per call, calls) for one batch holding all of x, at least 3 calls and about 1 s."""
     dev = model.device
     buf = model.input_buffer(len(x))
@@ -104,7 +112,7 @@ def _kinds(model, N):
     return f"{len(steps)} call{'s' * (len(steps) != 1)} ({', '.join(st.kind for st in steps)})"
 
 
-def print_profile(rows, out):
+def print_profile(rows: list[OpTime], out: Callable[[str], Any]) -> None:
     """One line per kernel call: name, kind, output shape, microseconds and share of the total."""
     shapes = ["(" + ", ".join(map(str, r.shape)) + ")" for r in rows]
     w, ws = max(2, *(len(r.name) for r in rows)), max(6, *(len(s) for s in shapes))
@@ -115,7 +123,7 @@ def print_profile(rows, out):
     out(f"{'total':<{w}}  {'':<10}  {'':<{ws}}  {1e3 * total:>10.1f}")
 
 
-def run(args, out=print):
+def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> float:
     import minidl as dl
     from minidl import data, inference
     from minidl.data.loader import Loader
@@ -177,7 +185,7 @@ def run(args, out=print):
     return acc
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     return run_cli(run, check_args(p, p.parse_args(argv), batch_split="test"))
 

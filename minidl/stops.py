@@ -100,7 +100,7 @@ class Signals:
             self.trainer.request_stop(signum)
 
     @contextlib.contextmanager
-    def deferred(self, trainer: Trainer) -> Iterator[None]:
+    def deferred(self, trainer: Trainer | None) -> Iterator[None]:
         self.trainer, self.defer = trainer, True
         try:
             yield

@@ -3,14 +3,21 @@
     python -m minidl.train -b32 -n500 -m100 -r50      # ResNet-50, 500 steps of batch 32
     python -m minidl.train --model lenet --epochs 1 -s
 """
+from __future__ import annotations
+
+import argparse
 import importlib.util
 import math
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from minidl import distributed, recipes, stops
 from minidl.train_flags import DEFAULT_STEPS, IMAGES, add_precision, parser, positive  # noqa: F401 (re-exported)
+
+if TYPE_CHECKING:
+    from minidl.metrics import Score
 
 MAX_RUNS = 1_000_000                                # infer --runs: beyond this a typo, not a benchmark
 
@@ -25,12 +32,12 @@ def _saved_plan(path):
     return plan if isinstance(plan, dict) else None
 
 
-def checkpoint_path(args):
+def checkpoint_path(args: argparse.Namespace) -> str:
     """--checkpoint, else checkpoints/<model tag>.npz (lenet5, resnet18, simplenet, ...)."""
     return args.checkpoint or os.path.join("checkpoints", f"{recipes.model_tag(args)}.npz")
 
 
-def check_args(p, args, batch_split="train"):
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace, batch_split: str = "train") -> argparse.Namespace:
     """Check every flag's value before any data is read or model built; the first bad one ends
     the run through p.error: the usage line and one message naming the flag, exit status 2.
 
@@ -105,7 +112,7 @@ def check_args(p, args, batch_split="train"):
     return args
 
 
-def run(args, out=print):
+def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
     import minidl as dl
     from minidl import data, models, optim
     from minidl.metrics_log import open_logs
@@ -197,7 +204,7 @@ def run(args, out=print):
     return score
 
 
-def run_cli(run, args):
+def run_cli(run: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:
     """Run a command line's `run(args)`: a known failure is one `error:` line and exit status 1."""
     from minidl.backend import CaptureError, DeviceError
     from minidl.trainer import TrainingDiverged, TrainingStopped
@@ -226,7 +233,7 @@ def run_cli(run, args):
     return 0
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = check_args(p, p.parse_args(argv))
     return run_cli(distributed.init().guard(run), args)   # a failing rank ends every rank

@@ -3,6 +3,8 @@
 What a flag's value may be beyond its type (a batch larger than the data, -n with --epochs, a
 checkpoint that cannot be written) is minidl.train.check_args's to refuse, before any data is read.
 """
+from __future__ import annotations
+
 import argparse
 
 from minidl import distributed, models, recipes
@@ -20,7 +22,7 @@ def positive(v: str) -> int:
     return n
 
 
-def add_precision(p: argparse.ArgumentParser, what: str, default: str = "fp32") -> None:
+def add_precision(p: argparse.ArgumentParser, what: str, default: str | None = "fp32") -> None:
     """The --precision flag (minidl.precision's policies), shared with minidl.infer."""
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=default, help=f"precision (fp32): {what}")
 
