@@ -6,16 +6,19 @@ cuDNN: whether an exception means out of memory, how many SMs the GPU has, how l
 how much device memory is held; it also captures CUDA graphs (`capture`). CuPy and cuDNN are named
 only here and in `minidl/kernels/gpu/`; CuPy is imported lazily so `import minidl` works without it.
 """
+from __future__ import annotations
 import collections
 import importlib
 import os
 import time
 import types
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from . import precision
 from .kernels.gpu.capture import CaptureError, CapturedCall  # imports no CuPy
+from ._types import Array, DTypeLike
 from .rng import CounterRNG
 
 __all__ = ["CaptureError", "CapturedCall", "CounterRNG", "Device", "DeviceError", "DtypeError", "KERNEL_FAMILIES", "MemoryUse",
@@ -49,8 +52,8 @@ def _load_kernels(backend):
     return ns
 
 
-_KERNELS = {}
-_HALF_KERNELS = {}
+_KERNELS: dict[str, types.SimpleNamespace] = {}
+_HALF_KERNELS: dict[np.dtype, types.SimpleNamespace] = {}
 
 
 def _cpu_half_kernels(ns, dtype):
@@ -60,7 +63,7 @@ def _cpu_half_kernels(ns, dtype):
     return _HALF_KERNELS[dtype]
 
 
-def kernels_for(a):
+def kernels_for(a: Array) -> types.SimpleNamespace:
     """The kernel families of the backend that holds array `a` (NumPy: cpu, else gpu)."""
     backend = "cpu" if isinstance(a, np.ndarray) else "gpu"
     if backend not in _KERNELS:
@@ -71,10 +74,10 @@ def kernels_for(a):
 class Device:
     """An array module, its kernels, a generator and a dtype: everything a layer needs to run."""
 
-    def __init__(self, name, dtype="float32", seed=0, gpu=None):
+    def __init__(self, name: str, dtype: DTypeLike = "float32", seed: int = 0, gpu: int | None = None) -> None:
         self.name, self.dtype = name, precision.dtype_of(dtype)
         if name == "cpu":
-            self.xp = np
+            self.xp: types.ModuleType = np
             self.rng = CounterRNG(np, seed)
             self.can_capture = False         # CUDA graphs: a captured training step
         elif name == "cuda":
@@ -94,7 +97,7 @@ class Device:
     def _kernels_for(self, dtype, ns):
         return _cpu_half_kernels(ns, dtype) if self.name == "cpu" and dtype in precision.HALF else ns
 
-    def with_dtype(self, dtype):
+    def with_dtype(self, dtype: DTypeLike) -> Device:
         """The same backend, computing in `dtype` (float64 for gradient checks)."""
         d = object.__new__(Device)
         d.__dict__.update(self.__dict__)
@@ -103,7 +106,7 @@ class Device:
             d.kernels = self._kernels_for(d.dtype, _load_kernels("cpu"))
         return d
 
-    def dtype_problem(self, families):
+    def dtype_problem(self, families: Iterable[str]) -> str | None:
         """Why the kernel families `families` (names in `kernels`) cannot compute in this device's dtype,
         in one line, or None when all of them can.
 
@@ -129,58 +132,58 @@ class Device:
                 return f"{self.dtype.name} is not supported on the {where} ({why}); use {instead}{other}"
         return None
 
-    def compute_in(self, dtype):
+    def compute_in(self, dtype: DTypeLike) -> Device:
         """This device for the layers a precision policy runs in `dtype` (bfloat16, float16): on the CPU
         float32 kernels over half storage (kernels/cpu/storage.py), on the GPU the families' own half
         kernels; a layer whose families cannot is refused at build (dtype_problem), by name."""
         dtype = precision.dtype_of(dtype)
         return self if dtype == self.dtype else self.with_dtype(dtype)
 
-    def set_tf32(self, on):
+    def set_tf32(self, on: bool) -> None:
         """Allow TF32 tensor-core math in FP32 cuDNN convolutions (the default) or forbid it."""
         if self.name == "cuda":
             importlib.import_module("minidl.kernels.gpu.cudnn").set_tf32(on)
 
-    def set_deterministic(self, on):
+    def set_deterministic(self, on: bool) -> None:
         """Only cuDNN engines with a fixed reduction order (the default: seeded runs repeat bit for
         bit), or any engine (faster for some shapes: LeNet-5 at batch 256 steps in 0.58 ms, not 0.98)."""
         if self.name == "cuda":
             importlib.import_module("minidl.kernels.gpu.cudnn").set_deterministic(on)
 
-    def set_autotune(self, on):
+    def set_autotune(self, on: bool) -> None:
         """Time cuDNN's candidate engines once per convolution shape and keep the fastest (the
         default; the choice is cached on disk), or take cuDNN's heuristic first choice."""
         if self.name == "cuda":
             importlib.import_module("minidl.kernels.gpu.engines").set_autotune(on)
 
-    def rng_state(self):
+    def rng_state(self) -> dict[str, Any]:
         """The generator's state as JSON-able data, for checkpoints."""
         return self.rng.state()
 
-    def set_rng_state(self, state):
+    def set_rng_state(self, state: dict[str, Any] | None) -> None:
         if state is not None:
             self.rng.set_state(state)
 
-    def asarray(self, a, dtype=None):
+    def asarray(self, a: Any, dtype: DTypeLike | None = None) -> Array:
         """Copy a host array (or scalar) to this device."""
         return self.xp.asarray(a, dtype=dtype)
 
-    def to_host(self, a):
+    def to_host(self, a: Array) -> np.ndarray:
         """A NumPy copy of a device array."""
         return a if isinstance(a, np.ndarray) else a.get()
 
-    def preparing(self, say):
+    def preparing(self, say: Callable[[str], None]) -> Callable[[], None]:
         """Call say(line) while kernels compile and convolutions are timed ("preparing: compiling
         3/35 kernels, timing 4 convolutions"); returns the function that stops it."""
         if self.name == "cpu":
             return lambda: None
         return importlib.import_module("minidl.kernels.gpu._cuda").progress.listen(say)
 
-    def sync(self):
+    def sync(self) -> None:
         if self.name == "cuda":
             self.stream.synchronize()
 
-    def channels_last(self, compute_dtype, requested=None):
+    def channels_last(self, compute_dtype: DTypeLike, requested: bool | None = None) -> bool:
         """Whether convolutions should write channels-last activations (graph.passes.channels_last):
         `requested` if given, else where it was measured faster: on the GPU in 2-byte types, whose
         tensor-core convolutions are NHWC kernels (cuDNN transposes NCHW around them). The CPU
@@ -189,7 +192,7 @@ class Device:
             return False
         return bool(requested) if requested is not None else np.dtype(compute_dtype).itemsize == 2
 
-    def is_out_of_memory(self, exc):
+    def is_out_of_memory(self, exc: BaseException) -> bool:
         """Whether `exc` says the device ran out of memory (CuPy, the CUDA runtime or cuDNN); False on cpu."""
         if self.name != "cuda":
             return False
@@ -198,20 +201,18 @@ class Device:
                 or "out of memory" in msg.lower())
 
     @property
-    def sm_count(self):
+    def sm_count(self) -> int | None:
         """Streaming multiprocessors of the GPU (from its CUDA attributes); os.cpu_count() on cpu."""
-        if self.name != "cuda":
-            return os.cpu_count()
-        return importlib.import_module("minidl.kernels.gpu._util").sm_count()
+        return os.cpu_count() if self.name != "cuda" else importlib.import_module("minidl.kernels.gpu._util").sm_count()
 
-    def communicator(self, comm):
+    def communicator(self, comm: Any) -> Any:
         """In-place collectives over this device's arrays among the ranks of the MPI communicator
         `comm` (collective: every rank calls it): MPI on cpu, NCCL on cuda, one GPU per rank
         (kernels/*/collectives.py: allreduce, start/wait that overlap what follows, close)."""
         backend = "cpu" if self.name == "cpu" else "gpu"
         return importlib.import_module(f"minidl.kernels.{backend}.collectives").Communicator(comm)
 
-    def capture(self, fn, warmup=2):
+    def capture(self, fn: Callable[[], Any], warmup: int = 2) -> CapturedCall:
         """fn() recorded as a CUDA graph after `warmup` eager runs -> CapturedCall (`.replay()`, `.result`).
 
         The rules fn must follow are in minidl/kernels/gpu/capture.py; a broken capture raises
@@ -221,7 +222,7 @@ class Device:
             raise DeviceError(f"CUDA graphs need a cuda device; this is {self!r} (run fn directly on the cpu)")
         return CapturedCall(self, fn, warmup=warmup)
 
-    def elapsed_ms(self, fn, repeats=1):
+    def elapsed_ms(self, fn: Callable[[], object], repeats: int = 1) -> float:
         """Milliseconds per call of fn(), over `repeats` calls: CUDA events on the device stream (device
         time, launches included when fn launches from Python); on cpu, time.perf_counter."""
         if self.name != "cuda":
@@ -239,7 +240,7 @@ class Device:
         end.synchronize()
         return cp.cuda.get_elapsed_time(start, end) / repeats
 
-    def memory_bytes(self):
+    def memory_bytes(self) -> MemoryUse | None:
         """MemoryUse(used, reserved) of device memory: CuPy's default pool plus every captured call's memory
         (kernels/gpu/planned_memory.py: graph memory lives there). None on cpu (NumPy allocations are not tracked)."""
         if self.name != "cuda":
@@ -248,13 +249,13 @@ class Device:
         calls = importlib.import_module("minidl.kernels.gpu.planned_memory").live_memory()
         return MemoryUse(pool.used_bytes() + sum(u for u, _ in calls), pool.total_bytes() + sum(r for _, r in calls))
 
-    def free_memory(self):
+    def free_memory(self) -> None:
         """Give CuPy's cached, unused blocks back to the GPU, so that the `reserved` of the next
         memory_bytes() counts only what later code holds (a fresh peak). No-op on cpu."""
         if self.name == "cuda":
             self.xp.get_default_memory_pool().free_all_blocks()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Device({self.name!r}, dtype={self.dtype.name})"
 
 
@@ -276,7 +277,7 @@ def _import_cupy():
     return cupy
 
 
-def cuda_status():
+def cuda_status() -> tuple[bool, str]:
     """(usable, reason): whether CuPy, a CUDA device and the cuDNN Frontend are all usable."""
     try:
         _import_cupy()
@@ -289,7 +290,8 @@ def cuda_status():
     return True, "CuPy, a CUDA device and the cuDNN Frontend are usable"
 
 
-def get_device(spec="auto", dtype="float32", seed=0, verbose=False, gpu=None):
+def get_device(spec: str | Device = "auto", dtype: DTypeLike = "float32", seed: int = 0, verbose: bool = False,
+               gpu: int | None = None) -> Device:
     """Resolve 'auto', 'cpu', 'cuda' or a Device into a Device; 'auto' prefers a usable GPU.
 
     gpu: the index of the GPU a cuda device uses (a rank's local rank); None: the current one.
