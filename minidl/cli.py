@@ -3,8 +3,11 @@
 Each command is a module with a `main(argv)` that also runs as `python -m minidl.<command>`; this
 dispatcher only picks the module, so a flag means the same through either door.
 """
+from __future__ import annotations
+
 import importlib
 import sys
+from typing import Sequence
 
 # command -> one line of help; the module is minidl.<command> (docs/architecture.md: "a command")
 COMMANDS = {
@@ -16,7 +19,7 @@ COMMANDS = {
 }
 
 
-def usage():
+def usage() -> str:
     """The help text: the commands and where each one's flags are described."""
     width = max(map(len, COMMANDS))
     lines = ["usage: minidl COMMAND [ARGS]   (also: python -m minidl COMMAND [ARGS])", "", "commands:"]
@@ -25,7 +28,7 @@ def usage():
     return "\n".join(lines)
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch argv[0] to minidl.<command>.main(argv[1:]); returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):

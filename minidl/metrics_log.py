@@ -9,13 +9,19 @@ since the log was opened). An evaluation's line: eval (the set's name), step, ep
 test_accuracy (%), wall_s. A value that is not finite (a diverged loss) is written as null, so
 every line is strict JSON. `read` gives the records back; `python -m minidl.plot` draws them.
 """
+from __future__ import annotations
+
 import json
 import math
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 from . import files
+
+if TYPE_CHECKING:
+    from .tensorboard_log import TensorBoardLog
 
 
 NUMBERS = ("epoch", "loss", "accuracy", "lr", "images_per_s", "wall_s", "test_loss", "test_accuracy")
@@ -37,7 +43,7 @@ def _number(v):
     return v if math.isfinite(v) else None
 
 
-def repair(path):
+def repair(path: str | os.PathLike) -> int:
     """Cut a last line that has no newline (a run killed mid-write) so that appending starts a
     fresh line; returns the bytes dropped. A resumed run must not glue its first record to it."""
     try:
@@ -64,7 +70,7 @@ class MetricsLog:
     run is dropped first; a write that fails (a full disk) warns once and the run goes on.
     """
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike) -> None:
         self.path, self.failed = os.fspath(path), False
         cut = repair(self.path) if files.kind(self.path) is None else 0
         if cut:
@@ -73,7 +79,7 @@ class MetricsLog:
         self.file = files.open_append(self.path)
         self.t0 = time.perf_counter()
 
-    def write(self, record):
+    def write(self, record: dict[str, Any]) -> None:
         if self.failed:
             return
         try:
@@ -81,25 +87,27 @@ class MetricsLog:
         except OSError as e:
             files.warn_once(self, f"metrics file {self.path}", e)
 
-    def interval(self, step, epoch, loss, accuracy, lr, images_per_s, wall_s=None):
+    def interval(self, step: int, epoch: int, loss: float | None, accuracy: float | None, lr: float | None,
+                 images_per_s: float | None, wall_s: float | None = None) -> None:
         """One training interval: its mean loss and accuracy (%), the lr, throughput and time."""
         self.write({"step": int(step), "epoch": int(epoch), "loss": _number(loss), "accuracy": _number(accuracy),
                     "lr": _number(lr), "images_per_s": _number(images_per_s),
                     "wall_s": _number(time.perf_counter() - self.t0 if wall_s is None else wall_s)})
 
-    def evaluation(self, step, epoch, test_loss, test_accuracy, name="test", wall_s=None):
+    def evaluation(self, step: int, epoch: int, test_loss: float | None, test_accuracy: float | None,
+                   name: str = "test", wall_s: float | None = None) -> None:
         """One evaluation of the set `name` after `step` training steps."""
         self.write({"eval": str(name), "step": int(step), "epoch": int(epoch), "test_loss": _number(test_loss),
                     "test_accuracy": _number(test_accuracy),
                     "wall_s": _number(time.perf_counter() - self.t0 if wall_s is None else wall_s)})
 
-    def close(self):
+    def close(self) -> None:
         try:
             self.file.close()
         except OSError as e:
             files.warn_once(self, f"metrics file {self.path}", e)
 
-    def __enter__(self):
+    def __enter__(self) -> MetricsLog:
         return self
 
     def __exit__(self, *exc):
@@ -109,33 +117,34 @@ class MetricsLog:
 class Logs:
     """Several logs as one (a JSON file and TensorBoard, say): each record goes to every log."""
 
-    def __init__(self, *logs):
+    def __init__(self, *logs: MetricsLog | TensorBoardLog) -> None:
         self.logs = logs
 
-    def interval(self, **record):
+    def interval(self, **record: Any) -> None:
         for log in self.logs:
             log.interval(**record)
 
-    def evaluation(self, **record):
+    def evaluation(self, **record: Any) -> None:
         for log in self.logs:
             log.evaluation(**record)
 
-    def close(self):
+    def close(self) -> None:
         for log in self.logs:
             log.close()
 
 
-def open_logs(path=None, tensorboard=None):
+def open_logs(path: str | os.PathLike | None = None,
+              tensorboard: str | os.PathLike | None = None) -> MetricsLog | TensorBoardLog | Logs | None:
     """The logs of a run as one: a JSON Lines file at `path`, TensorBoard scalars in the folder
     `tensorboard` (minidl.tensorboard_log), or both; None for neither."""
-    logs = [MetricsLog(path)] if path else []
+    logs: list[MetricsLog | TensorBoardLog] = [MetricsLog(path)] if path else []
     if tensorboard:
         from .tensorboard_log import TensorBoardLog
         logs.append(TensorBoardLog(tensorboard))
     return Logs(*logs) if len(logs) > 1 else logs[0] if logs else None
 
 
-def read(path):
+def read(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(intervals, evaluations): the records of a metrics file, each a list of dicts in file order.
 
     A missing file, or a line that is not a JSON object with a step, is a MetricsError naming
@@ -149,7 +158,7 @@ def read(path):
             lines = f.read().split("\n")
     except (OSError, UnicodeDecodeError) as e:
         raise MetricsError(f"{path}: not a readable metrics file ({type(e).__name__})") from None
-    intervals, evaluations = [], []
+    intervals, evaluations = [], []      # type: list[dict[str, Any]], list[dict[str, Any]]
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue

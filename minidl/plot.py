@@ -8,9 +8,12 @@ Reads metrics files written by minidl.metrics_log.MetricsLog; draws training los
 ...), through minidl.files' writer. A missing or bad file, an unknown extension or an -o that cannot
 be written is one `error:` line, exit 2, before anything is drawn.
 """
+from __future__ import annotations
+
 import argparse
 import os
 import sys
+from typing import Any, Sequence
 
 from .install_hint import install_hint
 from . import files
@@ -22,7 +25,8 @@ def _series(records, key):
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def plot(runs, out, title=None):
+def plot(runs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]], out: str,
+         title: str | None = None) -> str:
     """Draw {label: (intervals, evaluations)} to the PNG `out`; returns out."""
     import matplotlib
     matplotlib.use("Agg")
@@ -52,13 +56,13 @@ def plot(runs, out, title=None):
     return out
 
 
-def formats():
+def formats() -> list[str]:
     """The file extensions matplotlib's Agg canvas can write ('png', 'pdf', 'svg', ...)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     return sorted(FigureCanvasAgg.get_supported_filetypes())
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m minidl.plot",
                                 description="Plot loss and accuracy against steps from metrics JSONL files.")
     p.add_argument("runs", nargs="+", metavar="RUN.jsonl", help="metrics files (python -m minidl.train --metrics)")

@@ -2,7 +2,11 @@
 otherwise. Each was chosen against the targets in docs/results.md (The default recipes: targets and
 evidence), where its accuracies are measured; `benchmarks/recipes.sh` runs them all.
 """
+from __future__ import annotations
+
+import argparse
 import math
+from typing import Any, Callable
 
 from . import distributed, models
 from .runplan import RunPlan
@@ -43,7 +47,7 @@ DEFAULT_STEPS = 2000         # the run's length where neither -n nor --epochs is
 MAX_SHIFT = 8                # of a 28x28 image: beyond this a shift leaves little of a digit
 
 
-def model_of(args) -> tuple[str, int | None]:
+def model_of(args: argparse.Namespace) -> tuple[str, int | None]:
     """(model family, ResNet depth or None) that -r / --model name: the key of RECIPES, and a name
     minidl.models.get takes. A ValueError where they contradict (-r 18 with --model resnet50 or lenet)."""
     name = args.model or ("resnet" if args.depth else "lenet")
@@ -60,15 +64,16 @@ def steps(a: dict) -> int | None:
     return None if a.get("epochs") else a.get("steps") or DEFAULT_STEPS
 
 
-def model_tag(args) -> str:
+def model_tag(args: argparse.Namespace) -> str:
     """The one name of the model the flags train (lenet5, resnet50, simplenet, lenet-caffe, ...)."""
     return models.tag(*model_of(args))
 
 
-def plan(args):
+def plan(args: argparse.Namespace) -> RunPlan:
     """The RunPlan the flags decide: each flag left out takes the model's recipe (for the dataset)."""
     family, depth = model_of(args)
-    recipe = {**RECIPES[family], **DATASETS[args.dataset], **MODEL_DATASET.get((family, args.dataset), {})}
+    recipe: dict[str, Any] = {**RECIPES[family], **DATASETS[args.dataset],
+                              **MODEL_DATASET.get((family, args.dataset), {})}
 
     def pick(dest):
         v = getattr(args, dest)
@@ -82,7 +87,7 @@ def plan(args):
                    flip=pick("flip"), precision=args.precision, ranks=distributed.size_from_env())
 
 
-def check(a, error, images):
+def check(a: dict[str, Any], error: Callable[[str, str], Any], images: int) -> None:
     """The recipe flags' values (a: the parsed flags as a dict); error(dest, message) ends the run.
     `images`: the training images, which bound the run's length for --warmup."""
     v = a.get("label_smoothing")

@@ -6,7 +6,14 @@ run it resumes is refused, naming the flag that differs. Data-parallel ranks cou
 batch (-b per rank x N ranks): a run may resume at another N that keeps it, since N ranks draw and
 step exactly as one process at that batch (minidl.distributed).
 """
+from __future__ import annotations
+
 from dataclasses import MISSING, asdict, dataclass, fields
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .optim.schedules import Schedule
 
 # Plan field -> the flag that sets it, for messages.
 FLAGS = {"model": "-r/--model", "dataset": "--dataset", "batch_size": "-b", "steps": "-n", "epochs": "--epochs",
@@ -20,8 +27,8 @@ class RunPlan:
     model: str              # lenet5, resnet18, ...
     dataset: str
     batch_size: int
-    steps: int              # -n, when the run is planned in steps (None with --epochs)
-    epochs: int             # --epochs, or None
+    steps: int | None       # -n, when the run is planned in steps (None with --epochs)
+    epochs: int | None      # --epochs, or None
     optimizer: str
     lr: float
     weight_decay: float
@@ -34,17 +41,18 @@ class RunPlan:
     flip: bool = False      # training images mirrored left to right, each with probability 1/2
     ranks: int = 1          # data-parallel ranks, each taking batch_size images of every step
 
-    def total_steps(self, per_epoch):
+    def total_steps(self, per_epoch: int) -> int:
         """The run's length in steps, for a training set of `per_epoch` batches."""
-        return self.epochs * per_epoch if self.epochs else self.steps
+        # a plan gives steps where it gives no epochs (recipes.steps): never None here
+        return self.epochs * per_epoch if self.epochs else self.steps    # type: ignore[return-value]
 
-    def to_json(self):
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-    def differences(self, saved):
+    def differences(self, saved: dict[str, Any]) -> list[str]:
         """'-b 32 (the checkpoint's run: 64)' for every field where `saved` (a plan's JSON) differs."""
         out = []
-        unset = {f.name: None if f.default is MISSING else f.default for f in fields(self)}   # older plans
+        unset: dict[str, Any] = {f.name: None if f.default is MISSING else f.default for f in fields(self)}  # old plans
         for k, flag in FLAGS.items():
             mine, theirs = getattr(self, k), saved.get(k, unset[k])
             if k == "batch_size":          # the global batch: any split of it over the ranks
@@ -58,7 +66,7 @@ class RunPlan:
                 out.append(f"{flag} {_show(mine)} (the checkpoint's run: {_show(theirs)})")
         return out
 
-    def schedule_fn(self, schedules, per_epoch):
+    def schedule_fn(self, schedules: ModuleType, per_epoch: int) -> Schedule:
         """The learning-rate schedule over the whole run, after `warmup` steps of linear warm-up."""
         total = self.total_steps(per_epoch)
         fn = {"cosine": lambda: schedules.cosine(total), "constant": schedules.constant,
@@ -66,7 +74,7 @@ class RunPlan:
               "inverse-time": lambda: schedules.inverse_time(1e-4)}[self.schedule]()
         return schedules.warmup(self.warmup, fn) if self.warmup else fn
 
-    def describe(self):
+    def describe(self) -> str:
         """The recipe in one line, printed at the start of a run."""
         length = f"{self.epochs} epoch{'s' * (self.epochs > 1)}" if self.epochs else f"{self.steps} steps"
         return (f"recipe: seed {self.seed}, {self.model} on {self.dataset}, {self.optimizer} lr {self.lr:g}, "

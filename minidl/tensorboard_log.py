@@ -9,7 +9,10 @@ train/images_per_s and <name>/loss, <name>/accuracy for an evaluation of the set
 its step. tensorboardX writes the event files (it needs protobuf, not TensorFlow or PyTorch): the
 `tensorboard` extra.
 """
+from __future__ import annotations
+
 import math
+import os
 
 from .files import warn_once
 
@@ -22,7 +25,7 @@ class TensorBoardLog:
     and flush are therefore guarded: a failure is kept, warned about once, and training goes on.
     """
 
-    def __init__(self, logdir):
+    def __init__(self, logdir: str | os.PathLike) -> None:
         try:
             from tensorboardX import SummaryWriter
         except ImportError:
@@ -57,21 +60,23 @@ class TensorBoardLog:
                 self.writer.add_scalar(f"{prefix}/{name}", float(v), int(step))
         self.writer.flush()
 
-    def interval(self, step, epoch, loss, accuracy, lr, images_per_s, wall_s=None):
+    def interval(self, step: int, epoch: int, loss: float | None, accuracy: float | None, lr: float | None,
+                 images_per_s: float | None, wall_s: float | None = None) -> None:
         """One training interval (MetricsLog.interval's arguments; epoch and wall_s are the event's)."""
         self._scalars(step, "train", {"loss": loss, "accuracy": accuracy, "lr": lr, "images_per_s": images_per_s})
 
-    def evaluation(self, step, epoch, test_loss, test_accuracy, name="test", wall_s=None):
+    def evaluation(self, step: int, epoch: int, test_loss: float | None, test_accuracy: float | None,
+                   name: str = "test", wall_s: float | None = None) -> None:
         """One evaluation of the set `name` after `step` training steps."""
         self._scalars(step, name, {"loss": test_loss, "accuracy": test_accuracy})
 
-    def close(self):
+    def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
         if self.error is not None:
             warn_once(self, f"TensorBoard folder {self.logdir}", self.error)
 
-    def __enter__(self):
+    def __enter__(self) -> TensorBoardLog:
         return self
 
     def __exit__(self, *exc):

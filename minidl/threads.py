@@ -5,6 +5,8 @@ products (a few million multiply-adds at most) gain little from a second thread 
 at batch 32: 10% on idle cores), and on a machine whose cores are busy a spinning pool waits for
 a core on every call: the same step took 3-25x longer under load (docs/training.md, Threads on the CPU).
 """
+from __future__ import annotations
+
 import os
 import warnings
 
@@ -14,7 +16,7 @@ DEFAULT_THREADS = 1     # measured on the 2-core machine: docs/training.md, Thre
 _ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def set_threads(n=None):
+def set_threads(n: int | None = None) -> int:
     """Limit every BLAS and OpenMP pool in the process to n threads; returns the limit applied.
 
     n=None: the user's OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS when set (the first
@@ -32,7 +34,7 @@ def set_threads(n=None):
     return n
 
 
-def cpus():
+def cpus() -> int:
     """The CPUs this process may run on (its affinity)."""
     try:
         return len(os.sched_getaffinity(0))
@@ -40,6 +42,6 @@ def cpus():
         return os.cpu_count() or 1
 
 
-def current_threads():
+def current_threads() -> dict[str, int]:
     """{library name: threads} of the pools threadpoolctl sees (e.g. {'openblas': 1})."""
     return {p["internal_api"]: p["num_threads"] for p in threadpool_info()}

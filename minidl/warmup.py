@@ -11,17 +11,25 @@ $CUPY_CACHE_DIR (default ~/.cupy/kernel_cache) and the cuDNN engine choices in $
 start (-n, -m, --metrics, ...) are accepted and ignored. Without a usable GPU it says so in one line
 and exits with status 2.
 """
+from __future__ import annotations
+
+import argparse
 import importlib
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from minidl import recipes, train
 
+if TYPE_CHECKING:
+    from minidl.backend import Device
+    from minidl.trainer import Trainer
 
-def parser():
+
+def parser() -> argparse.ArgumentParser:
     """minidl.train's parser under this command's name: the same flags mean the same run."""
     p = train.parser()
     p.prog = "python -m minidl.warmup"
@@ -30,13 +38,13 @@ def parser():
     return p
 
 
-def synthetic(n, classes=10, seed=0):
+def synthetic(n: int, classes: int = 10, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(images uint8 (n, 28, 28), labels uint8 (n,)): MNIST's shapes and types, random values."""
     rng = np.random.default_rng(seed)
     return rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), (np.arange(n) % classes).astype(np.uint8)
 
 
-def build_trainer(args, device, train_images=train.IMAGES["train"]):
+def build_trainer(args: argparse.Namespace, device: Device, train_images: int = train.IMAGES["train"]) -> Trainer:
     """The model, optimizer and Trainer `python -m minidl.train` builds for `args` on `device`."""
     import minidl as dl
     from minidl import models, optim
@@ -51,14 +59,14 @@ def build_trainer(args, device, train_images=train.IMAGES["train"]):
                       flip=plan.flip, channels_last=args.channels_last)
 
 
-def caches():
+def caches() -> list[tuple[str, str]]:
     """[(what, folder)] of the caches a GPU run fills."""
     cupy_dir = os.environ.get("CUPY_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cupy", "kernel_cache")
     engines = importlib.import_module("minidl.kernels.gpu.engines")
     return [("CUDA kernels (CuPy)", cupy_dir), ("cuDNN engine choices", os.path.dirname(engines.cache_path()))]
 
 
-def folder_bytes(folder):
+def folder_bytes(folder: str) -> int:
     total = 0
     for root, _, files in os.walk(folder):
         for f in files:
@@ -69,7 +77,7 @@ def folder_bytes(folder):
     return total
 
 
-def run(args, out=print):
+def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> None:
     import minidl as dl
     device = dl.get_device("cuda", seed=args.seed)
     device.set_tf32(args.tf32)
@@ -89,7 +97,7 @@ def run(args, out=print):
         out(f"{what}: {folder} ({folder_bytes(folder) / 1e6:.1f} MB)")
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = train.check_args(p, p.parse_args(argv))
     from minidl.backend import cuda_status
