@@ -11,13 +11,26 @@ over the ranks in buckets while backward runs (minidl.buckets) through the devic
 1/N (its grad_scale): N ranks at b then train like one process at N*b. Stop requests are agreed
 one step late, with no blocking collective per step (World.agree_stop).
 """
+from __future__ import annotations
+
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ._types import Array
 from .buckets import CAP_MIB, GradientBuckets
+
+if TYPE_CHECKING:
+    from .backend import Device
+    from .graph.model import Model
+    from .layers.base import Layer
+    from .metrics import Mean
+
+_T = TypeVar("_T")
 
 GRAD_REDUCE = ("fp32", "bf16")     # the dtype gradients travel in between the ranks
 
@@ -26,7 +39,7 @@ _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_R
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
-def launched_by_mpi(environ=None):
+def launched_by_mpi(environ: Mapping[str, str] | None = None) -> bool:
     """Whether an MPI launcher started this process as one of several ranks (from the environment)."""
     env = os.environ if environ is None else environ
     if not any(v in env for v in _RANK_VARS):
@@ -35,7 +48,7 @@ def launched_by_mpi(environ=None):
     return size is None or int(size) > 1          # mpiexec -n 1 is one process: no MPI needed
 
 
-def size_from_env(environ=None):
+def size_from_env(environ: Mapping[str, str] | None = None) -> int:
     """The number of ranks the launcher started (1 without one), read before MPI is set up."""
     env = os.environ if environ is None else environ
     if not launched_by_mpi(env):
@@ -47,16 +60,16 @@ class World:
     """This process among the ranks: `rank` of `size`, `local_rank` on its host, `comm` (mpi4py's or None),
     `host` (the communicator of this host's ranks, or None)."""
 
-    def __init__(self, rank=0, size=1, local_rank=0, comm=None, host=None):
+    def __init__(self, rank: int = 0, size: int = 1, local_rank: int = 0, comm: Any = None, host: Any = None) -> None:
         self.rank, self.size, self.local_rank, self.comm, self.host = rank, size, local_rank, comm, host
-        self._vote = None                 # the stop vote in flight: (MPI request, sent, received)
+        self._vote: tuple[Any, Array, Array] | None = None     # the stop vote in flight: (MPI request, sent, received)
 
     @property
-    def main(self):
+    def main(self) -> bool:
         """Rank 0: the one that prints and saves."""
         return self.rank == 0
 
-    def host_first(self, fn):
+    def host_first(self, fn: Callable[[], _T]) -> _T:
         """fn() on this host's first rank, then on its others: what the first fetches (a dataset's
         download) the others then find, so a host downloads once and no two ranks write one file."""
         if self.host is None or self.host.size == 1:
@@ -69,7 +82,7 @@ class World:
         self.host.Barrier()
         return fn()
 
-    def global_batch(self, batch_size, resumed=None):
+    def global_batch(self, batch_size: int, resumed: int | None = None) -> int:
         """The images a step takes over all ranks. A run resumed from a checkpoint trained on
         `resumed` images a step must keep that number, over any number of ranks."""
         total = batch_size * self.size
@@ -79,11 +92,11 @@ class World:
                              f"{batch_size} x {self.size} rank{'s' * (self.size > 1)} is {total}: use {fix}")
         return total
 
-    def reducer(self, device, bucket_mib=None, grad_reduce="fp32"):
+    def reducer(self, device: Device, bucket_mib: float | None = None, grad_reduce: str = "fp32") -> Reducer | None:
         """The Reducer of these ranks on `device`, or None for one process (nothing to reduce)."""
         return None if self.size == 1 else Reducer(self, device, bucket_mib, grad_reduce=grad_reduce)
 
-    def agree_stop(self, signum, final=False):
+    def agree_stop(self, signum: int | None, final: bool = False) -> int | None:
         """The stop request the ranks agree on (a signal number, or None), the same on every rank at
         the same call. One process: signum itself.
 
@@ -108,7 +121,7 @@ class World:
             self._vote = (self.comm.Iallreduce(mine, theirs, op=_mpi().MAX), mine, theirs)
         return agreed or None
 
-    def guard(self, fn):
+    def guard(self, fn: Callable[..., _T]) -> Callable[..., _T]:
         """fn, wrapped so that a failing rank ends every rank: it prints one line naming itself
         (`error: rank r: ...`) and aborts the MPI job, so no rank waits forever in a collective.
         An exception marked `collective` (every rank raises it after the same step: an agreed stop,
@@ -135,7 +148,7 @@ class World:
                 _abort(self, f"error: rank {self.rank}: {e if str(e) else type(e).__name__}", 1)
         return guarded
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"World(rank={self.rank}, size={self.size}, local_rank={self.local_rank})"
 
 
@@ -148,10 +161,10 @@ def _abort(world, line, code):
     world.comm.Abort(code if isinstance(code, int) else 1)
 
 
-_WORLD = None
+_WORLD: World | None = None
 
 
-def init():
+def init() -> World:
     """The World of this process, made once: MPI's under an MPI launcher with N > 1, else one rank."""
     global _WORLD
     if _WORLD is None:
@@ -193,18 +206,19 @@ class Reducer:
     PyTorch DDP's bf16_compress_hook), each gradient then carrying bfloat16's 8-bit mantissa.
     """
 
-    def __init__(self, world, device, bucket_mib=None, communicator=None, grad_reduce="fp32"):
+    def __init__(self, world: World, device: Device, bucket_mib: float | None = None, communicator: Any = None,
+                 grad_reduce: str = "fp32") -> None:
         if grad_reduce not in GRAD_REDUCE:
             raise ValueError(f"grad_reduce must be one of {', '.join(GRAD_REDUCE)}, got {grad_reduce!r}")
         self.world, self.device, self.grad_scale = world, device, 1.0 / world.size
         self.grad_reduce = grad_reduce
         self.coll = communicator or device.communicator(world.comm)
         self.bucket_mib = float(os.environ.get("MINIDL_BUCKET_MIB", CAP_MIB) if bucket_mib is None else bucket_mib)
-        self.buckets = None
+        self.buckets: GradientBuckets = None     # type: ignore[assignment]  # watch() sets it, before any step
 
-    def watch(self, net):
+    def watch(self, net: Model) -> GradientBuckets:
         """Plan the gradient buckets of `net` (lowered for training); returns them (GradientBuckets)."""
-        wires = {}                               # bucket start -> its bfloat16 wire
+        wires: dict[int, Array] = {}                           # bucket start -> its bfloat16 wire
 
         def start(view, lo):                     # a precision policy's copies: cast this range first
             net.gather(lo, lo + view.size)
@@ -216,29 +230,29 @@ class Reducer:
             wires.update({b.lo: twin[b.lo:b.hi] for b in self.buckets.buckets})
         return self.buckets
 
-    def begin(self):
+    def begin(self) -> Callable[[Layer], None]:
         """A step's backward begins: its hook ready(layer) for Model.backward."""
         return self.buckets.begin()
 
-    def finish(self, flag):
+    def finish(self, flag: Array) -> None:
         """Before the update: start the buckets backward left, flag <- AND of every rank's flag (a
         non-finite loss on any rank stops every rank), and make what follows wait for all of it."""
         self.buckets.flush()
         self.coll.start(flag, "and")
         self.coll.wait()
 
-    def sum_grads(self):
+    def sum_grads(self) -> None:
         """The whole gradient arena summed over the ranks, bucket by bucket, outside a step (benchmarks)."""
         self.buckets.begin()
         self.buckets.flush()
         self.coll.wait()
 
-    def average(self, a):
+    def average(self, a: Array) -> None:
         """a <- mean over the ranks of a (per-rank BatchNorm statistics become common ones)."""
         self.coll.allreduce(a, "sum")
         a *= self.grad_scale
 
-    def sum_metrics(self, metrics):
+    def sum_metrics(self, metrics: Mean) -> None:
         """A Mean's loss sum, hits and count become the sums over the ranks (so result() is global)."""
         self.coll.allreduce(metrics.loss, "sum")
         self.coll.allreduce(metrics.correct, "sum")
