@@ -18,10 +18,23 @@ compute on compute-dtype copies of the float32 weights and their gradients end i
 arena. Under fp16 the loss gradient is scaled and the gradients unscaled on the device
 (minidl.loss_scale); a step whose gradients overflow is skipped without lowering `finite`.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from . import precision
+from ._types import Array, DTypeLike
 from .graph import passes
 from .loss_scale import DynamicLossScale
 from .losses import softmax_cross_entropy
+
+if TYPE_CHECKING:
+    from .backend import CapturedCall
+    from .data.loader import Loader
+    from .distributed import Reducer
+    from .graph.model import Model
+    from .metrics import Mean
+    from .optim.base import Optimizer
 
 
 class TrainStep:
@@ -34,8 +47,9 @@ class TrainStep:
     flip: each training image is first mirrored left to right with probability 1/2 (the same generator).
     """
 
-    def __init__(self, model, optimizer, metrics, reducer=None, policy=None, smoothing=0.0, shift=0, flip=False,
-                 channels_last=None):
+    def __init__(self, model: Model, optimizer: Optimizer, metrics: Mean, reducer: Reducer | None = None,
+                 policy: precision.Policy | DTypeLike | None = None, smoothing: float = 0.0, shift: int = 0,
+                 flip: bool = False, channels_last: bool | None = None) -> None:
         if (not 0.0 <= smoothing < 1.0 or isinstance(shift, bool) or not isinstance(shift, int) or shift < 0
                 or not isinstance(flip, bool)):
             raise ValueError(f"TrainStep: smoothing must be in [0, 1), shift an int >= 0 and flip a bool, got "
@@ -59,14 +73,14 @@ class TrainStep:
         self.overwrite = self.net.overwrites_grads           # backward overwrites: no zero_grad
         xp = self.device.xp
         self.finite, self.good_steps = xp.ones((), bool), xp.zeros((), "int64")
-        self._gz = None
-        self._captured = {}
+        self._gz: Array | None = None
+        self._captured: dict[int, tuple[Array, CapturedCall]] = {}
 
-    def reset_flag(self):
+    def reset_flag(self) -> None:
         self.finite.fill(True)
         self.good_steps.fill(0)
 
-    def forward_backward(self, x, y, blank=0.0):
+    def forward_backward(self, x: Array, y: Array, blank: float = 0.0) -> tuple[Array, Array]:
         """Flip, shift, forward, loss from the logits, backward: on-device (loss_sum, correct); no update.
         `blank`: the value of a background pixel in x, which shifted images are filled with."""
         if self.flip:
@@ -85,7 +99,7 @@ class TrainStep:
         self.net.backward(gz, input_grads=False, accumulate=not self.overwrite, ready=ready)
         return loss_sum, correct
 
-    def __call__(self, x, y):
+    def __call__(self, x: Array, y: Array) -> None:
         """One eager step on the batch (x, y)."""
         loss_sum, correct = self.forward_backward(x, y, self.blank)
         self._update(loss_sum)
@@ -104,7 +118,7 @@ class TrainStep:
         self.optimizer.step(gate=gate)
 
     # -- captured -------------------------------------------------------------------------
-    def replay(self, loader, epoch, k):
+    def replay(self, loader: Loader, epoch: int, k: int) -> None:
         """The step on batch k of `epoch` as one graph launch (captured at the first call per loader)."""
         captured = self._captured.get(id(loader))
         if captured is None:
@@ -141,7 +155,7 @@ class TrainStep:
             a[...] = b
         return idx, call
 
-    def forget_captures(self):
+    def forget_captures(self) -> None:
         """Drop captured graphs (after a resume rewrites what they were recorded with)."""
         self._captured.clear()
 
