@@ -4,18 +4,50 @@ and a repr that says what the model is. Model (graph/model.py) takes them in as 
 `predict` is the graph room's one use of `data`: images go through the Loader, as fit's and
 evaluate's do, so the input contract (docs/input.md) and the normalisation are decided in one place.
 """
+from __future__ import annotations
+
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .._types import Array
 from ..data.errors import DataError
 from ..data.loader import Loader
+from .summary import print_summary
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from ..backend import Device
+    from ..layers.base import Layer, Parameter
+    from ..layers.node import Node
+    from .arena import Arenas, Copies
 
 
 class FamiliarAPI:
     """predict(x), parameters(), named_parameters() and repr over Model's forward and arenas."""
 
-    def predict(self, x, batch_size: int = 256, normalize: bool | tuple[float, float] = True) -> np.ndarray:
+    if TYPE_CHECKING:              # what Model (graph/model.py) has, for the type checker
+        name: str
+        device: Device
+        single_input: bool
+        single_output: bool
+        inputs: list[Node]
+        layers: list[Layer]
+        params: dict[str, Parameter]
+        copies: list[Copies]
+        side_arenas: dict[np.dtype, Arenas]
+        releases: bool
+        _out_shapes: list[tuple[int, ...]] | None
+        _deaths: list[list[int]] | None
+
+        @property
+        def n_params(self) -> int: ...
+
+        def forward(self, *xs: Array, training: bool = False) -> Any: ...
+
+    def predict(self, x: ArrayLike, batch_size: int = 256, normalize: bool | tuple[float, float] = True) -> np.ndarray:
         """The model's output for images `x`, in evaluation mode, as a host NumPy array (N, classes):
         class probabilities for the zoo's nets, which end in a Softmax (a model without one gives logits).
 
@@ -34,7 +66,7 @@ class FamiliarAPI:
             raise DataError(f"{self.name}.predict: {e}") from None
         return np.concatenate([np.array(self.device.to_host(self.forward(xb, training=False))) for xb, _ in loader])
 
-    def named_parameters(self) -> Iterator[tuple[str, object]]:
+    def named_parameters(self) -> Iterator[tuple[str, Array]]:
         """('layer/param', array) for each trainable parameter, in layer order, as torch's named_parameters.
 
         The arrays are views into the model's flat arena, on its device: assigning into one
@@ -43,9 +75,13 @@ class FamiliarAPI:
         """
         return ((k, p.data) for k, p in self.params.items() if p.trainable)
 
-    def parameters(self) -> Iterator[object]:
+    def parameters(self) -> Iterator[Array]:
         """The arrays of named_parameters(), as torch's parameters()."""
         return (a for _, a in self.named_parameters())
+
+    def summary(self, print_fn: Callable[[str], object] = print) -> None:
+        """Print layer, output shape and parameter count, one row per layer, and the totals."""
+        print_summary(self, print_fn)  # type: ignore[arg-type]  # self is a Model
 
     def __repr__(self) -> str:
         ins = ", ".join(str(tuple(n.shape[1:])) for n in self.inputs)

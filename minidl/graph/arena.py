@@ -9,7 +9,21 @@ every forward (one pass over memory, no matter how many layers, and one per perm
 gradients gathered back into the master's gradient arena after backward. The optimizer, the
 checkpoints and the gradient all-reduce see only the float32 arenas.
 """
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Mapping, Sequence
+
 import numpy as np
+
+from .._types import Array
+
+if TYPE_CHECKING:
+    from ..backend import Device
+    from ..layers.base import Parameter
+    from .model import Model
+
+Arenas = tuple[Array, Array, Array]     # (flat, grads, state_flat)
 
 ALIGN_BYTES = 256          # cuDNN's fast engines want aligned pointers
 
@@ -23,7 +37,7 @@ def _layout(params, itemsize):
     return offsets, end
 
 
-def allocate(xp, dtype, params):
+def allocate(xp: ModuleType, dtype: np.dtype, params: Sequence[Parameter]) -> Arenas:
     """(flat, grads, state_flat) in `dtype` for `params`; every Parameter gets its views and offset.
 
     The gaps between tensors hold zeros with zero gradients, which every optimizer leaves at zero.
@@ -49,7 +63,8 @@ class Copies:
     copy lies K, kH, kW, C in its range (channels-last convolutions read such filters faster).
     """
 
-    def __init__(self, device, master_flat, pairs, dtype):
+    def __init__(self, device: Device, master_flat: Array, pairs: Sequence[tuple[Parameter, Parameter, bool]],
+                 dtype: np.dtype) -> None:
         xp = device.xp
         self.kernels, self.dtype = device.kernels.optim, dtype
         self.flat = xp.zeros(master_flat.shape, dtype=dtype)
@@ -68,13 +83,13 @@ class Copies:
         self.mask, self.permuted = xp.asarray(mask), tuple(permuted)
 
     # One cast-copy each over the whole arenas, then one over the permuted filters (on the GPU a kernel each).
-    def refresh(self, master_flat):
+    def refresh(self, master_flat: Array) -> None:
         """The copies from the master weights, rounded to nearest even (before every forward)."""
         self.kernels.cast_copy(self.flat, master_flat)
         if self.permuted:
             self.kernels.cast_filters_krsc(self.flat, master_flat, self.permuted)
 
-    def gather(self, master_grads, lo=0, hi=None):
+    def gather(self, master_grads: Array, lo: int = 0, hi: int | None = None) -> None:
         """The copies' gradients into the master's gradient arena, as float32 (after every backward):
         all of them, or those of elements lo:hi (whole parameters: a range of whole layers)."""
         hi = master_grads.size if hi is None else hi
@@ -83,26 +98,27 @@ class Copies:
         if permuted:
             self.kernels.cast_filters_kcrs(master_grads, self.grads, permuted)
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         self.grads.fill(0)
 
 
-def allocate_by_dtype(xp, main, params, dtypes):
+def allocate_by_dtype(xp: ModuleType, main: np.dtype, params: Mapping[str, Parameter], dtypes: Mapping[str, np.dtype]
+                      ) -> tuple[Arenas, dict[np.dtype, Arenas]]:
     """((flat, grads, state_flat) in `main`, {dtype: the same} for the parameters of layers computing
     in other dtypes): the arenas of a model built afresh. params, dtypes: {key: Parameter}, {key: dtype}."""
-    groups = {}
+    groups: dict[np.dtype, list[Parameter]] = {}
     for k, p in params.items():
         groups.setdefault(dtypes[k], []).append(p)
     return allocate(xp, main, groups.pop(main, [])), {dt: allocate(xp, dt, ps) for dt, ps in groups.items()}
 
 
-def share(lowered, model):
+def share(lowered: Model, model: Model) -> list[Copies]:
     """[Copies] for `lowered`, a lowering of `model`: each of its parameters must be the model's own
     Parameter, or a trainable copy of it in another dtype. The copies of the parameters its layers
     declare `channels_last_params` lie K, kH, kW, C."""
     params, dtypes = lowered.params, lowered._dtypes
     channels_last = {f"{layer.name}/{k}" for layer in lowered.layers for k in layer.channels_last_params}
-    pairs = {}
+    pairs: dict[np.dtype, list[tuple[Parameter, Parameter, bool]]] = {}
     for k, p in params.items():
         master = model.params.get(k)
         if p is master and p.data is not None:

@@ -1,16 +1,24 @@
 """What a Model refuses from its user, each as one ValueError naming the layer and the shapes."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence
+
 import numpy as np
 
+from .._types import Array
 from ..precision import is_float
 
+if TYPE_CHECKING:
+    from .model import Model
 
-def no_layers(name):
+
+def no_layers(name: str) -> NoReturn:
     """Model(x, x): nothing to compute, nothing to train."""
     raise ValueError(f"{name}: no layer between the inputs and the outputs (Model(x, x)): "
                      f"a model needs at least one layer")
 
 
-def gradients(model, gys):
+def gradients(model: Model, gys: Sequence[Array]) -> None:
     """backward needs a forward before it, and a gradient of each output's shape."""
     if model._out_shapes is None:
         raise ValueError(f"{model.name}: backward before forward: run forward(x, training=True) first "
@@ -23,7 +31,7 @@ def gradients(model, gys):
         model._out_shapes = None
 
 
-def weights(model, weights, strict):
+def weights(model: Model, weights: Mapping[str, Any], strict: bool) -> None:
     """Names, shapes and dtypes of {'layer/param': array} against the model's parameters."""
     unknown = sorted(set(weights) - set(model.params))
     missing = sorted(set(model.params) - set(weights))

@@ -1,9 +1,28 @@
-"""A model config (Model.config()'s JSON) back to graph nodes, every field checked first."""
+"""A model config (Model.config()'s JSON) back to graph nodes, every field checked first; and a model's config."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from ..layers.base import Layer
-from ..layers.node import Input
+from ..layers.node import Input, Node
+
+if TYPE_CHECKING:
+    from .model import Model
 
 
-def graph_of_config(config):
+def config_of(model: Model) -> dict[str, Any]:
+    """Model.config(): inputs, and each layer's class, arguments and inputs (by index), as JSON-able data."""
+    index = {id(n): i for i, n in enumerate(model.inputs)}
+    layers: list[dict[str, Any]] = []
+    for node in model.nodes:
+        index[id(node)] = len(model.inputs) + len(layers)
+        layers.append({"class": type(node.layer).__name__, "name": node.layer.name,
+                       "config": node.layer.config(), "inputs": [index[id(p)] for p in node.parents]})
+    return {"name": model.name, "inputs": [list(n.shape[1:]) for n in model.inputs], "layers": layers,
+            "outputs": [index[id(o)] for o in model.outputs]}
+
+
+def graph_of_config(config: Any) -> tuple[Node | list[Node], Node | list[Node]]:
     """(inputs, outputs) nodes of a model config, every field checked before a layer is made."""
     if not isinstance(config, dict):
         raise ValueError(f"a model config is a JSON object, got {type(config).__name__}")
@@ -13,12 +32,14 @@ def graph_of_config(config):
         raise ValueError(f"the model config has no {e.args[0]!r}") from None
     if not (isinstance(ins, list) and ins and isinstance(specs, list) and isinstance(outs, list) and outs):
         raise ValueError("the model config needs non-empty lists 'inputs', 'layers' and 'outputs'")
-    nodes = [Input(shape) if isinstance(shape, list) else Input(None) for shape in ins]
+    nodes = [Input(shape) if isinstance(shape, list) else Input(None)  # type: ignore[arg-type]  # refused, named
+             for shape in ins]
     for i, spec in enumerate(specs):
         where = f"model config layer {i}"
         if not isinstance(spec, dict) or not isinstance(spec.get("config", {}), dict):
             raise ValueError(f"{where}: expected an object with 'class', 'name', 'config', 'inputs'")
-        layer_cls = Layer.registry.get(spec.get("class")) if isinstance(spec.get("class"), str) else None
+        layer_cls = (Layer.registry.get(spec.get("class"))  # type: ignore[arg-type]  # a str: checked below
+                     if isinstance(spec.get("class"), str) else None)
         if layer_cls is None:
             raise ValueError(f"{where}: unknown layer class {spec.get('class')!r}")
         refs = spec.get("inputs")

@@ -3,18 +3,30 @@
 A `Graph` is a copy of a model's nodes with fresh (unbuilt) layer clones, so a pass may change
 it freely; `weights` holds host arrays by 'layer/param' name for the passes that fold weights.
 """
+from __future__ import annotations
+
 from collections import Counter
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from ..layers.node import Node, toposort
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..layers.base import Layer
+    from .model import Model
 
 
 class Graph:
     """Nodes from `inputs` to `outputs`, each after its parents; `stats` counts what passes did."""
 
-    def __init__(self, inputs, outputs, weights=None):
+    nodes: list[Node]          # the layer nodes in order (set by _order)
+
+    def __init__(self, inputs: Iterable[Node], outputs: Iterable[Node], weights: Mapping[str, np.ndarray] | None = None
+                 ) -> None:
         self.inputs, self.outputs = list(inputs), list(outputs)
         self.weights = dict(weights or {})
-        self.stats = Counter()
+        self.stats: Counter[str] = Counter()
         self._order()
 
     def _order(self):
@@ -26,7 +38,7 @@ class Graph:
         self.nodes = [n for n in order if n.layer is not None]
 
     @classmethod
-    def of(cls, model, share_params=False, weights=None):
+    def of(cls, model: Model, share_params: bool = False, weights: Mapping[str, np.ndarray] | None = None) -> Graph:
         """A copy of `model`'s graph with layer clones (sharing the model's parameters, or not)."""
         copies = {}
         for node in model.inputs:
@@ -41,20 +53,20 @@ class Graph:
         return cls([copies[id(n)] for n in model.inputs], [copies[id(n)] for n in model.outputs], weights)
 
     # -- reading ----------------------------------------------------------------------------
-    def readers(self, node):
+    def readers(self, node: Node) -> list[Node]:
         """The nodes that read `node`, once per read."""
         return [n for n in self.nodes for p in n.parents if p is node]
 
-    def is_output(self, node):
+    def is_output(self, node: Node) -> bool:
         return any(o is node for o in self.outputs)
 
-    def sole_reader(self, node):
+    def sole_reader(self, node: Node) -> Node | None:
         """The one node reading `node`, if exactly one does and `node` is not a model output."""
         readers = self.readers(node)
         return readers[0] if len(readers) == 1 and not self.is_output(node) else None
 
     # -- rewriting --------------------------------------------------------------------------
-    def bypass(self, node, stat=None):
+    def bypass(self, node: Node, stat: str | None = None) -> None:
         """Remove a one-input node: whatever read it reads its input instead."""
         src = node.parents[0]
         for n in self.nodes:
@@ -66,7 +78,7 @@ class Graph:
             self.stats[stat] += 1
         self._order()
 
-    def swap(self, node, reader, stat=None):
+    def swap(self, node: Node, reader: Node, stat: str | None = None) -> None:
         """Exchange a shape-preserving one-input node and its sole reader (one-input too): the reader
         reads the node's input, the node reads the reader, and the reader's readers read the node."""
         for n in self.nodes:
@@ -78,14 +90,14 @@ class Graph:
             self.stats[stat] += 1
         self._order()
 
-    def replace(self, node, layer, weights=None):
+    def replace(self, node: Node, layer: Layer, weights: Mapping[str, np.ndarray] | None = None) -> None:
         """Give `node` a new layer (and, if given, new host weights for it)."""
         if weights is not None:
             self._drop_weights(node.layer)
             self.weights.update({f"{layer.name}/{k}": v for k, v in weights.items()})
         node.layer = layer
 
-    def reorder(self):
+    def reorder(self) -> None:
         """Order the nodes again after a pass rewired parents or outputs itself (new nodes join)."""
         self._order()
 

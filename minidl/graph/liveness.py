@@ -7,9 +7,15 @@ later, as Caffe and MXNet share buffers: eagerly CuPy's pool hands it on; a capt
 with these deaths and planned (kernels/gpu/planned_memory.py), so the gradients of backward reuse the
 activations of forward at addresses fixed once.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from ..layers.node import Node
 
 
-def forward_deaths(nodes, outputs):
+def forward_deaths(nodes: Sequence[Node], outputs: Iterable[Node]) -> list[list[int]]:
     """For each node k, in order: the ids of the values whose last reader is node k (inputs and
     outputs of nodes; an output of the model never)."""
     last = {}
@@ -17,7 +23,7 @@ def forward_deaths(nodes, outputs):
         for p in node.parents:
             last[id(p)] = k
     keep = {id(o) for o in outputs}
-    deaths = [[] for _ in nodes]
+    deaths: list[list[int]] = [[] for _ in nodes]
     for v, k in last.items():
         if v not in keep:
             deaths[k].append(v)

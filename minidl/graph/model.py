@@ -7,16 +7,20 @@ layer which input gradients are read and whether parameter gradients add up, and
 gradients of nodes that feed several layers (ResNet shortcuts). `lower(passes)` gives the same
 model rewritten by graph passes, training the same parameters (see minidl.graph.passes).
 """
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
 import numpy as np
 
-from ..backend import get_device
+from .._types import Array, DTypeLike
+from ..backend import Device, get_device
 from ..layers.base import Layer, Need, _fmt
 from ..layers.node import Input, Node
 from . import arena, checks, liveness
 from .api import FamiliarAPI
-from .config import graph_of_config
+from .config import config_of, graph_of_config
 from .ir import Graph
-from .summary import print_summary
 
 
 class Model(FamiliarAPI):
@@ -28,11 +32,13 @@ class Model(FamiliarAPI):
     allocated) instead of the seeded initializers.
     """
 
-    def __init__(self, inputs, outputs, device="cpu", dtype="float32", seed=0, name="model", weights=None,
-                 _shares=None):
+    def __init__(self, inputs: Node | Sequence[Node], outputs: Node | Sequence[Node], device: str | Device = "cpu",
+                 dtype: DTypeLike = "float32", seed: int = 0, name: str = "model",
+                 weights: Mapping[str, Any] | None = None, _shares: Model | None = None) -> None:
         self.single_input = isinstance(inputs, Node)
         self.single_output = isinstance(outputs, Node)
-        graph = Graph([inputs] if self.single_input else inputs, [outputs] if self.single_output else outputs)
+        graph = Graph([inputs] if self.single_input else inputs,  # type: ignore[list-item, arg-type]  # Node or nodes
+                      [outputs] if self.single_output else outputs)  # type: ignore[list-item, arg-type]
         self.inputs, self.outputs, self.nodes = graph.inputs, graph.outputs, graph.nodes
         self.layers = [n.layer for n in self.nodes]
         self.name, self.seed = name, seed
@@ -40,7 +46,7 @@ class Model(FamiliarAPI):
             checks.no_layers(name)
         self._out_shapes = None            # the last forward's output shapes: backward's gradients must match
         self._name_layers()
-        self.device, self.copies, self.side_arenas = None, [], {}
+        self.device, self.copies, self.side_arenas = None, [], {}  # type: ignore[assignment]  # build sets device
         self.releases, self._deaths = False, None  # True: drop each value after its last reader (liveness.py)
         if _shares is not None:            # a lowering: the same parameters, already in an arena
             self._build_shared(_shares)
@@ -50,13 +56,14 @@ class Model(FamiliarAPI):
             self.init_weights(seed)
 
     @classmethod
-    def of_graph(cls, graph, device, name="model", weights=None, shares=None):
+    def of_graph(cls, graph: Graph, device: Device, name: str = "model", weights: Mapping[str, Any] | None = None,
+                 shares: Model | None = None) -> Model:
         """A model of a pass-rewritten Graph: on its own arena from `weights`, or sharing `shares`'."""
         ins, outs = graph.inputs, graph.outputs
         return cls(ins[0] if len(ins) == 1 else ins, outs[0] if len(outs) == 1 else outs, device=device,
                    dtype=device.dtype, name=name, weights=weights, _shares=shares)
 
-    def lower(self, passes):
+    def lower(self, passes: Callable[[Graph], Graph]) -> Model:
         """This model rewritten by `passes` (Graph -> Graph), training the same parameters."""
         return Model.of_graph(passes(Graph.of(self, share_params=True)), self.device, self.name, shares=self)
 
@@ -101,7 +108,7 @@ class Model(FamiliarAPI):
         # What each backward must give: an input's gradient only where a layer reads it.
         self._needs = [tuple(p.layer is not None for p in node.parents) for node in self.nodes]
 
-    def build(self, device, weights=None):
+    def build(self, device: Device, weights: Mapping[str, Any] | None = None) -> None:
         """Infer every shape, declare parameters and make kernel plans on `device`; then allocate.
 
         Given `weights`, their names and shapes are checked before anything is allocated.
@@ -124,13 +131,13 @@ class Model(FamiliarAPI):
         (self.flat, self.grads, self.state_flat), self.side_arenas = arena.allocate_by_dtype(
             self.device.xp, self.device.dtype, self.params, self._dtypes)
 
-    def init_weights(self, seed=0):
+    def init_weights(self, seed: int = 0) -> None:
         """Draw every parameter from its initializer with one seeded host generator."""
         rng = np.random.default_rng(seed)
         for p in self.params.values():
             p.data[...] = self.device.asarray(p.initializer(rng, p.shape, *p.fan).astype(p.data.dtype))
 
-    def to(self, device, dtype=None):
+    def to(self, device: str | Device, dtype: DTypeLike | None = None) -> Model:
         """Rebuild on another device (or dtype), keeping the weights and running statistics."""
         weights = self.get_weights()
         self.build(get_device(device, dtype=dtype or self.device.dtype, seed=self.seed), weights)
@@ -138,16 +145,16 @@ class Model(FamiliarAPI):
 
     # -- running --------------------------------------------------------------------------
     @property
-    def needs_rng(self):
+    def needs_rng(self) -> bool:
         """Whether a training forward draws random numbers (dropout)."""
         return any(layer.needs_rng for layer in self.layers)
 
     @property
-    def overwrites_grads(self):
+    def overwrites_grads(self) -> bool:
         """Whether every layer with parameters can overwrite its gradients (backward(accumulate=False))."""
         return all(l.overwrites_grads for l in self.layers if any(p.trainable for p in l.params.values()))
 
-    def forward(self, *xs, training=False):
+    def forward(self, *xs: Array, training: bool = False) -> Any:
         """Run the graph; returns the output (or a list of outputs)."""
         if len(xs) != len(self.inputs):
             raise ValueError(f"{self.name} takes {len(self.inputs)} input(s), got {len(xs)}")
@@ -182,7 +189,8 @@ class Model(FamiliarAPI):
             return x.astype(self.device.dtype)
         return x
 
-    def backward(self, *gys, input_grads=True, accumulate=True, ready=None):
+    def backward(self, *gys: Array, input_grads: bool = True, accumulate: bool = True,
+                 ready: Callable[[Layer], object] | None = None) -> Any:
         """Propagate output gradients back; returns the input gradient(s).
 
         Parameter gradients are added into `grads` (call `zero_grad` between steps). With
@@ -201,7 +209,8 @@ class Model(FamiliarAPI):
         if len(gys) != len(self.outputs):
             raise ValueError(f"{self.name}: backward takes {len(self.outputs)} output gradient(s), got {len(gys)}")
         checks.gradients(self, gys)
-        grads, add = {}, self.device.kernels.merge.add_fprop     # a value read twice: its gradients add
+        grads: dict[int, Array] = {}
+        add = self.device.kernels.merge.add_fprop     # a value read twice: its gradients add
         for o, g in zip(self.outputs, gys):
             grads[id(o)] = g if id(o) not in grads else grads[id(o)] + g
         for node, reads in zip(reversed(self.nodes), reversed(self._needs)):
@@ -227,39 +236,39 @@ class Model(FamiliarAPI):
                 grads[id(parent)] = gx if prev is None else add([prev, gx])      # kept in memory order
         if not hooked:                     # every gradient ends in the float32 arena
             self.gather()
-        gxs = [grads.get(id(i)) for i in self.inputs]
+        gxs = [grads.get(id(i)) for i in self.inputs]  # type: ignore[assignment]  # the inputs' gradients now
         return gxs[0] if self.single_input else gxs
 
-    def gather(self, lo=0, hi=None):
+    def gather(self, lo: int = 0, hi: int | None = None) -> None:
         """Elements lo:hi of the compute-dtype copies' gradients into the float32 arena `grads`
         (whole layers: a range backward's `ready` hook has seen final). No copies: nothing to do."""
         for c in self.copies:
             c.gather(self.grads, lo, hi)
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         self.grads.fill(0)
         for c in self.copies:
             c.zero_grad()
 
     # -- parameters by name -------------------------------------------------------------
-    def layer(self, name):
+    def layer(self, name: str) -> Layer:
         for layer in self.layers:
             if layer.name == name:
                 return layer
         raise KeyError(f"{self.name} has no layer {name!r}; layers: {', '.join(l.name for l in self.layers)}")
 
-    def get_weights(self):
+    def get_weights(self) -> dict[str, np.ndarray]:
         """{'layer/param': NumPy array} for every parameter and running statistic."""
         return {k: np.array(self.device.to_host(p.data)) for k, p in self.params.items()}
 
-    def get_grads(self):
+    def get_grads(self) -> dict[str, np.ndarray]:
         """{'layer/param': NumPy array} of the trainable parameters' gradients."""
         return {k: np.array(self.device.to_host(p.grad)) for k, p in self.params.items() if p.trainable}
 
     def _check_weights(self, weights, strict):
         checks.weights(self, weights, strict)
 
-    def set_weights(self, weights: dict, strict: bool = True) -> list[str]:
+    def set_weights(self, weights: Mapping[str, Any], strict: bool = True) -> list[str]:
         """Copy arrays into parameters by 'layer/param' name, checking names and shapes first;
         strict=False loads part of them (`set_weights({"conv2d/w": w0}, strict=False)`); unknown names
         are refused either way. Returns the names left as they were (none when strict).
@@ -270,24 +279,17 @@ class Model(FamiliarAPI):
         return sorted(set(self.params) - set(weights))
 
     @property
-    def n_params(self):
+    def n_params(self) -> int:
         """Trainable parameters (the flat buffer also holds alignment gaps)."""
         return sum(p.size for p in self.params.values() if p.trainable)
 
     # -- architecture as JSON ---------------------------------------------------------------
-    def config(self):
+    def config(self) -> dict[str, Any]:
         """The architecture as JSON-able data: inputs, and each layer's class, arguments and inputs."""
-        index = {id(n): i for i, n in enumerate(self.inputs)}
-        layers = []
-        for node in self.nodes:
-            index[id(node)] = len(self.inputs) + len(layers)
-            layers.append({"class": type(node.layer).__name__, "name": node.layer.name,
-                           "config": node.layer.config(), "inputs": [index[id(p)] for p in node.parents]})
-        return {"name": self.name, "inputs": [list(n.shape[1:]) for n in self.inputs], "layers": layers,
-                "outputs": [index[id(o)] for o in self.outputs]}
+        return config_of(self)                 # graph/config.py, beside its reverse
 
     @classmethod
-    def from_config(cls, config, **kwargs):
+    def from_config(cls, config: dict[str, Any], **kwargs: Any) -> Model:
         """Rebuild a model from `config()`; kwargs (device, dtype, seed, weights) go to Model.
 
         A config that is not one `config()` could have written raises a ValueError naming the
@@ -295,12 +297,8 @@ class Model(FamiliarAPI):
         """
         return cls(*graph_of_config(config), name=str(config.get("name", "model")), **kwargs)
 
-    def summary(self, print_fn=print):
-        """Print layer, output shape and parameter count, one row per layer, and the totals."""
-        print_summary(self, print_fn)
 
-
-def Sequential(layers, input_shape, **kwargs):
+def Sequential(layers: Sequence[Layer], input_shape: Sequence[int], **kwargs: Any) -> Model:
     """A Model that chains `layers` from one input of per-sample `input_shape`."""
     x = h = Input(input_shape)
     for layer in layers:

@@ -9,27 +9,35 @@ Training and inference are two lowerings of one model graph:
 and `last_reads` plans buffers: each value is dropped after the step that reads it last.
 A precision policy is one more pass after either pipeline: `cast(graph, compute)`.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Collection, Sequence
+
 import numpy as np
 
+from .._types import DTypeLike
 from ..layers.cast import Cast          # the one layer the graph itself inserts
 from ..layers.node import Node
 
+if TYPE_CHECKING:
+    from .ir import Graph
 
-def drop_inference_identities(g):
+
+def drop_inference_identities(g: Graph) -> Graph:
     """Remove layers that are the identity in evaluation (dropout)."""
     for node in [n for n in g.nodes if n.layer.inference_identity]:
         g.bypass(node, f"{node.kind}_removed")
     return g
 
 
-def drop_final_softmax(g):
+def drop_final_softmax(g: Graph) -> Graph:
     """A Softmax that is a model output read by nobody else goes: the model then outputs logits."""
     for node in [o for o in g.outputs if o.kind == "softmax" and not g.readers(o)]:
         g.bypass(node, "softmax_removed")
     return g
 
 
-def fold_into_producers(g):
+def fold_into_producers(g: Graph) -> Graph:
     """A layer that folds into the layer before it (BN into a conv) does, where it is that layer's only reader."""
     for node in list(g.nodes):
         src = node.parents[0]
@@ -43,7 +51,7 @@ def fold_into_producers(g):
     return g
 
 
-def fold_into_consumers(g):
+def fold_into_consumers(g: Graph) -> Graph:
     """A layer that folds into the layer reading it (a zero pad into a conv's padding) does."""
     for node in list(g.nodes):
         reader = g.sole_reader(node)
@@ -56,7 +64,7 @@ def fold_into_consumers(g):
     return g
 
 
-def fuse_activations(g, into=None):
+def fuse_activations(g: Graph, into: Collection[str] | None = None) -> Graph:
     """A fusable activation read from a layer that can apply it (and has none yet) joins that layer.
 
     into: the producer kinds allowed (None: any that declares the activation).
@@ -71,7 +79,7 @@ def fuse_activations(g, into=None):
     return g
 
 
-def sink_activations(g):
+def sink_activations(g: Graph) -> Graph:
     """A fusable activation whose sole reader commutes with it (`commutes_with`) moves after that
     reader: a ReLU before a 2x2 max-pool then runs forward and backward on 4x fewer values."""
     for node in list(g.nodes):
@@ -81,7 +89,7 @@ def sink_activations(g):
     return g
 
 
-def channels_last(g):
+def channels_last(g: Graph) -> Graph:
     """Layout pass: every layer that can (`layouts`: the convolutions) writes its output channels-last,
     N, H, W, C in memory under the NCHW shape, the order of the GPU's tensor-core convolutions. The
     layers after it (BN, pooling, padding, adds, activations) keep their input's order, and whatever
@@ -99,18 +107,18 @@ def channels_last(g):
 TRAINING_FUSION = ("batchnorm", "add")
 
 
-def training(g):
+def training(g: Graph) -> Graph:
     return sink_activations(fuse_activations(drop_final_softmax(g), into=TRAINING_FUSION))
 
 
-def inference(g, probabilities=False):
+def inference(g: Graph, probabilities: bool = False) -> Graph:
     g = drop_inference_identities(g)
     if not probabilities:
         g = drop_final_softmax(g)
     return fuse_activations(fold_into_producers(fold_into_consumers(g)))
 
 
-def cast(g, compute, base="float32"):
+def cast(g: Graph, compute: DTypeLike, base: DTypeLike = "float32") -> Graph:
     """Precision pass: every layer computes in `compute` except those that keep float32 (declared
     `keeps_fp32`: BN, softmax, LRN); a Cast converts a value where it crosses between the two, once
     per value and dtype. A float32 layer that reads and writes the compute dtype itself
@@ -150,7 +158,7 @@ def cast(g, compute, base="float32"):
     return g
 
 
-def last_reads(steps, outputs):
+def last_reads(steps: Sequence[tuple[Sequence[int], int]], outputs: Collection[int]) -> list[list[int]]:
     """For steps [(input ids, output id)], the ids each step is the last to read (not outputs).
 
     Dropping a value right after its last reader lets the memory pool hand it to later steps.
@@ -160,7 +168,7 @@ def last_reads(steps, outputs):
         last[out] = i
         for v in ins:
             last[v] = i
-    free = [[] for _ in steps]
+    free: list[list[int]] = [[] for _ in steps]
     for v, i in last.items():
         if v not in outputs:
             free[i].append(v)

@@ -1,8 +1,15 @@
 """A model's summary table: layer, output shape and parameter count, one row per layer, and the totals."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
 from ..layers.base import _fmt
 
+if TYPE_CHECKING:
+    from .model import Model
 
-def print_summary(model, print_fn=print):
+
+def print_summary(model: Model, print_fn: Callable[[str], object] = print) -> None:
     rows = [("layer (type)", "output shape", "params")]
     for node in model.nodes:
         n = sum(p.size for p in node.layer.params.values() if p.trainable)

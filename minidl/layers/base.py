@@ -30,7 +30,7 @@ class Parameter:
         self.fan = fan or _fans(self.shape)
         self.data: Array = None
         self.grad: Array = None
-        self.offset: int | None = None                 # where `data` starts in its arena (set when allocated)
+        self.offset: int = None  # type: ignore[assignment]  # where `data` starts in its arena (set when allocated)
 
     @property
     def size(self) -> int:
@@ -102,6 +102,8 @@ class Layer:
     channels_last_params: tuple[str, ...] = ()  # (K, C, kH, kW) parameters its kernels read faster lying
                                                 # K, kH, kW, C (a channels-last conv's filters): their
                                                 # compute-dtype copies lie so
+    activation: str | None         # the activation it applies (layers with `activations` only)
+    channels_last: bool            # it writes its output channels-last (layers with `layouts` only)
     _called: bool                  # set when the layer is first applied to nodes (Node.from_layer)
 
     def __init_subclass__(cls, **kwargs):
@@ -112,7 +114,7 @@ class Layer:
             cls.kind = cls.prefix
 
     def __init__(self, name: str | None = None) -> None:
-        self.name = name if name is None else str(name)
+        self.name: str = name if name is None else str(name)  # type: ignore[assignment]  # None: the model names it
         self.params: dict[str, Parameter] = {}
         self.saved: Any = None
         self.device: Device = None  # type: ignore[assignment]  # set by the model before build

@@ -23,7 +23,11 @@ class Node:
 
     def __init__(self, layer: Layer | None, parents: Iterable[Node], shape: BatchShape | None = None,
                  name: str | None = None) -> None:
-        self.layer, self.parents, self.shape = layer, tuple(parents), shape
+        # typed as set: None only for a model input's layer (graph code tells inputs apart before reading it)
+        # and an unbuilt node's shape (a model builds its nodes before reading them)
+        self.layer: Layer = layer  # type: ignore[assignment]
+        self.shape: BatchShape = shape  # type: ignore[assignment]
+        self.parents = tuple(parents)
         self.dtype: np.dtype | None = None
         self.name = name if layer is None else layer.name
 

@@ -1,14 +1,20 @@
 """The model zoo: LeNet-5, ResNet-18/34/50/101/152 and the cuDNN-vs-PyTorch study's SimpleNet,
 Caffe's LeNet, ReLUNet and LargeNet, by name through `get`."""
+from __future__ import annotations
+
 import re
+from typing import Any, Callable
+
+from ..graph import Model
 
 from .caffe import largenet, lenet_caffe, relunet, simplenet
 from .lenet import lenet5
 from .resnet import RESNET_DEPTHS, build_resnet, resnet
 
-MODELS = {"lenet": lenet5, "lenet5": lenet5, "resnet": resnet,     # name -> builder
-          "simplenet": simplenet, "lenet-caffe": lenet_caffe, "lenet_caffe": lenet_caffe,
-          "relunet": relunet, "largenet": largenet}
+MODELS: dict[str, Callable[..., Model]] = {                                 # name -> builder
+    "lenet": lenet5, "lenet5": lenet5, "resnet": resnet,
+    "simplenet": simplenet, "lenet-caffe": lenet_caffe, "lenet_caffe": lenet_caffe,
+    "relunet": relunet, "largenet": largenet}
 
 
 def _resolve(name, depth):
@@ -29,7 +35,7 @@ def _resolve(name, depth):
     return key, depth
 
 
-def get(name: str, depth: int | None = None, **kw):
+def get(name: str, depth: int | None = None, **kw: Any) -> Model:
     """A model by name: get("lenet"), get("resnet", depth=50) or get("resnet50").
 
     kw go to the builder (input_shape, classes) and on to Model (device, dtype, seed, name).

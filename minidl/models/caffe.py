@@ -4,8 +4,12 @@ All take 28x28 MNIST digits and end in a Softmax (the passes drop it for trainin
 Caffe's LeNet has no activation after its convolutions; ReLUNet is the same net with a ReLU after
 each. Weights Glorot-uniform (Caffe's "xavier" filler), biases zero.
 """
+from __future__ import annotations
+
+from typing import Any
+
 from .. import layers as L
-from ..graph import Sequential
+from ..graph import Model, Sequential
 
 W_INIT = "glorot_uniform"
 
@@ -22,13 +26,14 @@ def _head(hidden, classes):
     return [L.Flatten(), *mid, L.Dense(classes, w_init=W_INIT), L.Softmax()]
 
 
-def simplenet(input_shape=(1, 28, 28), classes=10, **model_kwargs):
+def simplenet(input_shape: tuple[int, ...] = (1, 28, 28), classes: int = 10, **model_kwargs: Any) -> Model:
     """conv 20@5x5, max-pool 2, dense 2880 -> classes.   x (N, 1, 28, 28) -> (N, classes); 29,330 params."""
     model_kwargs.setdefault("name", "simplenet")
     return Sequential([*_conv(20, 5, False), *_head(0, classes)], input_shape, **model_kwargs)
 
 
-def lenet_caffe(input_shape=(1, 28, 28), classes=10, relu=False, **model_kwargs):
+def lenet_caffe(input_shape: tuple[int, ...] = (1, 28, 28), classes: int = 10, relu: bool = False,
+                **model_kwargs: Any) -> Model:
     """Caffe's LeNet: conv 20@5x5, pool, conv 50@5x5, pool, dense 800 -> 500, ReLU, dense 500 -> classes.
 
     x (N, 1, 28, 28) -> (N, classes); 431,080 params. relu=True adds a ReLU after each conv (ReLUNet).
@@ -38,12 +43,12 @@ def lenet_caffe(input_shape=(1, 28, 28), classes=10, relu=False, **model_kwargs)
     return Sequential(layers, input_shape, **model_kwargs)
 
 
-def relunet(input_shape=(1, 28, 28), classes=10, **model_kwargs):
+def relunet(input_shape: tuple[int, ...] = (1, 28, 28), classes: int = 10, **model_kwargs: Any) -> Model:
     """Caffe's LeNet with a ReLU after each conv.   x (N, 1, 28, 28) -> (N, classes)."""
     return lenet_caffe(input_shape, classes, relu=True, **model_kwargs)
 
 
-def largenet(input_shape=(1, 28, 28), classes=10, **model_kwargs):
+def largenet(input_shape: tuple[int, ...] = (1, 28, 28), classes: int = 10, **model_kwargs: Any) -> Model:
     """conv 20@3x3, pool, conv 50@3x3, pool, conv 70@3x3, pool, dense 70 -> 500, ReLU, 500 -> classes.
 
     x (N, 1, 28, 28) -> (N, classes); spatially 28 -> 26 -> 13 -> 11 -> 5 -> 3 -> 1. As in Caffe's

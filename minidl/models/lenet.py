@@ -1,9 +1,13 @@
 """LeNet-5 (LeCun et al., 1998) in its common modern form: ReLU and max-pooling."""
+from __future__ import annotations
+
+from typing import Any
+
 from .. import layers as L
-from ..graph import Sequential
+from ..graph import Model, Sequential
 
 
-def lenet5(input_shape=(1, 28, 28), classes=10, **model_kwargs):
+def lenet5(input_shape: tuple[int, ...] = (1, 28, 28), classes: int = 10, **model_kwargs: Any) -> Model:
     """LeNet-5: conv 6@5x5 (pad 2), pool, conv 16@5x5, pool, dense 120, 84, classes, softmax.
 
     x (N, 1, 28, 28) -> probabilities (N, classes); 61,706 parameters at 28x28 and 10 classes.

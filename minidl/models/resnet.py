@@ -9,6 +9,10 @@ Layer names follow the seed's listing: in each block the projection shortcut (if
 first, then the residual branch, then add and relu, because blocks call Add(shortcut, branch)
 and the graph orders an Add's first input's layers first.
 """
+from __future__ import annotations
+
+from typing import Any, Sequence
+
 from .. import layers as L
 from ..graph import Input, Model
 
@@ -67,7 +71,8 @@ def _bottleneck(x, C, width, stride, last_gamma="zeros"):
     return L.ReLU()(L.Add()(s, h))                       # shortcut first: the seed's name order
 
 
-def build_resnet(block, blocks, input_shape=(1, 28, 28), classes=10, zero_init_residual=True, **model_kwargs):
+def build_resnet(block: str, blocks: Sequence[int], input_shape: tuple[int, ...] = (1, 28, 28),
+                 classes: int = 10, zero_init_residual: bool = True, **model_kwargs: Any) -> Model:
     """A ResNet of `block` ('basic' or 'bottleneck') with `blocks` per stage (four ints).
 
     x (N, C, H, W) -> probabilities (N, classes). `resnet(depth)` is the usual entry point;
@@ -92,7 +97,8 @@ def build_resnet(block, blocks, input_shape=(1, 28, 28), classes=10, zero_init_r
     return Model(x, y, **model_kwargs)
 
 
-def resnet(depth, input_shape=(1, 28, 28), classes=10, zero_init_residual=True, **model_kwargs):
+def resnet(depth: int, input_shape: tuple[int, ...] = (1, 28, 28), classes: int = 10, zero_init_residual: bool = True,
+           **model_kwargs: Any) -> Model:
     """ResNet-`depth` for depth in 18, 34 (basic blocks) and 50, 101, 152 (bottleneck blocks).
 
     x (N, C, H, W) -> probabilities (N, classes). zero_init_residual: each residual branch's last BN
