@@ -238,7 +238,8 @@ def load_model(path: str | os.PathLike, **kwargs: Any) -> Model:
         return model
     info, arrays = read(path)
     try:
-        return Model.from_config(info.get("model"), weights=_weights(arrays), **kwargs)
+        # a missing or malformed config is from_config's ValueError, named below
+        return Model.from_config(info.get("model"), weights=_weights(arrays), **kwargs)  # type: ignore[arg-type]
     except ValueError as e:
         raise CheckpointError(f"checkpoint {path}: {e}") from None
 

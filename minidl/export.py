@@ -35,7 +35,8 @@ def save_safetensors(path: str | os.PathLike, model: Model) -> dict[str, np.ndar
     try:
         from safetensors.numpy import save
     except ImportError:
-        raise ValueError(f"--safetensors needs the safetensors package ({install_hint('export', 'safetensors')})") from None
+        raise ValueError(f"--safetensors needs the safetensors package "
+                         f"({install_hint('export', 'safetensors')})") from None
     from .torch_names import to_torch
     tensors = to_torch(model)
     meta = {"format": SAFETENSORS_FORMAT, "model": json.dumps(model.config()), "names": "pytorch"}

@@ -298,7 +298,8 @@ def warn_once(log: Any, what: str, e: BaseException) -> None:
 def unreadable(path: str) -> str | None:
     """Why the file at `path` cannot be read (missing, not a regular file, permission), or None."""
     if not os.path.exists(path):
-        return "does not exist (set --checkpoint, or train with -s first)" if path.endswith(".npz") else "does not exist"
+        return ("does not exist (set --checkpoint, or train with -s first)" if path.endswith(".npz")
+                else "does not exist")
     if not os.path.isfile(path):
         return f"is {kind(path)}, not a regular file"
     try:

@@ -52,7 +52,7 @@ def hint_resume(path: str) -> Iterator[None]:
         raise
 
 
-def stopped(signum: int, what: str, saved: str | None, path: str) -> TrainingStopped:
+def stopped(signum: int, what: str, saved: str | os.PathLike | None, path: str) -> TrainingStopped:
     """TrainingStopped for a stop outside Trainer.fit, its hint naming how to go on."""
     from minidl.trainer import TrainingStopped
     e = TrainingStopped(what + (f"; the trained weights are in {saved}" if saved else ""), signum, saved)

@@ -30,7 +30,8 @@ class TensorBoardLog:
             from tensorboardX import SummaryWriter
         except ImportError:
             from .install_hint import install_hint
-            raise ImportError(f"TensorBoard logs need tensorboardX ({install_hint('tensorboard', 'tensorboardX')})") from None
+            raise ImportError(f"TensorBoard logs need tensorboardX "
+                              f"({install_hint('tensorboard', 'tensorboardX')})") from None
         self.logdir, self.failed, self.error, self.writer = str(logdir), False, None, None
         try:
             self.writer = SummaryWriter(logdir=self.logdir)

@@ -182,7 +182,7 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
                 out(f"saved {path}")
         else:
             out(f"the run is complete: step {trainer.step} of {total}")
-        kept = path if args.save or not trained else None       # where the trained weights are now
+        kept: str | os.PathLike | None = path if args.save or not trained else None   # where the trained weights are
         try:
             signals.check()                    # a stop that came during the final save: honoured now
             out("[INFERENCE]")
@@ -212,7 +212,8 @@ def run_cli(run: Callable[[argparse.Namespace], Any], args: argparse.Namespace) 
         run(args)
     except TrainingStopped as e:
         how = getattr(e, "hint", None)
-        how = how if how is not None else ": the same command with --resume continues it" if e.path else "; nothing saved"
+        how = (how if how is not None else ": the same command with --resume continues it" if e.path
+               else "; nothing saved")
         print(f"{signal.Signals(e.signum).name}: {e}{how}", file=sys.stderr)
         return 128 + e.signum
     except stops.Interrupted as e:                                            # before any training

@@ -73,7 +73,8 @@ def read(path: str | os.PathLike,
     dev = get_device("auto" if device is None else device, dtype=dtype)
     dev = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
     try:
-        model = Model.from_config(info.get("model"), device=dev, dtype=dtype, weights=arrays)
+        # a missing or malformed config is from_config's ValueError, named below
+        model = Model.from_config(info.get("model"), device=dev, dtype=dtype, weights=arrays)  # type: ignore[arg-type]
     except DtypeError:
         raise                  # the file is fine: this device cannot compute in its dtype (the error names the layer)
     except ValueError as e:

@@ -14,13 +14,12 @@ Everything else is the node's own layer in evaluation mode.
 from __future__ import annotations
 
 from collections import Counter
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from .._types import Array, DTypeLike
+    from .._types import Array, DTypeLike, Kernels
     from ..backend import Device
     from ..graph.model import Model
     from ..layers.node import Node
@@ -69,7 +68,7 @@ def value_ids(model: Model) -> dict[int, int]:
     return vid
 
 
-def plan(model: Model, dk: ModuleType | None) -> tuple[list[Step], Step | None]:
+def plan(model: Model, dk: Kernels | None) -> tuple[list[Step], Step | None]:
     """(steps at any batch size, the chain step for small batches or None) of an inference model.
 
     dk: the device's direct kernel family, or None to run one layer per step.
@@ -148,7 +147,7 @@ def _chain_step(dk, model, steps, outputs):
                 lambda xs: dk.chain_fprop(xs[0], stages))
 
 
-def direct_family(device: Device, dtype: DTypeLike | None = None) -> ModuleType | None:
+def direct_family(device: Device, dtype: DTypeLike | None = None) -> Kernels | None:
     """The device's direct kernel family where it computes in `dtype` (default: the device's; the
     family's DTYPES: float32), else None."""
     family = getattr(device.kernels, "direct", None)
