@@ -1,17 +1,27 @@
 """The training loop: steps or epochs, on-device metrics read at each monitoring interval,
 evaluation over the whole test set, NaN stop, checkpoints and exact resume."""
+from __future__ import annotations
 import math
+import os
 import sys
 import time
 from numbers import Integral
+from typing import TYPE_CHECKING, Any, Callable
 
-from . import checkpoint as ckpt
-from . import distributed, progress
-from .backend import DeviceError, get_device
+from . import checkpoint as ckpt, distributed, progress
+from ._types import Array
+from .backend import Device, DeviceError, get_device
 from .data.loader import Loader
 from .losses import softmax_cross_entropy
 from .metrics import Mean, Score
 from .step import TrainStep
+if TYPE_CHECKING:
+    from .distributed import World
+    from .graph.model import Model
+    from .metrics_log import Logs, MetricsLog
+    from .optim.base import Optimizer
+    from .precision import Policy
+    from .tensorboard_log import TensorBoardLog
 
 
 class TrainingDiverged(RuntimeError):
@@ -23,10 +33,9 @@ class TrainingStopped(RuntimeError):
     """Training stopped on request (SIGINT, SIGTERM) after a whole step; `path`: where it saved, or None."""
     collective = True                 # data-parallel ranks raise it together, after the same step
 
-    def __init__(self, message, signum, path):
+    def __init__(self, message: str, signum: int, path: str | os.PathLike | None) -> None:
         super().__init__(message)
-        self.signum, self.path = signum, path
-        self.exit_status = 128 + signum   # as a shell reports a process the signal ended
+        self.signum, self.path, self.exit_status = signum, path, 128 + signum   # as a shell reports it
 
 
 class Trainer:
@@ -49,21 +58,21 @@ class Trainer:
     (half the bytes, gradients rounded to bfloat16: distributed.Reducer).
     """
 
-    def __init__(self, model, optimizer, device=None, seed=0, log=print, progress=None, graph=True,
-                 world=None, precision=None, label_smoothing=0.0, shift=0, flip=False, channels_last=None,
-                 grad_reduce="fp32"):
+    def __init__(self, model: Model, optimizer: Optimizer, device: str | Device | None = None, seed: int = 0,
+                 log: Callable = print, progress: bool | None = None, graph: bool = True, world: World | None = None,
+                 precision: Policy | str | None = None, label_smoothing: float = 0.0, shift: int = 0,
+                 flip: bool = False, channels_last: bool | None = None, grad_reduce: str = "fp32") -> None:
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.xp is not model.device.xp:     # another backend: rebuild the model there
                 model.to(dev)
         optimizer.check_free_for(model)     # one optimizer for two Trainers would train neither
-        self.model, self.optimizer, self.seed, self.log = model, optimizer, seed, log
-        self.device = model.device
+        self.model, self.optimizer, self.seed, self.log, self.device = model, optimizer, seed, log, model.device
         optimizer.setup(model)
         self.step = 0                      # steps trained so far (restored by resume)
-        self.plan = None                   # the run's plan (JSON), saved in its checkpoints
-        self._stop = None                  # a signal number once a stop is requested
-        self._global_batch = self._resumed_batch = None    # images a step, all ranks: last fit's, checkpoint's
+        self.plan: dict[str, Any] | None = None     # the run's plan (JSON), saved in its checkpoints
+        self._stop: int | None = None               # a signal number once a stop is requested
+        self._global_batch = self._resumed_batch = None  # type: int | None  # all ranks' batch: fit's, checkpoint's
         self.progress = sys.stdout.isatty() if progress is None else progress
         self.metrics = Mean(self.device)   # one set of accumulators: captured graphs add into it
         self.world = world or distributed.init()
@@ -78,14 +87,14 @@ class Trainer:
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
         # eager); dropout's counter-based generator advances on the device, so it is captured too.
         self.graph = graph and self.device.can_capture
-        self._loaders = {}
+        self._loaders: dict[tuple[int, int, int], tuple[Any, Loader]] = {}
 
     @property
-    def loss_scale(self):
+    def loss_scale(self) -> dict[str, float] | None:
         """fp16: the loss scale's {'scale', 'clean', 'skipped'} read from the device (one sync); else None."""
         return None if self._step.scaler is None else self._step.scaler.state()
 
-    def train_step(self, x, y):
+    def train_step(self, x: Array, y: Array) -> Mean:
         """Forward, loss, backward and update on one batch (eagerly); returns the interval's metrics."""
         self._step(self._batch(x), y)
         return self.metrics
@@ -132,13 +141,15 @@ class Trainer:
                              f"{shape}, but the labels need (N, {top + 1}): {top + 1} classes or more")
 
     # -- training ------------------------------------------------------------------------------
-    def request_stop(self, signum):
+    def request_stop(self, signum: int) -> None:
         """Stop after the current step: save to the checkpoint path and raise TrainingStopped.
         Safe to call from a signal handler."""
         self._stop = signum
 
-    def fit(self, x, y=None, *, steps=None, epochs=None, batch_size=32, monitor=100, save_to=None,
-            save_every=None, checkpoint=None, metrics_log=None) -> Score:
+    def fit(self, x: Any, y: Any = None, *, steps: int | None = None, epochs: int | None = None, batch_size: int = 32,
+            monitor: int = 100, save_to: str | os.PathLike | None = None, save_every: int | None = None,
+            checkpoint: str | os.PathLike | Callable[[], str | os.PathLike | None] | None = None,
+            metrics_log: MetricsLog | TensorBoardLog | Logs | None = None) -> Score:
         """Train for `steps` (or `epochs` of the whole set) more steps on `(images, labels)`, `images,
         labels` (Keras's order) or a Loader; returns the last interval's Score(loss, accuracy as a fraction).
         Images as docs/input.md says. The rest is keyword-only (Keras's third positional is batch_size).
@@ -157,18 +168,15 @@ class Trainer:
         if save_every is not None and not checkpoint:
             raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
         loader = self._train_loader(data, batch_size)
-        self._global_batch = self.world.global_batch(loader.batch_size, self._resumed_batch)   # resumed: kept
-        self._resumed_batch = None
+        self._global_batch, self._resumed_batch = self.world.global_batch(loader.batch_size, self._resumed_batch), None
         self._step.blank = loader.blank      # shifted images are filled with the background
         per_epoch = len(loader)
-        if steps is None:
-            steps = (epochs or 1) * per_epoch
+        steps = (epochs or 1) * per_epoch if steps is None else steps
         metrics, result = self.metrics, Score(math.nan, math.nan)
         metrics.reset()
         self._step.reset_flag()
         bar = progress.bar(steps, self.progress)
-        start = self.step
-        end = start + steps
+        start, end = self.step, self.step + steps
         t0 = t1 = t_interval = time.perf_counter()
         quiet = self.device.preparing(progress.preparing(bar, self.log))     # a cold first step says what it does
         while self.step < end:
@@ -202,13 +210,11 @@ class Trainer:
                     self._print(bar, f"step: {self.step:4d}, loss: {result.loss:.3f}, accuracy: {result.percent:.3f}%")
             if save_every and self.step % save_every == 0:
                 self._check_finite(start, checkpoint)
-                self.save(checkpoint)
-            stop = self.world.agree_stop(self._stop)      # ranks: agreed a step late, all at one step
-            if stop is not None:
+                self.save(checkpoint)     # type: ignore[arg-type]  # a function: for a stop only (docstring)
+            if (stop := self.world.agree_stop(self._stop)) is not None:     # ranks: agreed a step late, all at one step
                 self._stop = stop
                 self._stopped(bar, start, checkpoint)
-        stop = self.world.agree_stop(self._stop, final=True)     # a request in the last steps
-        if stop is not None:
+        if (stop := self.world.agree_stop(self._stop, final=True)) is not None:     # a request in the last steps
             self._stop = stop
             self._stopped(bar, start, checkpoint)
         if bar is not None:
@@ -238,18 +244,14 @@ class Trainer:
         bad = start + int(self.device.to_host(self._step.good_steps)) + 1
         loss = float(self.device.to_host(self.metrics.loss))      # nan or inf from there on
         self.step = bad - 1                  # the weights are those before the bad step
-        raise TrainingDiverged(f"loss is {loss} at step {bad}: training stopped, the weights are "
-                               f"those after step {bad - 1}"
-                               + (f"; {save_to} was not overwritten" if save_to else ""))
+        raise TrainingDiverged(f"loss is {loss} at step {bad}: training stopped, the weights are those after "
+                               f"step {bad - 1}" + (f"; {save_to} was not overwritten" if save_to else ""))
 
     def _print(self, bar, line):
-        if bar is not None:
-            bar.write(line)
-        else:
-            self.log(line)
+        (self.log if bar is None else bar.write)(line)
 
     # -- evaluation ----------------------------------------------------------------------------
-    def evaluate(self, x, y=None, *, batch_size=1000, steps=None) -> Score:
+    def evaluate(self, x: Any, y: Any = None, *, batch_size: int = 1000, steps: int | None = None) -> Score:
         """Score(mean loss, accuracy as a fraction) over the whole set, or over its first `steps`
         batches; the data as fit takes it: `(images, labels)`, `images, labels` or a Loader."""
         loader = self._loader(_data(x, y, "evaluate"), batch_size, shuffle=False, drop_last=False)
@@ -273,19 +275,18 @@ class Trainer:
             self.reducer.average(self.model.state_flat)
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def save(self, path):
+    def save(self, path: str | os.PathLike) -> str | os.PathLike | None:
         if not bool(self.device.xp.all(self.device.xp.isfinite(self.model.flat))):
             raise TrainingDiverged(f"parameters are not finite: {path} was not overwritten")
         self._average_state()
         if not self.world.main:              # rank 0 saves: the same checkpoint as one process
             return None
         meta = {"step": self.step, "seed": self.seed, "ranks": self.world.size, "global_batch": self._global_batch,
-                "plan": self.plan, "rng": self.device.rng_state(),
-                "loss_scale": None if self._step.scaler is None else self._step.scaler.state()}
+                "plan": self.plan, "rng": self.device.rng_state(), "loss_scale": self.loss_scale}
         meta = {k: v for k, v in meta.items() if v is not None}
         return ckpt.save(path, self.model, self.optimizer, meta)
 
-    def resume(self, path):
+    def resume(self, path: str | os.PathLike) -> dict[str, Any]:
         """Restore weights, optimizer state, step and generator state from a checkpoint."""
         meta = ckpt.load(path, self.model, self.optimizer)
         self._step.forget_captures()       # captured steps hold the old step count
