@@ -8,6 +8,8 @@ the workspace). Math mode is cuBLAS's default: full FP32, no TF32. float16 and b
 through cublasGemmEx with CUBLAS_COMPUTE_32F (tensor cores, float accumulation, alpha and beta
 float), as torch.autocast's matmuls do.
 """
+from __future__ import annotations
+
 import ctypes
 
 import cupy as cp
@@ -18,7 +20,7 @@ from ._util import buffer
 
 _WORKSPACE = 32 << 20           # bytes: what cuBLAS recommends for Hopper
 _state = {"lib": None}
-_handles = {}                   # device id -> [handle, stream pointer it is bound to]
+_handles: dict[int, list] = {}  # device id -> [handle, stream pointer it is bound to]
 _P, _I = ctypes.c_void_p, ctypes.c_int
 # cudaDataType_t of the half types (library_types.h), and cublasComputeType_t CUBLAS_COMPUTE_32F
 _CUDA_R = {np.dtype(np.float16): 2, np.dtype(ml_dtypes.bfloat16): 14}

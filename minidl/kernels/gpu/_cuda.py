@@ -14,11 +14,14 @@ after another, about half a second each), so:
   12.8 and later); off unless asked.
 - `progress` counts what is compiled and timed before a first step and reports it as one line.
 """
+from __future__ import annotations
+
 import concurrent.futures
 import hashlib
 import os
 import threading
 import time
+from typing import Any
 
 import cupy as cp
 import ml_dtypes
@@ -27,7 +30,7 @@ import numpy as np
 try:
     import fcntl
 except ImportError:            # not on Linux: no lock between processes
-    fcntl = None
+    fcntl = None               # type: ignore[assignment]
 
 # The 2-byte types of a precision policy, for RawKernels that read them as float (HALF_CODE's Acc).
 HALF_CTYPES = {np.dtype("float16"): "__half", np.dtype(ml_dtypes.bfloat16): "__nv_bfloat16"}
@@ -66,7 +69,7 @@ template<> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float 
 # a RawModule with options of its own paid again inside the first training step.
 OPTIONS = ()
 
-_sm_counts = {}  # device id -> streaming multiprocessors
+_sm_counts: dict[int, int] = {}  # device id -> streaming multiprocessors
 
 
 def sm_count():
@@ -142,8 +145,8 @@ class Progress:
 
 
 progress = Progress()
-_registry = []          # every Module with its names known, for prefetch
-_pool = []              # the prefetch's executor and its futures, once started
+_registry: list[Module] = []          # every Module with its names known, for prefetch
+_pool: list[Any] = []              # the prefetch's executor and its futures, once started
 _STRIPES = 256          # lock files beside CuPy's cache: modules of different stripes compile at once
 
 

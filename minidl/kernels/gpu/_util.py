@@ -1,7 +1,12 @@
 """Helpers shared by the GPU kernel families: output buffers, pairs, templated CUDA modules."""
+from __future__ import annotations
+
+from typing import Any
+
 import cupy as cp
 import numpy as np
 
+from ..._types import Array
 from . import _vec
 from ._cuda import HALF_CODE, HALF_CTYPES, OPTIONS, Module, sm_count  # noqa: F401  (the families import them from here)
 
@@ -46,7 +51,7 @@ RELU_BPROP = cp.ElementwiseKernel("T y, T gy", "T gx", "gx = y > (T)0 ? gy : (T)
 ADD_RELU = cp.ElementwiseKernel("T a, T b", "T y", "T s = a + b; y = s > (T)0 ? s : (T)0", "minidl_add_relu")
 _VEC_OPS = {ADD_RELU: "add_relu", RELU: "relu", RELU_BPROP: "relu_bprop", cp.add: "add"}   # pointwise's fast ones
 
-_buffers = {}   # (device, tag, shape, dtype) -> CuPy array
+_buffers: dict[tuple, Array] = {}   # (device, tag, shape, dtype) -> CuPy array
 
 
 def buffer(tag, shape, dtype):
@@ -174,7 +179,7 @@ __device__ __forceinline__ void load_k(float (&r)[NV], const float* p) {
 """
 
 _F32 = np.dtype(np.float32)
-_raw = {}        # source key -> (RawKernel, dynamic shared bytes, RawModule kept alive)
+_raw: dict[Any, tuple] = {}        # source key -> (RawKernel, dynamic shared bytes, RawModule kept alive)
 
 
 def check_f32(name, a, ndim=None):

@@ -3,8 +3,11 @@
 In float16/bfloat16 (CuPy's classes, read as float) each kernel computes in float (ACC) and rounds
 once, to T, when it writes.
 """
+from __future__ import annotations
+
 import cupy as cp
 
+from ..._types import Array
 from ._util import ACC, RELU, RELU_BPROP, pointwise
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
@@ -27,41 +30,41 @@ def _call(kern, *args, out=None):
     return pointwise(kern, *args, out=out)
 
 
-def relu_fprop(x, out=None):
+def relu_fprop(x: Array, out: Array | None = None) -> Array:
     """y = max(x, 0)."""
     return _call(RELU, x, out=out)
 
 
-def relu_bprop(y, gy, out=None):
+def relu_bprop(y: Array, gy: Array, out: Array | None = None) -> Array:
     """gx = gy where y > 0, else 0."""
     return _call(RELU_BPROP, y, gy, out=out)
 
 
-def leaky_relu_fprop(x, alpha, out=None):
+def leaky_relu_fprop(x: Array, alpha: float, out: Array | None = None) -> Array:
     """y = x if x > 0 else alpha x."""
     return _call(_leaky, x, alpha, out=out)
 
 
-def leaky_relu_bprop(x, gy, alpha, out=None):
+def leaky_relu_bprop(x: Array, gy: Array, alpha: float, out: Array | None = None) -> Array:
     """gx = gy if x > 0 else alpha gy."""
     return _call(_leaky_b, x, gy, alpha, out=out)
 
 
-def sigmoid_fprop(x, out=None):
+def sigmoid_fprop(x: Array, out: Array | None = None) -> Array:
     """y = 1 / (1 + exp(-x))."""
     return _call(_sigmoid, x, out=out)
 
 
-def sigmoid_bprop(y, gy, out=None):
+def sigmoid_bprop(y: Array, gy: Array, out: Array | None = None) -> Array:
     """gx = gy y (1 - y)."""
     return _call(_sigmoid_b, y, gy, out=out)
 
 
-def tanh_fprop(x, out=None):
+def tanh_fprop(x: Array, out: Array | None = None) -> Array:
     """y = tanh(x)."""
     return _call(_tanh, x, out=out)
 
 
-def tanh_bprop(y, gy, out=None):
+def tanh_bprop(y: Array, gy: Array, out: Array | None = None) -> Array:
     """gx = gy (1 - y^2)."""
     return _call(_tanh_b, y, gy, out=out)

@@ -6,10 +6,18 @@ offset + 2n + 1; a flip: offset + n; both after the rank's skip, CounterRNG.skip
 the offset lives on the device and advances there, so a captured CUDA graph shifts anew at every
 replay without the host.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import cupy as cp
 
+from ..._types import Array
 from ._util import out_array
 from .dropout import PHILOX
+
+if TYPE_CHECKING:
+    from ...rng import CounterRNG
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")   # a copy of pixels: T in, T out
 
@@ -34,7 +42,7 @@ _flip = cp.ElementwiseKernel(
     """, "minidl_random_flip", preamble=PHILOX)
 
 
-def random_shift(x, max_shift, fill, rng, out=None):
+def random_shift(x: Array, max_shift: int, fill: float, rng: CounterRNG, out: Array | None = None) -> Array:
     """y[n, c, h, w] = x[n, c, h - dy_n, w - dx_n] (`fill` outside), shifts uniform in
     [-max_shift, max_shift] from `rng` (key, device offset), which advances by 2N on the device.
     x (N, C, H, W) C-contiguous -> y (N, C, H, W)."""
@@ -47,7 +55,7 @@ def random_shift(x, max_shift, fill, rng, out=None):
     return y
 
 
-def random_flip(x, rng, out=None):
+def random_flip(x: Array, rng: CounterRNG, out: Array | None = None) -> Array:
     """y[n, c, h, w] = x[n, c, h, W - 1 - w] for the images flipped (each with probability 1/2 from
     `rng`, which advances by N on the device), else x. x (N, C, H, W) C-contiguous -> y, not x itself."""
     N, C, H, W = x.shape

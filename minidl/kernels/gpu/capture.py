@@ -29,16 +29,20 @@ reads or writes is never handed to other code. Every captured call's memory is c
 destroy every graph: NCCL's communicator destroy waits until the graphs that recorded its
 collectives are gone (collectives.Communicator.close).
 """
+from __future__ import annotations
+
 import gc
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 
 _RULES = ("inside it, avoid host synchronisation (.get(), float(), synchronize()) and host-to-device "
           "copies (see minidl.kernels.gpu.capture)")
-_LIVE = weakref.WeakSet()      # every CapturedCall not yet collected
+_LIVE: weakref.WeakSet[CapturedCall] = weakref.WeakSet()      # every CapturedCall not yet collected
 
 
-def release_all():
+def release_all() -> None:
     """Destroy the graph of every live CapturedCall (they cannot replay afterwards)."""
     for c in list(_LIVE):
         c.release()
@@ -57,7 +61,7 @@ class CapturedCall:
     first does what happens once (compiling, timing cuDNN's engines) and the plan fits the capture.
     """
 
-    def __init__(self, device, fn, warmup=2):
+    def __init__(self, device: Any, fn: Callable[[], Any], warmup: int = 2) -> None:
         if getattr(device, "name", None) != "cuda":
             raise ValueError(f"CUDA graphs need a cuda device, got {device!r}")
         if warmup < 1:
@@ -111,23 +115,23 @@ class CapturedCall:
             raise CaptureError(f"the function broke the CUDA graph capture ({e}); " + _RULES) from e
         return result, graph
 
-    def replay(self):
+    def replay(self) -> Any:
         """Launch the graph on device.stream (asynchronous); returns `result`."""
         if self.graph is None:
             raise CaptureError(f"CapturedCall({self.name}) was released: capture it again")
         self.graph.launch(self.stream)
         return self.result
 
-    def release(self):
+    def release(self) -> None:
         """Destroy the graph and drop its outputs (the arena stays until this object goes)."""
         self.graph = self.result = None
 
     __call__ = replay
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Device memory held for the graph now: its arena (temporaries and outputs), and what missed it."""
         return self.memory.used_bytes
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"CapturedCall({self.name}, {self.nbytes / 2**20:.1f} MiB; {self.memory.describe()})"

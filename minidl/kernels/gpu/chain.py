@@ -9,15 +9,20 @@ H100: LeNet-5 at batch 1 is 10.5 us of GPU time in this kernel. The source is ge
 (_chain_source.py, on the device functions of _chain_cuda.py); the NumPy reference and
 `supported_chain` are in minidl/kernels/cpu/chain.py.
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import cupy as cp
 import numpy as np
 
+from ..._types import Array
 from ..cpu.chain import supported_chain
 from ..cpu.direct_conv import conv_geometry, pads4
 from ._chain_source import CHAIN_THREADS, chain_source
 from ._util import check_f32, out_array, raw_kernel, sm_count
 
-_scratch = {}               # (chain key, N) -> (h1 (N, D1) float32, tickets (N,) uint32)
+_scratch: dict[tuple, tuple[Array, Array]] = {}  # (chain key, N) -> (h1 (N, D1) float32, tickets (N,) uint32)
 
 
 def _stage_shapes(x_shape, stages):
@@ -34,7 +39,7 @@ def _stage_shapes(x_shape, stages):
     return shapes
 
 
-def chain_blocks(N, D1, sms=None):
+def chain_blocks(N: int, D1: int, sms: int | None = None) -> int:
     """Blocks per sample G for the chain kernel at batch N: the first dense layer split 8+ rows a block,
     about one block an SM in all (sms: the GPU's SM count, asked of the device when None)."""
     return max(1, min(-(-D1 // 8), (sms or sm_count()) // max(N, 1)))
@@ -51,7 +56,7 @@ def _chain_key(x_shape, stages):
     return tuple(key)
 
 
-def chain_fprop(x, stages, out=None, blocks=None):
+def chain_fprop(x: Array, stages: Sequence[tuple], out: Array | None = None, blocks: int | None = None) -> Array:
     """conv stages, a flatten and a dense chain in one kernel (see the module docstring).
 
     x (N, *sample shape) -> y (N, D). stages: ("conv", w, b, pads, pool, relu) then ("dense", w, b, relu)

@@ -21,15 +21,22 @@ destroyed, so `close` releases the captured graphs first; a process that exits w
 communicator alive hangs. tests/gpu/test_distributed.py checks the fork/join of the two streams
 on one GPU, eager and captured, and two ranks against one GPU on two.
 """
+from __future__ import annotations
+
 import atexit
 import gc
 import os
+from typing import TYPE_CHECKING
 
 import cupy as cp
 from cupy.cuda import nccl
 
+from ..._types import Array
 from . import capture
 from .optim import cast_copy
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 _OPS = {"sum": nccl.NCCL_SUM, "min": nccl.NCCL_MIN, "max": nccl.NCCL_MAX}
 _TYPES = {"float16": nccl.NCCL_FLOAT16, "float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64,
@@ -54,7 +61,7 @@ class ReductionStream:
         self._join = cp.cuda.Event(disable_timing=True)
         self._in_flight = 0
 
-    def start(self, a, op, wire=None):
+    def start(self, a: Array, op: str, wire: Array | None = None) -> None:
         """a <- op over the ranks of a, on the reduction stream once the current stream's queued work is
         done; through `wire` (a's size, a narrower dtype) when given: rounded, reduced there, widened."""
         if self._in_flight == len(self._forks):          # made in the warm-up run, before any capture
@@ -72,7 +79,7 @@ class ReductionStream:
         with self.stream:
             cp.copyto(a, wire, casting="unsafe")
 
-    def wait(self):
+    def wait(self) -> None:
         """The current stream's next work starts after every reduction started (none in flight: no-op)."""
         if self._in_flight:
             self._join.record(self.stream)
@@ -91,14 +98,14 @@ class Communicator(ReductionStream):
     op: "sum", "min", "max", or "and" for a bool array (MIN over its bytes, 0 or 1).
     """
 
-    def __init__(self, mpi_comm):
+    def __init__(self, mpi_comm: MPI.Comm) -> None:
         uid = nccl.get_unique_id() if mpi_comm.rank == 0 else None
         uid = mpi_comm.bcast(uid, root=0)           # rank 0's id reaches every rank over MPI
         self.comm = nccl.NcclCommunicator(mpi_comm.size, uid, mpi_comm.rank)
         super().__init__()
         atexit.register(self.close)                 # a communicator left alive hangs the exit
 
-    def allreduce(self, a, op):
+    def allreduce(self, a: Array, op: str) -> None:
         """a <- op over the ranks of a, on the current stream (recorded when it is capturing)."""
         self._reduce(a, op, cp.cuda.get_current_stream())
 
@@ -111,12 +118,12 @@ class Communicator(ReductionStream):
             raise ValueError(f"NCCL all-reduce needs a contiguous array, got strides {a.strides}")
         self.comm.allReduce(a.data.ptr, a.data.ptr, a.size, _TYPES[a.dtype.name], _OPS[op], stream.ptr)
 
-    def broadcast(self, a, root=0):
+    def broadcast(self, a: Array, root: int = 0) -> None:
         """a <- rank `root`'s a, on the current stream."""
         stream = cp.cuda.get_current_stream()
         self.comm.bcast(a.data.ptr, a.size, _TYPES[a.dtype.name], root, stream.ptr)
 
-    def close(self):
+    def close(self) -> None:
         """Destroy the communicator (once), its work done: the ranks then exit without hanging.
 
         NCCL's destroy waits until every CUDA graph that recorded this communicator's collectives is

@@ -5,9 +5,12 @@ on float intermediates); and float64 where this cuDNN builds double convolutions
 asks it once per GPU, so a model is refused at build rather than in its first step). In float64
 cuDNN runs the convolution alone, in double, and one CuPy kernel adds the bias and applies the ReLU.
 """
+from __future__ import annotations
+
 import cupy as cp
 import numpy as np
 
+from ..._types import Array, DTypeLike
 from ..cpu.conv import ConvPlan, conv2d_plan  # noqa: F401  plans are shape arithmetic: one definition
 from . import cudnn as _cd, engines, small_conv as _small
 from ._util import RELU, channels_last, in_order, lies_in, out_array, pointwise
@@ -23,10 +26,11 @@ _bias_act = cp.ElementwiseKernel("raw T b, int32 K, int32 S, int32 relu", "T y",
 # ResNet-50's 53 convolutions in float32 and 19 in bfloat16, where cuDNN's batch-tiled engines spend
 # up to 27 us on what reading the weights takes 1-2 us; at batch 2 and beyond it lost more than it won.
 SMALL_N = 1
+_verdicts: dict[tuple[int, bool], str | None]
 _verdicts = {}      # (GPU, deterministic engines only) -> None, or why cuDNN builds no float64 convolution
 
 
-def dtype_problem(dtype):
+def dtype_problem(dtype: DTypeLike) -> str | None:
     """None where this cuDNN convolves in `dtype`, else why not (one line). float32: always. float64:
     tried once per GPU: fprop, dgrad and wgrad of a small convolution in double must build, run and
     agree with the CPU's float64 kernels (on an H200 with cuDNN 9.19 they ran but gave wrong values)."""
@@ -102,19 +106,21 @@ def _cudnn_fprop(op, plan, x, w, b, y, relu):
     return y
 
 
-def conv2d_fprop(plan, x, w, b=None, out=None, cl=False):
+def conv2d_fprop(plan: ConvPlan, x: Array, w: Array, b: Array | None = None, out: Array | None = None,
+                 cl: bool = False) -> Array:
     """y = conv(x, w) + b.   x (N, C, H, W), w (K, C, kH, kW), b (K,) -> y (N, K, oH, oW), channels-last
     if `cl` (x may lie in either order; cuDNN reads both)."""
     return _fprop("conv_fprop", plan, x, w, b, out, relu=False, cl=cl)
 
 
-def conv2d_bias_relu_fprop(plan, x, w, b, out=None, cl=False):
+def conv2d_bias_relu_fprop(plan: ConvPlan, x: Array, w: Array, b: Array | None, out: Array | None = None,
+                           cl: bool = False) -> Array:
     """y = max(conv(x, w) + b, 0) as one cuDNN graph (inference; float64: the conv, then one kernel).
     Shapes and `cl` as conv2d_fprop."""
     return _fprop("conv_bias_relu_fprop", plan, x, w, b, out, relu=True, cl=cl)
 
 
-def conv2d_dgrad(plan, gy, w, out=None, cl=None):
+def conv2d_dgrad(plan: ConvPlan, gy: Array, w: Array, out: Array | None = None, cl: bool | None = None) -> Array:
     """gx = conv_transpose(gy, w).   gy (N, K, oH, oW), w (K, C, kH, kW) -> gx (N, C, H, W), channels-last
     if `cl` (None: as gy lies)."""
     cl = channels_last(gy) if cl is None else cl
@@ -128,7 +134,7 @@ def conv2d_dgrad(plan, gy, w, out=None, cl=None):
     return gx
 
 
-def conv2d_wgrad(plan, x, gy, gw, accumulate=True):
+def conv2d_wgrad(plan: ConvPlan, x: Array, gy: Array, gw: Array, accumulate: bool = True) -> Array:
     """gw += correlation of x with gy (gw = ... if not accumulate).   x (N, C, H, W), gy (N, K, oH, oW),
     gw (K, C, kH, kW)."""
     _check_x(plan, x)

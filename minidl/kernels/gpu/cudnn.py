@@ -43,55 +43,57 @@ What the cuDNN Frontend 1.20 Python API does (read from the wheel's bindings and
   may be less aligned, so such tensors get `set_alignment` and their own graph. Aligning every
   parameter in the arena to 256 bytes keeps all graphs on the fast engines.
 """
+from __future__ import annotations
 import collections
+from typing import Any, Callable
 
 import cupy as cp
 import ml_dtypes
 import numpy as np
-
+from ..._types import Array, DTypeLike
 from . import _cuda, engines, frontend
 
 _fe = frontend.load()             # the cuDNN Frontend, without the PyTorch it would import
 
-calls = collections.Counter()   # op name -> executes, so tests can assert the cuDNN path ran
+calls: collections.Counter[str] = collections.Counter()   # op name -> executes, so tests can assert the cuDNN path ran
 _state = {"tf32": True, "deterministic": True}
-_handles = {}                   # device id -> [handle, stream pointer it is bound to]
-_graphs = {}                    # full key -> _Graph
-_workspaces = {}               # device id -> workspace buffers, the last one the largest
+_handles: dict[int, list] = {}  # device id -> [handle, stream pointer it is bound to]
+_graphs: dict[tuple, Any] = {}  # full key -> _Graph
+_workspaces: dict[int, list] = {}  # device id -> workspace buffers, the last one the largest
 _DT = {np.dtype("float32"): _fe.data_type.FLOAT, np.dtype("float64"): _fe.data_type.DOUBLE,
        np.dtype("float16"): _fe.data_type.HALF, np.dtype(ml_dtypes.bfloat16): _fe.data_type.BFLOAT16}
 _HEUR = [_fe.heur_mode.A, _fe.heur_mode.FALLBACK]
 
 
-def set_tf32(on):
+def set_tf32(on: bool) -> None:
     """Allow (True, the default) or forbid TF32 tensor-core math in FP32 convolutions."""
     _state["tf32"] = bool(on)
 
 
-def set_deterministic(on):
+def set_deterministic(on: bool) -> None:
     """Use only engines whose reductions have a fixed order (the default), or any engine."""
     _state["deterministic"] = bool(on)
 
 
-def tf32_enabled():
+def tf32_enabled() -> bool:
     return _state["tf32"]
 
 
-def deterministic_only():
+def deterministic_only() -> bool:
     return _state["deterministic"]
 
 
-def compute_type(dtype):
+def compute_type(dtype: DTypeLike) -> Any:
     """cuDNN's compute type for arrays of `dtype`: DOUBLE for float64 (cuDNN's double engines compute
     in double throughout), else FLOAT."""
     return _fe.data_type.DOUBLE if dtype == np.float64 else _fe.data_type.FLOAT
 
 
-def version():
+def version() -> int:
     return _fe.backend_version()
 
 
-def handle(dev=None):
+def handle(dev: int | None = None) -> Any:
     """This device's cuDNN handle, bound to CuPy's current stream."""
     dev = cp.cuda.runtime.getDevice() if dev is None else dev
     h = _handles.get(dev)
@@ -186,7 +188,7 @@ class _Graph:
             self.g.execute_plan_at_index(pack, ws, index=self.index, handle=handle)
 
 
-def workspace(size):
+def workspace(size: int) -> int:
     """A pointer to at least `size` bytes of the one cuDNN workspace of this device.
 
     Graphs run one after another on one stream, so they share it. It grows to a new buffer of
@@ -252,7 +254,8 @@ def _build(op, arrays, build, tf32, conv, deterministic, double, cl, tune_key=No
     return _Graph(g, io.tensors, index, built)
 
 
-def run(op, arrays, build, scalars=None, extra=(), conv=False):
+def run(op: str, arrays: dict[str, Array], build: Callable[[Any, Any], None], scalars: dict[str, float] | None = None,
+        extra: tuple = (), conv: bool = False) -> None:
     """Execute graph `op` on `arrays` (name -> CuPy array, inputs and outputs alike: C-contiguous,
     or 4-D channels-last, given to cuDNN as NHWC strides).
 

@@ -6,9 +6,12 @@ accumulation and the bias sums add in float: only the results are rounded to the
 The weight gradient accumulates straight into gw (GEMM with beta = 1, or beta = 0 to overwrite): no
 temporary, fixed addresses.
 """
+from __future__ import annotations
+
 import cupy as cp
 import numpy as np
 
+from ..._types import Array
 from ._cublas import gemm
 from ._util import CTYPES, HALF_CODE, HALF_CTYPES, REDUCE, Module, channels_last, memory, out_array
 
@@ -52,7 +55,7 @@ PART = 4096                         # values per block; parts per channel at mos
 MAX_PARTS = 128
 
 
-def dense_fprop(x, w, b=None, out=None):
+def dense_fprop(x: Array, w: Array, b: Array | None = None, out: Array | None = None) -> Array:
     """y = x @ w.T + b.   x (N, C), w (K, C), b (K,) -> y (N, K)."""
     y = out_array(out, (x.shape[0], w.shape[0]), x.dtype)
     gemm(x, w, y, trans_b=True)
@@ -61,18 +64,18 @@ def dense_fprop(x, w, b=None, out=None):
     return y
 
 
-def dense_dgrad(gy, w, out=None):
+def dense_dgrad(gy: Array, w: Array, out: Array | None = None) -> Array:
     """gx = gy @ w.   gy (N, K), w (K, C) -> gx (N, C)."""
     gx = out_array(out, (gy.shape[0], w.shape[1]), gy.dtype)
     return gemm(gy, w, gx)
 
 
-def dense_wgrad(x, gy, gw, accumulate=True):
+def dense_wgrad(x: Array, gy: Array, gw: Array, accumulate: bool = True) -> Array:
     """gw += gy.T @ x (gw = ... if not accumulate).   x (N, C), gy (N, K), gw (K, C)."""
     return gemm(gy, x, gw, trans_a=True, beta=1.0 if accumulate else 0.0)
 
 
-def bias_grad(gy, gb, accumulate=True):
+def bias_grad(gy: Array, gb: Array, accumulate: bool = True) -> Array:
     """gb += gy summed over every axis but 1 (gb = ... if not accumulate).   gy (N, K, ...), gb (K,)."""
     if channels_last(gy):                        # a conv's channels-last gy: the (N H W, K) rows of its NHWC view
         gy = memory(gy, True).reshape(-1, gy.shape[1])

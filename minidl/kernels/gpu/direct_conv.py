@@ -8,8 +8,13 @@ GPU's SM count: many channels per thread at large N (reuse), one at small N (par
 The NumPy reference is `minidl/kernels/cpu/direct_conv.py`; `supported_conv` (from there) says
 which shapes this kernel takes.
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import numpy as np
 
+from ..._types import Array
 from ..cpu.direct_conv import conv_geometry, pads4, supported_conv
 from ._util import LOAD_K, check_f32, defines, out_array, raw_kernel, round_up, sm_count
 
@@ -111,7 +116,8 @@ def _min_blocks(KT, P, NT):
     return max(1, min(8, 65536 // (NT * cap)))
 
 
-def choose_conv(N, C, K, kH, kW, P, pH, pW, rows, cols, sms=None):
+def choose_conv(N: int, C: int, K: int, kH: int, kW: int, P: int, pH: int, pW: int, rows: int, cols: int,
+                sms: int | None = None) -> tuple[int, int, int, int]:
     """(KT, S, NT, MINB) for the conv stage kernel at batch N: channels per thread, samples and threads
     per block, blocks per SM the registers are capped for. Scored by the threads' share of useful
     items, the GPU's fill and the warps an SM holds (registers, shared memory). sms: the GPU's SM count
@@ -140,7 +146,7 @@ def choose_conv(N, C, K, kH, kW, P, pH, pW, rows, cols, sms=None):
             score = (round(eff * fill * occ, 3), -abs(NT - 256), -S)
             if best is None or score > best[0]:
                 best = (score, (KT, S, NT, minb))
-    return best[1]
+    return best[1]     # type: ignore[index]  # S = 1 fits shared memory within supported_conv's limits
 
 
 def _conv_direct(x, w, b, pads, pool, relu, out, config):
@@ -175,7 +181,9 @@ def _conv_direct(x, w, b, pads, pool, relu, out, config):
     return y
 
 
-def conv2d_bias_relu_maxpool2x2_fprop(x, w, b, pads=0, relu=True, out=None, config=None):
+def conv2d_bias_relu_maxpool2x2_fprop(x: Array, w: Array, b: Array | None, pads: int | Sequence[int] = 0,
+                                      relu: bool = True, out: Array | None = None,
+                                      config: Sequence[int] | None = None) -> Array:
     """y = maxpool2x2(relu(conv(x, w) + b)), stride-1 conv, floor pool, one kernel.
 
     x (N, C, H, W), w (K, C, kH, kW), b (K,) or None -> y (N, K, oH // 2, oW // 2); pads an int,
@@ -185,6 +193,7 @@ def conv2d_bias_relu_maxpool2x2_fprop(x, w, b, pads=0, relu=True, out=None, conf
     return _conv_direct(x, w, b, pads, 2, relu, out, config)
 
 
-def conv2d_bias_relu_fprop(x, w, b, pads=0, relu=True, out=None, config=None):
+def conv2d_bias_relu_fprop(x: Array, w: Array, b: Array | None, pads: int | Sequence[int] = 0, relu: bool = True,
+                           out: Array | None = None, config: Sequence[int] | None = None) -> Array:
     """y = relu(conv(x, w) + b), stride 1, one kernel.   -> (N, K, oH, oW)."""
     return _conv_direct(x, w, b, pads, 1, relu, out, config)

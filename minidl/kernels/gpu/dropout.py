@@ -3,9 +3,17 @@
 The counter offset lives on the device (a 0-d uint64) and the kernel's caller advances it there,
 so a captured CUDA graph draws a new mask at every replay without the host.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import cupy as cp
 
+from ..._types import Array
 from ._util import channels_last, out_array, pointwise
+
+if TYPE_CHECKING:
+    from ...rng import CounterRNG
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")   # y = x mask in T; the draws are float32 on both devices
 
@@ -35,12 +43,13 @@ _uniform = cp.ElementwiseKernel(
     "minidl_philox_uniform", preamble=PHILOX)
 
 
-def philox_uniform(n, key, offset):
+def philox_uniform(n: int, key: tuple[int, int], offset: int) -> Array:
     """n float32 draws in [0, 1), as kernels.cpu.dropout.philox_uniform (for tests)."""
     return _uniform(cp.asarray(offset, dtype=cp.uint64), key[0], key[1], cp.empty(n, cp.float32))
 
 
-def dropout_fprop(x, rate, rng, out=None):
+def dropout_fprop(x: Array, rate: float, rng: CounterRNG,
+                  out: Array | tuple[Array, Array] | None = None) -> tuple[Array, Array]:
     """y = x mask with mask 1/(1-rate) w.p. 1-rate, else 0.  -> (y, mask). `out` is y or (y, mask).
     Draws from `rng` (key, device offset) and advances its offset on the device."""
     if not 0.0 <= rate < 1.0:
@@ -52,6 +61,6 @@ def dropout_fprop(x, rate, rng, out=None):
     return y, mask
 
 
-def dropout_bprop(gy, mask, out=None):
+def dropout_bprop(gy: Array, mask: Array, out: Array | None = None) -> Array:
     """gx = gy mask (the mask holds 0 or 1/(1-rate))."""
     return pointwise(cp.multiply, gy, mask, out=out)

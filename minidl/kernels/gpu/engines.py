@@ -23,11 +23,15 @@ candidate, as before), and runtime-compiled ones only where the heuristics rank 
 (MINIDL_AUTOTUNE_RTC=1: those too). The file keeps its format: a key's entry is still the chosen plan's name. Ranks of one
 host write it under a lock and merge what the others wrote, so no rank's choices are lost.
 """
+from __future__ import annotations
+
 import collections
 import json
 import os
 import tempfile
 import time
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import cupy as cp
 
@@ -36,29 +40,30 @@ from . import _cuda
 try:
     import fcntl
 except ImportError:            # not on Linux: ranks may overwrite each other's entries
-    fcntl = None
+    fcntl = None               # type: ignore[assignment]
 
 TIMED_RUNS = 10
 TOPK = 16                           # candidates built and timed per graph (topk)
 MARGIN = 0.05                       # a timed plan must beat the heuristics' choice by 5%
 WORKSPACE_CAP = 64 << 20            # bytes a timed plan may ask for beyond the heuristics' choice
-report = []                         # (key, plans timed, heuristic ms, chosen ms, chosen workspace bytes)
+report: list[tuple] = []            # (key, plans timed, heuristic ms, chosen ms, chosen workspace bytes)
+stats: collections.Counter[str]
 stats = collections.Counter()       # graphs timed, plans built for timing, their seconds, remembered, skipped
 _state = {"autotune": os.environ.get("MINIDL_AUTOTUNE", "1") != "0"}   # the default; flags set it
-_disk = {}          # path -> {key: plan name}, read once
-_chosen = {}        # (GPU, key) -> the name fastest() chose: an eager call asks no more
+_disk: dict[str, dict[str, str]] = {}          # path -> {key: plan name}, read once
+_chosen: dict[tuple, str] = {}        # (GPU, key) -> the name fastest() chose: an eager call asks no more
 
 
-def set_autotune(on):
+def set_autotune(on: bool) -> None:
     """Time the candidate engines (True, the default) or take the heuristics' first choice."""
     _state["autotune"] = bool(on)
 
 
-def autotune_enabled():
+def autotune_enabled() -> bool:
     return _state["autotune"]
 
 
-def cache_path():
+def cache_path() -> str:
     root = os.environ.get("MINIDL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "minidl")
     return os.path.join(root, "cudnn-engines.json")
 
@@ -94,7 +99,7 @@ def _write(path, table):
         pass                            # a read-only home costs only the timing next time
 
 
-def topk():
+def topk() -> int:
     """How many of the heuristics' candidates a graph builds and times (0: all of them)."""
     try:
         return max(0, int(os.environ.get("MINIDL_AUTOTUNE_TOPK", str(TOPK))))
@@ -102,10 +107,11 @@ def topk():
         return TOPK
 
 
-def build_candidates(g, k, compiles=lambda i: False):
+def build_candidates(g: Any, k: int, compiles: Callable[[int], object] = lambda i: False) -> list[int]:
     """Build the first `k` plans of graph `g` that build, in the heuristics' order, and return their
     indices. A plan for which compiles(i) is true (cuDNN would compile it at run time) is skipped
     unless it is the first, or MINIDL_AUTOTUNE_RTC=1. RuntimeError where none builds."""
+    built: list[int]
     t, built = time.perf_counter(), []
     rtc = os.environ.get("MINIDL_AUTOTUNE_RTC", "0") not in ("0", "")
     for i in range(g.get_execution_plan_count()):
@@ -120,7 +126,7 @@ def build_candidates(g, k, compiles=lambda i: False):
             continue
         built.append(i)
     stats["built"] += len(built)
-    stats["build_s"] += time.perf_counter() - t
+    stats["build_s"] += time.perf_counter() - t     # type: ignore[assignment]  # a Counter holds seconds too
     if not built:
         raise RuntimeError("no execution plan of the heuristics' candidates could be built")
     return built
@@ -174,7 +180,7 @@ def _time_captured(fn):
     return cp.cuda.get_elapsed_time(start, stop) / TIMED_RUNS
 
 
-def fastest(key, candidates):
+def fastest(key: Hashable, candidates: dict[str, Callable[[], object]]) -> str:
     """The name of the fastest of `candidates` ({name: fn}, fn() one run writing fixed arrays), each
     timed once as a captured graph and remembered on disk under this GPU and `key` (which names the
     libraries' versions where they matter); the first name without autotuning, or while the stream
@@ -198,13 +204,13 @@ def fastest(key, candidates):
         times = {n: _time_captured(fn) for n, fn in candidates.items()}
         _cuda.progress.add(timed=1, timing_s=time.perf_counter() - t)
         ok = [n for n in names if times[n] is not None]
-        table[disk_key] = min(ok, key=times.get) if ok else names[0]
+        table[disk_key] = min(ok, key=times.get) if ok else names[0]     # type: ignore[arg-type]  # ok: timed
         _write(path, table)
     _chosen[memo] = table[disk_key]
     return _chosen[memo]
 
 
-def build_remembered(g, key):
+def build_remembered(g: Any, key: str) -> int | None:
     """Build only the plan remembered on disk for `key` and return its index; None where none is
     remembered, or the candidates' names cannot be read before building (then the caller builds
     every plan and `choose` times them). A run on a warm cache builds one plan a graph, not dozens."""
@@ -229,7 +235,8 @@ def _true(pred, i):
         return False
 
 
-def choose(g, key, pack, handle, workspace, built=None):
+def choose(g: Any, key: str, pack: dict[int, int], handle: Callable[[], Any], workspace: Callable[[int], int],
+           built: list[int] | None = None) -> int | None:
     """The index of the plan to run graph `g` on `pack`, or None for the heuristics' first built
     plan (what `execute` runs).
 
@@ -264,7 +271,7 @@ def choose(g, key, pack, handle, workspace, built=None):
     if not ok:
         return None
     first = ok[0]                       # FE's candidates come in the heuristics' order
-    best = min(ok, key=times.get)
+    best = min(ok, key=times.get)     # type: ignore[arg-type]  # ok: the timed ones
     if times[best] > (1 - MARGIN) * times[first]:
         best = first
     report.append((key, len(built), times[first], times[best], plans[best][1]))

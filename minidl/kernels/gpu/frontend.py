@@ -5,15 +5,18 @@ minidl never calls: minidl hands the Frontend raw device pointers and the Fronte
 On the H200 machine that import took 4.6 s of the 5 s `get_device("cuda")` cost (2026-11-24). So the
 first import hides torch from the Frontend; a process that imported torch itself keeps it as it is.
 """
+from __future__ import annotations
+
 import importlib
 import sys
+from types import ModuleType
 
 
-def load():
+def load() -> ModuleType:
     """The `cudnn` module; ImportError (or the Frontend's own error) when it cannot be imported."""
     if "cudnn" in sys.modules or "torch" in sys.modules:
         return importlib.import_module("cudnn")
-    sys.modules["torch"] = None        # while set, `import torch` raises ModuleNotFoundError
+    sys.modules["torch"] = None  # type: ignore[assignment]  # while set, `import torch` raises ModuleNotFoundError
     try:
         return importlib.import_module("cudnn")
     finally:

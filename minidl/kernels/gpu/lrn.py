@@ -3,9 +3,12 @@
 scale = k + alpha/size * sum of x^2 over channels c - (size-1)//2 .. c + size//2 (clipped);
 y = x scale^-beta.
 """
+from __future__ import annotations
+
 import cupy as cp
 import numpy as np
 
+from ..._types import Array
 from ._util import out_arrays
 
 DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
@@ -34,7 +37,8 @@ _bwd = cp.ElementwiseKernel("raw T x, raw T y, raw T scale, raw T gy, int32 C, i
     """, "minidl_lrn_bprop")
 
 
-def lrn_fprop(x, size, alpha, beta, k, out=None):
+def lrn_fprop(x: Array, size: int, alpha: float, beta: float, k: float,
+              out: Array | None = None) -> tuple[Array, Array]:
     """-> (y, scale), both (N, C, H, W). `out` is y or a tuple (y, scale)."""
     N, C = x.shape[:2]
     y, scale = out_arrays(out, [(x.shape, x.dtype), (x.shape, x.dtype)])
@@ -42,7 +46,8 @@ def lrn_fprop(x, size, alpha, beta, k, out=None):
     return y, scale
 
 
-def lrn_bprop(x, y, scale, gy, size, alpha, beta, k, out=None):
+def lrn_bprop(x: Array, y: Array, scale: Array, gy: Array, size: int, alpha: float, beta: float, k: float,
+              out: Array | None = None) -> Array:
     """gx of lrn_fprop.   x, y, scale, gy (N, C, H, W) -> gx."""
     N, C = x.shape[:2]
     gx, = out_arrays(out, [(x.shape, x.dtype)])

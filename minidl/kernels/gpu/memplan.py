@@ -10,6 +10,9 @@ planner of TFLite's arena). The arena's size is then at least the most bytes eve
 
 Pure NumPy, no device: kernels/gpu/planned_memory.py traces and replays it.
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -25,11 +28,11 @@ class Plan(NamedTuple):
     sharers: list      # for each allocation: the earlier ones sharing any of its bytes (dead by its birth)
 
 
-def aligned(size):
+def aligned(size: int) -> int:
     return -(-size // ALIGN) * ALIGN
 
 
-def lower_bound(sizes, births, deaths):
+def lower_bound(sizes: Sequence[int], births: Sequence[int], deaths: Sequence[int]) -> int:
     """The most bytes alive at once: a sweep over the births (+size) and deaths (-size)."""
     events = sorted([(b, aligned(s)) for s, b in zip(sizes, births)]
                     + [(d, -aligned(s)) for s, d in zip(sizes, deaths)])
@@ -40,7 +43,7 @@ def lower_bound(sizes, births, deaths):
     return peak
 
 
-def make_plan(sizes, births, deaths):
+def make_plan(sizes: Sequence[int], births: Sequence[int], deaths: Sequence[int]) -> Plan:
     """Plan for allocations k of sizes[k] alive over [births[k], deaths[k]) -> Plan.
 
     Greedy by size: the largest first, each at the lowest offset where no array it meets in time lies.

@@ -1,12 +1,17 @@
 """Merging layers on the GPU: the sum of two inputs (and its ReLU) is one elementwise kernel."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import cupy as cp
 
+from ..._types import Array
 from ._util import ADD_RELU, RELU, channels_last, empty, pointwise
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")     # CuPy's add and ElementwiseKernels on T
 
 
-def add_fprop(xs, out=None, relu=False):
+def add_fprop(xs: Sequence[Array], out: Array | None = None, relu: bool = False) -> Array:
     """y = sum of the arrays in xs (all of one shape), then max(y, 0) if relu."""
     if len(xs) == 1:
         if out is None:

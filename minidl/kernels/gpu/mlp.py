@@ -4,9 +4,14 @@
 GEMMs (FP32) each followed by one bias(+ReLU) kernel (`bias_act_fprop`); `add_relu_fprop` is the
 merge family's one-kernel add + ReLU. The NumPy reference is minidl/kernels/cpu/mlp.py.
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import cupy as cp
 import numpy as np
 
+from ..._types import Array
 from ..cpu.chain import supported_chain
 from ._cublas import gemm
 from ._util import RELU, out_array
@@ -20,7 +25,8 @@ _bias_relu = cp.ElementwiseKernel("T y, raw T b, int32 K", "T z", "T v = y + b[i
 _bias = cp.ElementwiseKernel("T y, raw T b, int32 K", "T z", "z = y + b[i % K]", "minidl_bias")
 
 
-def mlp_fprop(x, ws, bs, relus, out=None):
+def mlp_fprop(x: Array, ws: Sequence[Array], bs: Sequence[Array | None], relus: Sequence[bool],
+              out: Array | None = None) -> Array:
     """A chain of dense layers: h = relu?(h @ w.T + b) for each layer.   x (N, D0) -> (N, DL)."""
     x2 = x.reshape(x.shape[0], -1)                  # (N, D0)
     stages = [("dense", w, b, r) for w, b, r in zip(ws, bs, relus)]
@@ -34,7 +40,7 @@ def mlp_fprop(x, ws, bs, relus, out=None):
     return h
 
 
-def bias_act_fprop(y, b, relu, out=None):
+def bias_act_fprop(y: Array, b: Array | None, relu: bool, out: Array | None = None) -> Array:
     """y + b (b (K,) along the last axis), then max(., 0) if relu; one kernel.   y (N, K) -> (N, K)."""
     z = out_array(out, y.shape, y.dtype)
     if b is not None:
@@ -46,7 +52,7 @@ def bias_act_fprop(y, b, relu, out=None):
     return z
 
 
-def add_relu_fprop(xs, out=None):
+def add_relu_fprop(xs: Sequence[Array], out: Array | None = None) -> Array:
     """y = max(sum of xs, 0); one kernel for two inputs.   xs: arrays of one shape -> y of that shape."""
     y = out_array(out, xs[0].shape, xs[0].dtype) if out is not None else None
     return add_fprop(xs, out=y, relu=True)

@@ -23,9 +23,12 @@ and gy come in the compute dtype (bfloat16, float16) while gamma, beta and the s
 float32: the channels-last RawKernels and cuDNN's NHWC graphs take that mix as it is; the other
 paths compute on float32 copies and round what they write to x's dtype.
 """
+from __future__ import annotations
+
 import cupy as cp
 import numpy as np
 
+from ..._types import Array
 from . import cudnn as _cd
 from ._norm_cuda import BN_SOURCE
 from ._norm_nhwc_cuda import BN_NHWC_SPLIT_SOURCE
@@ -180,7 +183,8 @@ def _try(cudnn_graph, *args):
         return False
 
 
-def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out=None, relu=False):
+def bn_fprop_train(x: Array, gamma: Array, beta: Array, running_mean: Array, running_var: Array, momentum: float,
+                   eps: float, out: Array | None = None, relu: bool = False) -> tuple[Array, Array, Array]:
     """y = gamma (x - mean) invstd + beta with batch statistics, then max(y, 0) if relu.
     -> (y, mean (C,), invstd (C,)).
 
@@ -228,7 +232,8 @@ def bn_fprop_train(x, gamma, beta, running_mean, running_var, momentum, eps, out
     return y, mean, invstd
 
 
-def bn_fprop_infer(x, gamma, beta, running_mean, running_var, eps, out=None, relu=False):
+def bn_fprop_infer(x: Array, gamma: Array, beta: Array, running_mean: Array, running_var: Array, eps: float,
+                   out: Array | None = None, relu: bool = False) -> Array:
     """y = gamma (x - running_mean) / sqrt(running_var + eps) + beta, then max(y, 0) if relu.   x -> y."""
     N, C, S = _geometry(x)
     cl = channels_last(x)
@@ -245,7 +250,8 @@ def bn_fprop_infer(x, gamma, beta, running_mean, running_var, eps, out=None, rel
     return y
 
 
-def bn_bprop(x, gy, gamma, mean, invstd, ggamma, gbeta, out=None, y=None, relu=False, accumulate=True):
+def bn_bprop(x: Array, gy: Array, gamma: Array, mean: Array, invstd: Array, ggamma: Array, gbeta: Array,
+             out: Array | None = None, y: Array | None = None, relu: bool = False, accumulate: bool = True) -> Array:
     """gx of batch norm in training mode (of BN + ReLU if relu: gy masked by y > 0, y the fused output);
     adds into ggamma, gbeta, or overwrites them if not accumulate.   x, gy (N, C, H, W) -> gx."""
     if relu and (y is None or y.shape != x.shape):

@@ -12,11 +12,14 @@ source: as written, used when scale is 1, so one process runs the very code it a
 multiply by 1 that could change how the compiler contracts the arithmetic into FMAs), and with
 every read of g replaced by (g * scale).
 """
+from __future__ import annotations
+
 import re
 
 import cupy as cp
 import numpy as np
 
+from ..._types import Array
 from ..cpu.optim import cast_filters, filter_view  # noqa: F401  (filter_view: the family's, on both sides)
 from ._cuda import HALF_CODE, HALF_CTYPES, Module, sm_count
 
@@ -91,7 +94,7 @@ __global__ void cast_up_kcrs(const H* src, float* dst, const long long* f) {
 _CAST = Module(_CAST_SOURCE, [f"{k}<{t}>" for k in ("cast_down", "cast_up_where", "cast_down_krsc", "cast_up_kcrs")
                               for t in HALF_CTYPES.values()])
 _SMEM = 48 * 1024
-_filters = {}       # (device, filters) -> the per-block descriptors on the device
+_filters: dict[tuple, Array] = {}       # (device, filters) -> the per-block descriptors on the device
 
 
 def _kernels(params, outs, body, name):
@@ -129,23 +132,27 @@ _rmsprop = _kernels(
     "minidl_rmsprop")
 
 
-def sgd_update(p, g, lr, wd=0.0, ok=True, scale=1.0):
+def sgd_update(p: Array, g: Array, lr: float | Array, wd: float = 0.0, ok: bool | Array = True,
+               scale: float = 1.0) -> None:
     """p -= lr (scale g + wd p), where the 0-d `ok` holds (else nothing changes)."""
     _launch(_sgd, scale, (g, lr, wd, ok), (p,))
 
 
-def momentum_update(p, g, v, lr, mu, wd=0.0, nesterov=False, ok=True, scale=1.0):
+def momentum_update(p: Array, g: Array, v: Array, lr: float | Array, mu: float, wd: float = 0.0, nesterov: bool = False,
+                    ok: bool | Array = True, scale: float = 1.0) -> None:
     """v = mu v + d;  p -= lr (d + mu v if nesterov else v),  d = scale g + wd p; where `ok` holds."""
     _launch(_momentum, scale, (g, lr, mu, wd, bool(nesterov), ok), (p, v))
 
 
-def adam_update(p, g, m, v, lr, b1, b2, eps, wd, t, ok=True, scale=1.0):
+def adam_update(p: Array, g: Array, m: Array, v: Array, lr: float | Array, b1: float, b2: float, eps: float, wd: float,
+                t: int | Array, ok: bool | Array = True, scale: float = 1.0) -> None:
     """m = b1 m + (1-b1) d;  v = b2 v + (1-b2) d²;  p -= lr m̂ / (√v̂ + eps),  d = scale g + wd p, t counted
     from 1; where `ok` holds."""
     _launch(_adam, scale, (g, lr, b1, b2, eps, wd, t, ok), (p, m, v))
 
 
-def rmsprop_update(p, g, s, lr, rho, eps, wd=0.0, ok=True, scale=1.0):
+def rmsprop_update(p: Array, g: Array, s: Array, lr: float | Array, rho: float, eps: float, wd: float = 0.0,
+                   ok: bool | Array = True, scale: float = 1.0) -> None:
     """s = rho s + (1-rho) d²;  p -= lr d / (√s + eps),  d = scale g + wd p; where `ok` holds."""
     _launch(_rmsprop, scale, (g, lr, rho, eps, wd, ok), (p, s))
 
@@ -159,7 +166,7 @@ def _vectorizable(*arrays):
     return all(a.ndim == 1 and a._c_contiguous and a.size % 4 == 0 and a.data.ptr % 16 == 0 for a in arrays)
 
 
-def cast_copy(dst, src):
+def cast_copy(dst: Array, src: Array) -> None:
     """dst[...] = src rounded to dst's dtype (to nearest even): the compute-dtype copies of the master
     weights.   dst, src (P,)."""
     if src.dtype == np.float32 and dst.dtype in HALF_CTYPES and _vectorizable(dst, src):
@@ -170,7 +177,7 @@ def cast_copy(dst, src):
         cp.copyto(dst, src, casting="unsafe")
 
 
-def cast_copy_where(dst, src, mask):
+def cast_copy_where(dst: Array, src: Array, mask: Array) -> None:
     """dst[i] = src[i] as dst's dtype where mask[i]; elsewhere dst is left alone: the copies' gradients
     into the master's gradient arena.   dst, src, mask (P,)."""
     if dst.dtype == np.float32 and src.dtype in HALF_CTYPES and mask.dtype == np.bool_ \
@@ -191,13 +198,13 @@ def _descriptors(filters):
     return _filters[key]
 
 
-def cast_filters_krsc(dst, src, filters):
+def cast_filters_krsc(dst: Array, src: Array, filters: tuple[tuple[int, ...], ...]) -> None:
     """The (K, C, kH, kW) filters at `filters` ((offset, K, C, kH, kW) each, a tuple) of the float32 arena
     `src` into the half arena `dst`, each permuted to K, kH, kW, C within its range.   dst, src (P,)."""
     _cast_filters(dst, src, filters, "cast_down_krsc", dst.dtype, src.dtype, to_krsc=True)
 
 
-def cast_filters_kcrs(dst, src, filters):
+def cast_filters_kcrs(dst: Array, src: Array, filters: tuple[tuple[int, ...], ...]) -> None:
     """The inverse: the half arena's K, kH, kW, C filters at `filters` into the float32 arena `dst` as
     (K, C, kH, kW).   dst, src (P,)."""
     _cast_filters(dst, src, filters, "cast_up_kcrs", src.dtype, dst.dtype, to_krsc=False)

@@ -1,8 +1,11 @@
 """Constant 2-D padding on the GPU.   pads = (top, bottom, left, right). Outputs lie in their input's
 memory order (NCHW, or channels-last: then the kernels run on the dense NHWC views)."""
+from __future__ import annotations
+
 import cupy as cp
 import numpy as np
 
+from ..._types import Array
 from ._util import NHWC, channels_last, memory, out_array
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
@@ -31,7 +34,7 @@ def _kernels(cl):
 _K = {cl: _kernels(cl) for cl in (False, True)}
 
 
-def pad2d_fprop(x, pads, value=0.0, out=None):
+def pad2d_fprop(x: Array, pads: tuple[int, int, int, int], value: float = 0.0, out: Array | None = None) -> Array:
     """y = x surrounded by `value`.   x (N, C, H, W) -> y (N, C, H + top + bottom, W + left + right),
     in x's memory order."""
     t, b, l, r = pads
@@ -43,7 +46,7 @@ def pad2d_fprop(x, pads, value=0.0, out=None):
     return y
 
 
-def pad2d_bprop(gy, pads, out=None):
+def pad2d_bprop(gy: Array, pads: tuple[int, int, int, int], out: Array | None = None) -> Array:
     """gx = the interior of gy.   gy (N, C, oH, oW) -> gx (N, C, oH - top - bottom, oW - left - right),
     in gy's memory order."""
     t, b, l, r = pads

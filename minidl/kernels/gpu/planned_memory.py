@@ -13,18 +13,22 @@ CapturedCall (capture.py) runs `fn` through three CuPy allocators of one `Planne
 
 The graph then reads and writes the arena at fixed addresses; it lives as long as any array in it.
 """
+from __future__ import annotations
+
 import contextlib
 import gc
 import weakref
+from collections.abc import Iterator
 
 import cupy as cp
 
-from .memplan import make_plan
+from .memplan import Plan, make_plan
 
+_LEDGERS: weakref.WeakSet[_Ledger]
 _LEDGERS = weakref.WeakSet()     # the exact allocations' books of every PlannedMemory, while arrays remain
 
 
-def live_memory():
+def live_memory() -> list[tuple[int, int]]:
     """(used, reserved) bytes of each PlannedMemory: reserved is its high-water mark while its call
     lives, then what its arrays still hold (cuDNN's workspace, for one, outlives the call)."""
     rows = []
@@ -83,10 +87,14 @@ class _Planned:
 class PlannedMemory:
     """Allocators for one captured call on `stream`; `pool` takes misses and other streams' arrays."""
 
-    def __init__(self, stream, pool):
+    plan: Plan                      # set by tracing(), None before (the methods that read it run after)
+    arena: cp.cuda.memory.Memory    # allocated when capture() begins, None before
+    alive: set[int]                 # the planned allocations alive now, by index
+
+    def __init__(self, stream: cp.cuda.Stream, pool: cp.cuda.MemoryPool) -> None:
         self.stream, self.pool, self.device_id = stream, pool, cp.cuda.Device().id
         self.books, self.peak = _Ledger(self), 0
-        self.plan, self.arena, self.warmup_peak, self.retired = None, None, 0, False
+        self.plan, self.arena, self.warmup_peak, self.retired = None, None, 0, False  # type: ignore[assignment]
         self.alive, self.k, self.misses = set(), 0, 0
 
     def _ours(self, size):
@@ -96,7 +104,7 @@ class PlannedMemory:
         return cp.cuda.memory.MemoryPointer(cp.cuda.memory.UnownedMemory(ptr, size, owner, self.device_id), 0)
 
     # -- 1. warm-ups ----------------------------------------------------------------------------
-    def exact(self, size):
+    def exact(self, size: int) -> cp.cuda.MemoryPointer:
         """An allocation of its own (cudaMalloc), freed when its array goes."""
         try:
             mem = cp.cuda.memory.Memory(size)
@@ -113,13 +121,14 @@ class PlannedMemory:
         return self._pointer(mem.ptr, size, _Exact(books, mem, k))
 
     @contextlib.contextmanager
-    def tracing(self):
+    def tracing(self) -> Iterator[None]:
         """Record the allocations (and frees) of this stream's arrays made inside the block.
 
         Cyclic garbage collection is off meanwhile, so every death happens where reference counts
         put it, as it will in the capture (which runs with the collector off too)."""
         gc_was_on = gc.isenabled()
         gc.disable()
+        trace: tuple[list[int], list[int], list[int | None]]
         self.books.trace = trace = ([], [], [])
         try:
             with cp.cuda.using_allocator(self.exact):
@@ -134,7 +143,7 @@ class PlannedMemory:
 
     # -- 3. the capture -------------------------------------------------------------------------
     @contextlib.contextmanager
-    def capture(self):
+    def capture(self) -> Iterator[None]:
         """Allocate from the plan inside the block (the arena is allocated on entry)."""
         self.warmup_peak = self.peak
         self.arena = cp.cuda.memory.Memory(self.plan.total)
@@ -147,7 +156,7 @@ class PlannedMemory:
             self.books.capturing = False
         self.books.deferred.clear()            # the exact arrays freed during the capture go now
 
-    def planned(self, size):
+    def planned(self, size: int) -> cp.cuda.MemoryPointer:
         """The k-th allocation of the capture: at its planned offset when that is safe, else from the pool."""
         if not self._ours(size):
             return self.pool.malloc(size)
@@ -159,26 +168,26 @@ class PlannedMemory:
         self.alive.add(k)
         return self._pointer(self.arena.ptr + p.offsets[k], size, _Planned(self, k))
 
-    def retire(self):
+    def retire(self) -> None:
         """Its call is gone: from now on only what its arrays still hold counts."""
         self.retired = True
 
     # -- what it holds --------------------------------------------------------------------------
     @property
-    def arena_bytes(self):
+    def arena_bytes(self) -> int:
         return self.arena.size if self.arena is not None else 0
 
     @property
-    def used_bytes(self):
+    def used_bytes(self) -> int:
         """Exact arrays alive now, the arena, and the pool's arrays."""
         return self.books.live + self.arena_bytes + self.pool.used_bytes()
 
     @property
-    def peak_bytes(self):
+    def peak_bytes(self) -> int:
         """The most this call's memory ever held: exact arrays plus the arena, and the pool's reserve."""
         return self.peak + self.pool.total_bytes()
 
-    def describe(self):
+    def describe(self) -> str:
         """One line: the plan's arena against its lower bound, and what missed it."""
         if self.plan is None:
             return "no plan"

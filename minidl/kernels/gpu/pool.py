@@ -7,9 +7,14 @@ routes the gradient to the first maximum of each window in row-major order (as P
 positions never win. Average pooling divides by kH*kW, padding included (PyTorch's default).
 Sums are taken in ACC (float for float16/bfloat16) and rounded to T once.
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import cupy as cp
 import numpy as np
 
+from ..._types import Array
 from ..cpu.pool import PoolPlan, pool2d_plan  # noqa: F401  plans are shape arithmetic: one definition
 from ._util import ACC, NHWC, channels_last, in_order, memory, out_array
 
@@ -131,40 +136,40 @@ def _run(kernel, arrays, out, geometry_of):
     return out
 
 
-def maxpool2d_fprop(plan, x, out=None):
+def maxpool2d_fprop(plan: PoolPlan, x: Array, out: Array | None = None) -> Array:
     """y = max over each window.   x (N, C, H, W) -> y (N, C, oH, oW), in x's memory order."""
     y = out_array(out, _y_shape(plan, x.shape), x.dtype, cl=channels_last(x))
     return _run("max_f", [x], y, (plan, x.shape[1], x.shape))
 
 
-def maxpool2d_bprop(plan, x, y, gy, out=None):
+def maxpool2d_bprop(plan: PoolPlan, x: Array, y: Array, gy: Array, out: Array | None = None) -> Array:
     """gx = gy routed to each window's (first) maximum.   -> gx (N, C, H, W), in x's memory order."""
     cl = channels_last(x)
     gx = out_array(out, x.shape, x.dtype, cl=cl)
     return _run("max_b", [x, in_order(y, cl), in_order(gy, cl)], gx, (plan, x.shape[1], x.shape))
 
 
-def avgpool2d_fprop(plan, x, out=None):
+def avgpool2d_fprop(plan: PoolPlan, x: Array, out: Array | None = None) -> Array:
     """y = mean over each window, padding counted.   x (N, C, H, W) -> y (N, C, oH, oW)."""
     y = out_array(out, _y_shape(plan, x.shape), x.dtype, cl=channels_last(x))
     return _run("avg_f", [x], y, (plan, x.shape[1], x.shape))
 
 
-def avgpool2d_bprop(plan, gy, out=None):
+def avgpool2d_bprop(plan: PoolPlan, gy: Array, out: Array | None = None) -> Array:
     """gx = gy spread evenly over each window.   gy (N, C, oH, oW) -> gx (N, C, H, W)."""
     x_shape = (gy.shape[0], gy.shape[1]) + tuple(plan.in_shape[2:])
     gx = out_array(out, x_shape, gy.dtype, cl=channels_last(gy))
     return _run("avg_b", [gy], gx, (plan, gy.shape[1], x_shape))
 
 
-def global_avgpool_fprop(x, out=None):
+def global_avgpool_fprop(x: Array, out: Array | None = None) -> Array:
     """y = mean over H, W.   x (N, C, H, W) -> y (N, C, 1, 1)."""
     y = out_array(out, x.shape[:2] + (1, 1), x.dtype)      # (N, C, 1, 1) lies in both orders
     _gavg_f(x, np.int32(x.shape[2] * x.shape[3]), y)       # a loop per (n, c): no CUB temporaries
     return y
 
 
-def global_avgpool_bprop(gy, x_shape, out=None):
+def global_avgpool_bprop(gy: Array, x_shape: Sequence[int], out: Array | None = None) -> Array:
     """gx = gy / (H W) broadcast over H, W.   gy (N, C, 1, 1) -> gx x_shape (NCHW: the readers of a
     channels-last x bring it into their order)."""
     gx = out_array(out, x_shape, gy.dtype)

@@ -11,9 +11,19 @@ shared memory); bias and ReLU are applied on the sum.
 Any stride and padding, NCHW or channels-last x and y, K, C, kH, kW or K, kH, kW, C weights, float32 /
 float16 / bfloat16. conv.py decides when to use it (`SMALL_N`); the CPU's conv2d_fprop is its reference.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from ..._types import Array
 from ._util import HALF_CODE, HALF_CTYPES, Module, channels_last, lies_in, out_array
+
+if TYPE_CHECKING:
+    import cupy as cp
+
+    from ..cpu.conv import ConvPlan
 
 PW = 8                 # output positions per block at most (registers: one float accumulator each)
 _THREADS = 128         # threads per block, splitting the C*kH*kW products
@@ -123,7 +133,7 @@ _CTYPES = {np.dtype("float32"): "float", **HALF_CTYPES}
 _MOD = Module(_SOURCE)      # each variant compiled when first used
 
 
-def supported(plan, x, w, b):
+def supported(plan: ConvPlan, x: Array, w: Array, b: Array | None) -> bool:
     """Whether small_conv2d_fprop takes these arrays (else cuDNN does)."""
     return (x.dtype in _CTYPES and w.dtype == x.dtype and (b is None or b.dtype == x.dtype)
             and tuple(plan.dilation) == (1, 1) and lies_in(x, channels_last(x)) and lies_in(w, channels_last(w))
@@ -143,14 +153,15 @@ def _vector(x, w):
     return V if ok else 1
 
 
-def kernel(x, w, cl, P):
+def kernel(x: Array, w: Array, cl: bool, P: int) -> cp.RawKernel:
     K, _, KH, KW = w.shape
     name = (f"small_conv<{_CTYPES[x.dtype]}, {int(channels_last(x))}, {int(channels_last(w))}, {int(cl)}, "
             f"{_positions(P)}, {KH}, {KW}, {_vector(x, w)}>")
     return _MOD.get(name)
 
 
-def small_conv2d_fprop(plan, x, w, b=None, out=None, relu=False, cl=False):
+def small_conv2d_fprop(plan: ConvPlan, x: Array, w: Array, b: Array | None = None, out: Array | None = None,
+                       relu: bool = False, cl: bool = False) -> Array:
     """y = conv(x, w) + b (then max(., 0) if relu).  x (N, C, H, W), w (K, C, kH, kW) -> y (N, K, oH, oW),
     channels-last if `cl`; arrays as `supported` says."""
     N, C, H, W = x.shape

@@ -1,7 +1,10 @@
 """Softmax and fused softmax cross-entropy on the GPU: one warp per row, no host synchronisation."""
+from __future__ import annotations
+
 import cupy as cp
 import numpy as np
 
+from ..._types import Array
 from ._util import CTYPES, ITYPES, REDUCE, Module, buffer, out_array
 
 DTYPES = ("float32", "float64")     # templates compiled for float and double
@@ -84,7 +87,7 @@ def _launch(name, N, args):
     _MOD.get(name)(((N + _ROWS - 1) // _ROWS,), (32 * _ROWS,), args)
 
 
-def softmax_fprop(x, out=None):
+def softmax_fprop(x: Array, out: Array | None = None) -> Array:
     """y = exp(x - max) / sum exp(x - max) over axis 1.   x (N, K) -> y (N, K)."""
     N, K = x.shape
     y = out_array(out, x.shape, x.dtype)
@@ -92,7 +95,7 @@ def softmax_fprop(x, out=None):
     return y
 
 
-def softmax_bprop(y, gy, out=None):
+def softmax_bprop(y: Array, gy: Array, out: Array | None = None) -> Array:
     """gx = y (gy - sum(gy y)) per row.   y, gy (N, K) -> gx (N, K)."""
     N, K = y.shape
     gx = out_array(out, y.shape, y.dtype)
@@ -100,7 +103,8 @@ def softmax_bprop(y, gy, out=None):
     return gx
 
 
-def softmax_xent(z, labels, gz=None, smoothing=0.0):
+def softmax_xent(z: Array, labels: Array, gz: Array | None = None,
+                 smoothing: float = 0.0) -> tuple[Array, Array, Array]:
     """Fused cross-entropy from logits.  z (N, K), labels (N,) ints -> (loss_sum, correct, gz).
 
     loss_sum (z's dtype) and correct (int64) are 0-d device arrays kept per (N, K, dtype): the next

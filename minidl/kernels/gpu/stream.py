@@ -1,10 +1,12 @@
 """The stream minidl computes on: one per GPU, non-blocking, made current once."""
+from __future__ import annotations
+
 import cupy as cp
 
-_STREAMS = {}
+_STREAMS: dict[int, cp.cuda.Stream] = {}
 
 
-def compute_stream():
+def compute_stream() -> cp.cuda.Stream:
     """One non-blocking stream per GPU, made current: CUDA graphs cannot be captured on the
     legacy default stream, and cuDNN is bound to whatever stream is current.
 
