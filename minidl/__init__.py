@@ -1,5 +1,5 @@
 """minidl: a small deep-learning framework with explicit forward and backward passes."""
-from . import checkpoint, data, graph, inference, layers, losses, metrics, models, optim, precision, threads
+from . import callbacks, checkpoint, data, graph, inference, layers, losses, metrics, models, optim, precision, threads
 from .backend import Device, get_device
 from .graph import Input, Model, Sequential
 from .threads import set_threads

@@ -6,9 +6,9 @@ import os
 import sys
 import time
 from numbers import Integral
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from . import checkpoint as ckpt, distributed, progress
+from . import callbacks as cb, checkpoint as ckpt, distributed
 from ._types import Array
 from .backend import Device, DeviceError, get_device
 from .data.loader import Loader
@@ -16,6 +16,7 @@ from .losses import softmax_cross_entropy
 from .metrics import Mean, Score
 from .step import TrainStep
 if TYPE_CHECKING:
+    from .callbacks import Callback
     from .distributed import World
     from .graph.model import Model
     from .metrics_log import Logs, MetricsLog
@@ -149,7 +150,7 @@ class Trainer:
     def fit(self, x: Any, y: Any = None, *, steps: int | None = None, epochs: int | None = None, batch_size: int = 32,
             monitor: int = 100, save_to: str | os.PathLike | None = None, save_every: int | None = None,
             checkpoint: str | os.PathLike | Callable[[], str | os.PathLike | None] | None = None,
-            metrics_log: MetricsLog | TensorBoardLog | Logs | None = None) -> Score:
+            metrics_log: MetricsLog | TensorBoardLog | Logs | None = None, callbacks: Sequence[Callback] = ()) -> Score:
         """Train for `steps` (or `epochs` of the whole set) more steps on `(images, labels)`, `images,
         labels` (Keras's order) or a Loader; returns the last interval's Score(loss, accuracy as a fraction).
         Images as docs/input.md says. The rest is keyword-only (Keras's third positional is batch_size).
@@ -158,6 +159,9 @@ class Trainer:
         (request_stop) and every `save_every` steps save (default save_to; for a stop also a function
         returning the path, called at the stop); each save first checks that training stayed finite.
         metrics_log: a log from minidl.metrics_log.open_logs that gets one record per monitoring interval.
+        callbacks: minidl.callbacks hooks, after the built-ins (bar and line, metrics_log, save_every); run.stop
+        ends a run early. What every rank must do at the same step stays in this loop, never in a callback:
+        the ranks' metric sums and stop vote, the NaN check before a save or a score, stop requests.
         """
         data = _data(x, y, "fit")
         for what, v in (("steps", steps), ("epochs", epochs), ("batch_size", batch_size), ("monitor", monitor),
@@ -172,14 +176,16 @@ class Trainer:
         self._step.blank = loader.blank      # shifted images are filled with the background
         per_epoch = len(loader)
         steps = (epochs or 1) * per_epoch if steps is None else steps
-        metrics, result = self.metrics, Score(math.nan, math.nan)
-        metrics.reset()
+        result = Score(math.nan, math.nan)
+        self.metrics.reset()
         self._step.reset_flag()
-        bar = progress.bar(steps, self.progress)
-        start, end = self.step, self.step + steps
-        t0 = t1 = t_interval = time.perf_counter()
-        quiet = self.device.preparing(progress.preparing(bar, self.log))     # a cold first step says what it does
-        while self.step < end:
+        show, logs = cb.Progress(), [cb.MetricsRecords(metrics_log)] if metrics_log is not None else []
+        every = [cb.Checkpoints(checkpoint, save_every)] if save_every else []  # type: ignore[arg-type]
+        run = cb.Run(self, self.step, self.step + steps, per_epoch, loader, monitor, [*logs, show, *every, *callbacks])
+        run.emit("on_train_begin")
+        t0 = t1 = time.perf_counter()
+        quiet = self.device.preparing(show.say)     # a cold first step says what it does
+        while self.step < run.end and not run.stop:
             epoch, k = divmod(self.step, per_epoch)
             try:
                 self._run_step(loader, epoch, k)
@@ -189,49 +195,45 @@ class Trainer:
                                       f"parameters) at batch size {loader.batch_size}: try a smaller -b") from None
                 raise
             self.step += 1
-            if self.step == start + 1:       # one sync: the first step's compilation apart
+            if self.step == run.start + 1:       # one sync: the first step's compilation apart
                 self.device.sync()
                 t1, _ = time.perf_counter(), quiet()
-            if bar is not None:
-                bar.update(1)
-            if self.step % monitor == 0 or self.step == end:
-                self._check_finite(start, save_to)
-                if self.reducer:              # the loss and accuracy of the global batches
-                    self.reducer.sum_metrics(metrics)
-                images, result = metrics.count, metrics.result()
-                metrics.reset()
-                if metrics_log is not None:
-                    now = time.perf_counter()
-                    metrics_log.interval(step=self.step, epoch=(self.step - 1) // per_epoch, loss=result.loss,
-                                         accuracy=result.percent, lr=self.optimizer.current_lr,
-                                         images_per_s=images / max(now - t_interval, 1e-9))
-                    t_interval = now
-                if self.step % monitor == 0:
-                    self._print(bar, f"step: {self.step:4d}, loss: {result.loss:.3f}, accuracy: {result.percent:.3f}%")
-            if save_every and self.step % save_every == 0:
-                self._check_finite(start, checkpoint)
-                self.save(checkpoint)     # type: ignore[arg-type]  # a function: for a stop only (docstring)
+            if self.step % monitor == 0 or self.step == run.end:
+                result = self._interval(run, save_to)
+            run.emit("on_step_end")
+            if self.step % per_epoch == 0:
+                run.emit("on_epoch_end", self.step // per_epoch - 1)
+            if run.stop and self.step % monitor and self.step != run.end:   # a callback ended the run between intervals
+                result = self._interval(run, save_to)
             if (stop := self.world.agree_stop(self._stop)) is not None:     # ranks: agreed a step late, all at one step
                 self._stop = stop
-                self._stopped(bar, start, checkpoint)
+                self._stopped(run, checkpoint)
         if (stop := self.world.agree_stop(self._stop, final=True)) is not None:     # a request in the last steps
             self._stop = stop
-            self._stopped(bar, start, checkpoint)
-        if bar is not None:
-            bar.close()
+            self._stopped(run, checkpoint)
+        run.emit("on_train_end")
         self.device.sync()
-        t2 = time.perf_counter()
+        t2, steps = time.perf_counter(), self.step - run.start
         self.timing = {"steps": steps, "total_s": t2 - t0, "first_s": t1 - t0,
                        "steady_ms": (t2 - t1) / max(steps - 1, 1) * 1e3}
         if save_to:
             self.save(save_to)
         return result
 
-    def _stopped(self, bar, start, path):
+    def _interval(self, run, save_to):
+        """A monitoring interval's end, on every rank: the NaN flag, the ranks' sums, then on_interval."""
+        self._check_finite(run.start, save_to)
+        if self.reducer:                      # the loss and accuracy of the global batches
+            self.reducer.sum_metrics(self.metrics)
+        run.images, result = self.metrics.count, self.metrics.result()
+        self.metrics.reset()
+        run.emit("on_interval", result)
+        return result
+
+    def _stopped(self, run, path):
         signum, self._stop = self._stop, None
-        if bar is not None:
-            bar.close()
-        self._check_finite(start, None if callable(path) else path)
+        run.emit("on_train_end")
+        self._check_finite(run.start, None if callable(path) else path)
         path = path() if callable(path) else path      # chosen now: a name free at the stop (minidl.train)
         if path:
             self.save(path)
@@ -246,9 +248,6 @@ class Trainer:
         self.step = bad - 1                  # the weights are those before the bad step
         raise TrainingDiverged(f"loss is {loss} at step {bad}: training stopped, the weights are those after "
                                f"step {bad - 1}" + (f"; {save_to} was not overwritten" if save_to else ""))
-
-    def _print(self, bar, line):
-        (self.log if bar is None else bar.write)(line)
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, x: Any, y: Any = None, *, batch_size: int = 1000, steps: int | None = None) -> Score:

@@ -1,0 +1,146 @@
+"""The training loop's seam (Keras's callbacks, Lightning's hooks): what a run does besides training,
+and the built-ins `Trainer.fit` makes from its arguments (the progress bar and the monitoring line,
+the metrics log, periodic checkpoints)."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from . import progress
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from .data.loader import Loader
+    from .metrics import Score
+    from .metrics_log import Logs, MetricsLog
+    from .tensorboard_log import TensorBoardLog
+    from .trainer import Trainer
+
+
+@dataclass(eq=False)
+class Run:
+    """One call of Trainer.fit as its callbacks see it: steps `start` < `step` <= `end`, `per_epoch`
+    steps an epoch of `loader`, a monitoring interval every `monitor` steps.
+
+    stop: a callback sets it to end the run after the current step (Keras's `stop_training`): the
+    run then closes its last interval (the NaN check, on_interval), saves `save_to` and returns its
+    score. images: what the last interval trained on, all ranks together.
+    """
+    trainer: Trainer
+    start: int
+    end: int
+    per_epoch: int
+    loader: Loader
+    monitor: int
+    callbacks: list[Callback] = field(default_factory=list)
+    stop: bool = False
+    images: int = 0
+
+    @property
+    def step(self) -> int:
+        """Steps trained so far, this run's and those before it (Trainer.step)."""
+        return self.trainer.step
+
+    def emit(self, hook: str, *args: object) -> None:
+        """Call `hook` (a Callback method's name) of every callback, in order."""
+        for c in self.callbacks:
+            getattr(c, hook)(self, *args)
+
+    def save(self, path: str | os.PathLike) -> str | os.PathLike | None:
+        """Save a checkpoint the way the loop does: the NaN flag is read first, so a run that diverged
+        raises TrainingDiverged and leaves `path` untouched. Collective: every rank calls it."""
+        self.trainer._check_finite(self.start, path)
+        return self.trainer.save(path)
+
+
+class Callback:
+    """Hooks Trainer.fit calls, in this order, on every rank (a rank other than 0 has a silent log):
+
+    on_train_begin(run) before the first step; on_step_end(run) after each step; on_interval(run, score)
+    every `monitor` steps and at the end, after the NaN check and the ranks' sums, with the interval's
+    Score (the same on every rank); on_epoch_end(run, epoch) after an epoch's last step (epochs count
+    from 0); on_train_end(run) when the run ends (its steps done, or stopped by a callback or a signal,
+    before the stop's save), not when it raises. Each does nothing here: override those you need.
+
+    A hook runs on the host between steps: reading a device array (float(), to_host) waits for the
+    step, so read at on_interval, where the loop has synchronised already. With several ranks, set
+    `run.stop` from what every rank sees alike (the step, the interval's score), so all stop together.
+    """
+
+    def on_train_begin(self, run: Run) -> None:
+        pass
+
+    def on_step_end(self, run: Run) -> None:
+        pass
+
+    def on_interval(self, run: Run, score: Score) -> None:
+        pass
+
+    def on_epoch_end(self, run: Run, epoch: int) -> None:
+        pass
+
+    def on_train_end(self, run: Run) -> None:
+        pass
+
+
+class Progress(Callback):
+    """tqdm's bar over the run's steps on a terminal (Trainer's `progress`), the line
+    `step:  100, loss: 0.082, accuracy: 45.188%` every `monitor` steps in the trainer's log (above
+    the bar), and the cold first step's "preparing" line (`say`, for Device.preparing)."""
+
+    def __init__(self) -> None:
+        self.bar: tqdm | None = None
+        self.say: Callable[[str], None] = lambda line: None
+        self.log: Callable[..., object] = print
+
+    def on_train_begin(self, run: Run) -> None:
+        self.log = run.trainer.log
+        self.bar = progress.bar(run.end - run.start, run.trainer.progress)
+        self.say = progress.preparing(self.bar, self.log)
+
+    def on_step_end(self, run: Run) -> None:
+        if self.bar is not None:
+            self.bar.update(run.step - run.start - self.bar.n)     # 0 where on_interval counted the step
+
+    def on_interval(self, run: Run, score: Score) -> None:
+        if run.step % run.monitor == 0:
+            self.on_step_end(run)                # the bar counts the step before the line is written
+            line = f"step: {run.step:4d}, loss: {score.loss:.3f}, accuracy: {score.percent:.3f}%"
+            (self.log if self.bar is None else self.bar.write)(line)
+
+    def on_train_end(self, run: Run) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class MetricsRecords(Callback):
+    """One record per monitoring interval in `log` (minidl.metrics_log.open_logs: JSON lines,
+    TensorBoard or both): step, epoch, loss, accuracy (%), lr, images per second since the last."""
+
+    def __init__(self, log: MetricsLog | TensorBoardLog | Logs) -> None:
+        self.log, self.t = log, 0.0
+
+    def on_train_begin(self, run: Run) -> None:
+        self.t = time.perf_counter()
+
+    def on_interval(self, run: Run, score: Score) -> None:
+        now = time.perf_counter()
+        self.log.interval(step=run.step, epoch=(run.step - 1) // run.per_epoch, loss=score.loss,
+                          accuracy=score.percent, lr=run.trainer.optimizer.current_lr,
+                          images_per_s=run.images / max(now - self.t, 1e-9))
+        self.t = now
+
+
+class Checkpoints(Callback):
+    """Save to `path` every `every` steps (Run.save: the NaN flag first; collective, every rank)."""
+
+    def __init__(self, path: str | os.PathLike, every: int) -> None:
+        self.path, self.every = path, every
+
+    def on_step_end(self, run: Run) -> None:
+        if run.step % self.every == 0:
+            run.save(self.path)
