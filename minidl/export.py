@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .train import run_cli          # the command lines' one error handler
+    from .flags import run_cli          # the command lines' one error handler
     p = parser()
     return run_cli(run, check_args(p, p.parse_args(argv)))
 

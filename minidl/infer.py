@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .train import add_precision, check_args, positive, run_cli
+from .flags import (Parser, add_checkpoint, add_data, add_device, add_precision, add_threads, check_args, positive,
+                    run_cli)
 
 if TYPE_CHECKING:
     from ._types import Array
@@ -23,23 +24,22 @@ if TYPE_CHECKING:
 THROUGHPUT_IMAGES = 10_000
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def parser() -> Parser:
+    p = Parser(
         prog="python -m minidl.infer",
         description="Compile a trained model for inference (BN folded, ReLU fused, CUDA graphs on the "
                     "GPU) and report its accuracy over the whole test set, optionally its latency and "
                     "a per-op profile.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", help="a training checkpoint to compile (python -m minidl.train -s)")
-    src.add_argument("--artifact", help="an inference artifact written by --save-artifact")
+    add_checkpoint(p, "a training checkpoint to compile (python -m minidl.train -s)", src)
+    p.note(src.add_argument("--artifact", help="an inference artifact written by --save-artifact"))
     p.add_argument("--batch-size", type=positive, default=1000, help="batch size for accuracy and profile (1000)")
     p.add_argument("--latency", action="store_true",
                    help="batch-1 latency (median, p99) and throughput over 10,000 images in one batch")
     p.add_argument("--runs", type=positive, default=1000, help="batch-1 runs timed by --latency (1000)")
     p.add_argument("--profile", action="store_true", help="print a per-op time table at --batch-size")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="device (auto)")
-    p.add_argument("--data-dir", help="dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)")
-    p.add_argument("--dataset", choices=("mnist", "fashion-mnist"), default="mnist", help="dataset (mnist)")
+    add_device(p)
+    add_data(p, "dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)")
     p.add_argument("--save-artifact", metavar="PATH", help="write the compiled model as a weights-only artifact")
     p.add_argument("--no-graphs", action="store_true",
                    help="run the ops eagerly on the GPU instead of replaying CUDA graphs (debugging)")
@@ -48,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
                         "dense chains, a whole LeNet in one kernel at small batch)")
     p.add_argument("--no-tf32", action="store_true",
                    help="full FP32 convolutions on the GPU (TF32 is on by default)")
-    p.add_argument("--threads", type=positive, help="CPU: BLAS/OpenMP threads (1, or $OMP_NUM_THREADS)")
+    add_threads(p)
     add_precision(p, "compile the checkpoint with convolutions, dense layers and activations in bf16/fp16 (BN "
                      "folded in fp32 first), report how often its predictions agree with fp32's, save artifacts "
                      "in it; an artifact keeps the precision it was compiled in", default=None)
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
-    return run_cli(run, check_args(p, p.parse_args(argv), batch_split="test"))
+    return run_cli(run, check_args(p, p.parse_args(argv), trains=False))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ DATASETS = {"mnist": {}, "fashion-mnist": {"shift": 0}}
 # the size of the seeds' spread. Horizontal flips (--flip) do not help in ten epochs: 91.01, 90.86%
 # (seeds 0, 1, without weight decay); they cost the net 2 points of training accuracy.
 MODEL_DATASET = {("lenet", "fashion-mnist"): {"weight_decay": 2e-4}}
+# The learning-rate schedules a run plan names (RunPlan.schedule_fn builds each over the run).
+SCHEDULES = ("cosine", "constant", "step", "inverse-time")
 # The learning rate of an optimizer other than the recipe's (--optimizer without --lr).
 DEFAULT_LR = {"sgd": 0.01, "momentum": 0.05, "adam": 1e-3, "rmsprop": 1e-3}
 DEFAULT_STEPS = 2000         # the run's length where neither -n nor --epochs is given

@@ -22,20 +22,18 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from minidl import recipes, train
+from minidl import recipes
+from minidl.flags import IMAGES, Parser, check_args, run_cli, training_parser
 
 if TYPE_CHECKING:
     from minidl.backend import Device
     from minidl.trainer import Trainer
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> Parser:
     """minidl.train's parser under this command's name: the same flags mean the same run."""
-    p = train.parser()
-    p.prog = "python -m minidl.warmup"
-    p.description = ("Fill the compile and cuDNN engine caches for the training run these flags describe "
-                     "(python -m minidl.train's flags), on synthetic images.")
-    return p
+    return training_parser("python -m minidl.warmup", "Fill the compile and cuDNN engine caches for the training "
+                           "run these flags describe (python -m minidl.train's flags), on synthetic images.")
 
 
 def synthetic(n: int, classes: int = 10, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -44,7 +42,7 @@ def synthetic(n: int, classes: int = 10, seed: int = 0) -> tuple[np.ndarray, np.
     return rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), (np.arange(n) % classes).astype(np.uint8)
 
 
-def build_trainer(args: argparse.Namespace, device: Device, train_images: int = train.IMAGES["train"]) -> Trainer:
+def build_trainer(args: argparse.Namespace, device: Device, train_images: int = IMAGES["train"]) -> Trainer:
     """The model, optimizer and Trainer `python -m minidl.train` builds for `args` on `device`."""
     import minidl as dl
     from minidl import models, optim
@@ -99,13 +97,13 @@ def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
-    args = train.check_args(p, p.parse_args(argv))
+    args = check_args(p, p.parse_args(argv))
     from minidl.backend import cuda_status
     ok, why = (False, "--device cpu was asked for") if args.device == "cpu" else cuda_status()
     if not ok:
         print(f"minidl.warmup: needs a usable CUDA GPU: {why}", file=sys.stderr)
         return 2
-    return train.run_cli(run, args)
+    return run_cli(run, args)
 
 
 if __name__ == "__main__":
