@@ -146,7 +146,7 @@ class Device:
 
     def set_deterministic(self, on: bool) -> None:
         """Only cuDNN engines with a fixed reduction order (the default: seeded runs repeat bit for
-        bit), or any engine (faster for some shapes: LeNet-5 at batch 256 steps in 0.58 ms, not 0.98)."""
+        bit), or any engine (faster for some shapes, LeNet-5's training step at batch 256 among them)."""
         if self.name == "cuda":
             importlib.import_module("minidl.kernels.gpu.cudnn").set_deterministic(on)
 

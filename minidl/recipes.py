@@ -18,9 +18,8 @@ from .runplan import RunPlan
 # cosine decay, no warm-up, label smoothing 0.1. ResNet-50 -b32 -n500 on the CPU, seeds 0, 1, 2:
 # 97.83, 98.16, 97.82% (the former 0.05 with 50 warm-up steps: 97.01% at seed 0; 0.025 with them:
 # 97.17, 97.42% at seeds 0, 1). The zero-init residual BN (models/resnet.py) lets them start at the
-# full rate; without it the former recipe left ResNet-50 at 36.9%. On the H200 (2026-11-24) this
-# recipe gave 97.83% at seed 0 (bf16: 97.94%) and 97.16% at seed 1, and ResNet-18 5 epochs 99.49%.
-# Shifts hurt -n500 on the H200 (97.13% with 2 pixels, 97.59% without): the ResNets train unshifted.
+# full rate; without it the former recipe left ResNet-50 at 36.9%. On the GPU it gives about
+# the same; shifts hurt -n500 there, so the ResNets train unshifted (docs/results.md has the figures).
 RECIPES = {
     "lenet": {"optimizer": "adam", "lr": 3e-3, "schedule": "cosine", "warmup": 0, "weight_decay": 0.0,
               "label_smoothing": 0.1, "shift": 2, "flip": False},

@@ -44,7 +44,7 @@ class Trainer:
 
     One step (minidl.step): forward in training mode, softmax cross-entropy from the logits,
     backward, optimizer update. Loss and accuracy accumulate on the device and are read (one sync)
-    every `monitor` steps, when the seed's line `step:  100, loss: 0.082, accuracy: 45.188%` is printed.
+    every `monitor` steps, when the C++ trainer's line `step:  100, loss: 0.082, accuracy: 45.188%` is printed.
     world: the data-parallel ranks (minidl.distributed; default: MPI's under mpiexec, else one process);
     with several, fit, evaluate and save are collective (every rank calls them) and rank 0 prints and writes.
     precision: 'fp32' (default), 'bf16' or 'fp16' (or a minidl.precision.Policy): the dtype convolutions,

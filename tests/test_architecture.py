@@ -1,7 +1,10 @@
 """The structure docs/architecture.md promises: no import circle, GPU libraries named in two
 rooms only, files that read in one sitting."""
 import ast
+import io
 import pathlib
+import re
+import tokenize
 
 import pytest
 
@@ -94,3 +97,36 @@ def test_files_read_in_one_sitting():
     long = {p.relative_to(PKG).as_posix(): n for p in PKG.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 310}      # ~300: a file read in one sitting
     assert not long, long
+
+
+_DATE = re.compile(r"20\d\d-\d\d-\d\d")
+_GPU, _TIME = r"\b(?:H100|H200|A100)\b", r"\d\s?(?:us|µs|ms|s|GB/s|TFLOPS)\b"
+_GPU_TIMING = re.compile(rf"{_GPU}.{{0,160}}?{_TIME}|{_TIME}.{{0,160}}?{_GPU}", re.S)
+
+
+def _prose(path):
+    """(line, text) of every docstring and comment block (comments on consecutive lines) in the file."""
+    text = path.read_text()
+    out: list[tuple[int, str]] = []
+    for t in tokenize.generate_tokens(io.StringIO(text).readline):
+        if t.type == tokenize.COMMENT:
+            if out and out[-1][0] + out[-1][1].count("\n") == t.start[0] - 1:
+                out[-1] = (out[-1][0], out[-1][1] + "\n" + t.string)
+            else:
+                out.append((t.start[0], t.string))
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                out.append((node.body[0].lineno, doc))
+    return out
+
+
+def test_no_measurements_with_dates_or_gpus_in_docstrings_and_comments():
+    # Docstrings say what and why; a figure with its device and date goes to docs/results.md or
+    # docs/kernels.md (Notes from the code). No allow-list.
+    assert _GPU_TIMING.search("3x slower (H200: an add of 12.8 MB, 69 us strided)")
+    assert _GPU_TIMING.search("0.44 s on the H200\nmachine") and _DATE.search("(2026-11-24)")
+    found = [f"{p.relative_to(PKG).as_posix()}:{line}: {m.group(0)!r}" for p in sorted(PKG.rglob("*.py"))
+             for line, s in _prose(p) for m in [_DATE.search(s) or _GPU_TIMING.search(s)] if m]
+    assert not found, "\n".join(found)

@@ -1,7 +1,7 @@
 """Model and Sequential: a DAG of layers, built on a device, its parameters in one flat buffer.
 
 `layer(node)` records an edge; `Model(inputs, outputs)` orders the DAG once, names layers the
-way the seed printed them, builds every layer (shape inference), and lays all parameters out in
+way the C++ trainer printed them, builds every layer (shape inference), and lays all parameters out in
 one flat buffer with their gradients in a second. Backward runs in reverse order, tells each
 layer which input gradients are read and whether parameter gradients add up, and sums the
 gradients of nodes that feed several layers (ResNet shortcuts). `lower(passes)` gives the same

@@ -84,9 +84,9 @@ class Layer:
 
     registry: dict[str, type[Layer]] = {}   # class name -> class, for rebuilding models from their configs
     kind: str | None = None        # what passes see: "conv2d", "batchnorm", "relu", ... (default: prefix)
-    prefix: str | None = None      # the seed's layer-name stem, e.g. "conv2d", "fbn"
+    prefix: str | None = None      # the C++ trainer's layer-name stem, e.g. "conv2d", "fbn"
     n_inputs: int | None = 1       # None: any number >= 2
-    first_index = 0                # the seed numbered adds from add_1
+    first_index = 0                # the C++ trainer numbered adds from add_1
     overwrites_grads = False       # backward honours need.accumulate=False (its kernels take the flag)
     fusable_activation: str | None = None  # "relu": a producer that takes this activation can apply it instead
     activations: tuple[str, ...] = ()      # activations this layer can apply to its output (its `activation` argument)

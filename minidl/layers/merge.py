@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 class Add(Layer):
     """y = act(x0 + x1 + ...)   all inputs (N, ...) of one shape; gx_i = gy.  activation: None or 'relu'."""
 
-    prefix, n_inputs, first_index = "add", None, 1      # the seed numbered adds from add_1
+    prefix, n_inputs, first_index = "add", None, 1      # the C++ trainer numbered adds from add_1
     activations = ("relu",)
 
     @record_config

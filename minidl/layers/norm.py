@@ -24,7 +24,7 @@ class BatchNorm2D(Layer):
     the fixed affine map y = gamma * xhat + beta, and backward is that map's gradient only.
     """
 
-    prefix, kind = "fbn", "batchnorm"       # the seed's "fused batch norm"
+    prefix, kind = "fbn", "batchnorm"       # the C++ trainer's "fused batch norm"
     overwrites_grads, activations = True, ("relu",)
     keeps_fp32 = True                       # batch statistics in float32 under any precision policy
     io_in_compute_dtype = True              # ...from x in the compute dtype, y rounded to it: no casts

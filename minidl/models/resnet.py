@@ -1,11 +1,11 @@
-"""ResNet-18/34/50/101/152 (He et al., 2016) in the seed trainer's form for 28x28 inputs.
+"""ResNet-18/34/50/101/152 (He et al., 2016) in the C++ trainer's form for 28x28 inputs.
 
 Stem: Pad2D(3), conv 64@7x7 stride 2, BN, ReLU, max-pool 3 stride 2 pad 1; four stages of
 residual blocks (widths 64, 128, 256, 512; stride 2 in the first block of stages 2-4, on the
 3x3 conv); Flatten, Dense, Softmax. A 28x28 input leaves 1x1 spatially at the end, so the
-Flatten is a global pool there; larger inputs give the Dense C*H*W features (the seed's form).
+Flatten is a global pool there; larger inputs give the Dense C*H*W features (the C++ trainer's form).
 
-Layer names follow the seed's listing: in each block the projection shortcut (if any) comes
+Layer names follow the C++ trainer's listing: in each block the projection shortcut (if any) comes
 first, then the residual branch, then add and relu, because blocks call Add(shortcut, branch)
 and the graph orders an Add's first input's layers first.
 """
@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from .. import layers as L
 from ..graph import Input, Model
 
-# depth -> (block, blocks per stage). The seed built ResNet-50 with (3, 6, 4, 3), a fault; these
+# depth -> (block, blocks per stage). The C++ trainer built ResNet-50 with (3, 6, 4, 3), a fault; these
 # are the paper's counts.
 RESNET_DEPTHS = {
     18: ("basic", (2, 2, 2, 2)),
@@ -33,10 +33,10 @@ def _conv_bn(x, filters, ksize, stride=1, relu=True, gamma_init="ones"):
     """conv (no bias) -> BN [-> ReLU]; a strided kxk conv (k > 1) gets an explicit Pad2D(k // 2)."""
     padding = ksize // 2
     if stride > 1 and ksize > 1:
-        x = L.Pad2D(padding)(x)          # as the seed: pad explicitly, then a padding-0 conv
+        x = L.Pad2D(padding)(x)          # as the C++ trainer: pad explicitly, then a padding-0 conv
         padding = 0
     # bias=False: the BN right after subtracts the batch mean and adds its own beta, so a conv
-    # bias would be cancelled and is redundant (the seed kept one; it changes nothing but the count).
+    # bias would be cancelled and is redundant (the C++ trainer kept one; it changes nothing but the count).
     h = L.BatchNorm2D(gamma_init=gamma_init)(L.Conv2D(filters, ksize, stride=stride, padding=padding, bias=False)(x))
     return L.ReLU()(h) if relu else h
 
@@ -58,7 +58,7 @@ def _basic(x, C, width, stride, last_gamma="zeros"):
     s = _shortcut(x, C, width, stride)
     h = _conv_bn(x, width, 3, stride)
     h = _conv_bn(h, width, 3, relu=False, gamma_init=last_gamma)
-    return L.ReLU()(L.Add()(s, h))                       # shortcut first: the seed's name order
+    return L.ReLU()(L.Add()(s, h))                       # shortcut first: the C++ trainer's name order
 
 
 def _bottleneck(x, C, width, stride, last_gamma="zeros"):
@@ -68,7 +68,7 @@ def _bottleneck(x, C, width, stride, last_gamma="zeros"):
     h = _conv_bn(x, width, 1)
     h = _conv_bn(h, width, 3, stride)
     h = _conv_bn(h, C_out, 1, relu=False, gamma_init=last_gamma)
-    return L.ReLU()(L.Add()(s, h))                       # shortcut first: the seed's name order
+    return L.ReLU()(L.Add()(s, h))                       # shortcut first: the C++ trainer's name order
 
 
 def build_resnet(block: str, blocks: Sequence[int], input_shape: tuple[int, ...] = (1, 28, 28),
@@ -76,7 +76,7 @@ def build_resnet(block: str, blocks: Sequence[int], input_shape: tuple[int, ...]
     """A ResNet of `block` ('basic' or 'bottleneck') with `blocks` per stage (four ints).
 
     x (N, C, H, W) -> probabilities (N, classes). `resnet(depth)` is the usual entry point;
-    this one builds other stage counts (e.g. the seed's faulty (3, 6, 4, 3) ResNet-50).
+    this one builds other stage counts (e.g. the C++ trainer's faulty (3, 6, 4, 3) ResNet-50).
     """
     if block not in EXPANSION:
         raise ValueError(f"unknown ResNet block {block!r}: expected 'basic' or 'bottleneck'")

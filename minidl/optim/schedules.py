@@ -4,8 +4,8 @@ base_lr and step may be numbers or 0-d device arrays, so an optimizer evaluates 
 device, inside a captured training step, without reading anything back to the host. The formulas
 call the ufuncs of the step's own array module (_xp) with no Python operators between arrays and
 numbers: the first time a process hands CuPy a NumPy ufunc or an operator with a Python number
-(`array - 1.0`), CuPy imports cupyx.scipy.sparse and SciPy, 0.44 s on the H200 machine
-(2026-11-24). A schedule with a horizon (cosine) is tabulated on the host instead
+(`array - 1.0`), CuPy imports cupyx.scipy.sparse and SciPy, a pause the first step would pay.
+A schedule with a horizon (cosine) is tabulated on the host instead
 (Optimizer._lr_at in base.py).
 
 Each carries a JSON-able `config` ({"name": ..., **arguments}) so an optimizer's state can name
@@ -63,7 +63,7 @@ def cosine(total_steps: int, min_lr: float = 0.0) -> Schedule:
 
 
 def inverse_time(decay: float) -> Schedule:
-    """lr = base_lr / (1 + decay · step)   (the seed trainer's decay)."""
+    """lr = base_lr / (1 + decay · step)   (the C++ trainer's decay)."""
     if decay < 0:
         raise ValueError(f"inverse_time: decay must be >= 0, got {decay}")
 

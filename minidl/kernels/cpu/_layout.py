@@ -7,7 +7,7 @@ from ..._types import Array
 
 # A CHWN -> NCHW copy walks the destination in order, so it reads the source N values apart.
 # Done in blocks of about this many source values (32 KB of float32: L1), each source cache line
-# is read once instead of once per sample: LeNet's first conv output, 150,528 values, 150 -> 85 us.
+# is read once instead of once per sample (nearly twice as fast on LeNet's first conv output).
 BLOCK_VALUES = 8192
 
 

@@ -1,8 +1,8 @@
 """Fused inference kernels ("direct" family), NumPy reference: compositions of the CPU kernels.
 
 `minidl/kernels/gpu/direct.py` implements the same functions as hand-written CUDA kernels for the
-small shapes where cuDNN and one-kernel-per-op execution are slow (LeNet-5: a 1->6 channel 5x5
-conv takes cuDNN ~100 us at batch 1000; at batch 1 launches dominate). Here each function is
+small shapes where cuDNN and one-kernel-per-op execution are slow (LeNet-5's 1->6 channel 5x5
+conv at large batches; at batch 1 launches dominate). Here each function is
 the plain composition of the reference kernels, so the GPU kernels are tested against it.
 
     conv2d_bias_relu_maxpool2x2_fprop(x, w, b, pads=0, relu=True, out=None)

@@ -105,11 +105,11 @@ def prepare():
     """Set cuBLAS up on the current GPU: its handle, bound to the current stream, and one 1x1 GEMM of
     each form a dense layer runs (fprop a @ b, dgrad a @ bᵀ, wgrad aᵀ @ b).
 
-    A process's first GEMM loads the library's state (65-75 ms on the H200, 2026-11-24, against
-    0.1 ms for the next), and a form's first call the kernels cuBLAS picks for it; a Device does this
+    A process's first GEMM loads the library's state (tens of milliseconds, against a fraction
+    of one for the next), and a form's first call the kernels cuBLAS picks for it; a Device does this
     when it is made, like the CUDA context, so that it stays out of the first training step. It
     covers the library's state and what cuBLAS picks by form alone; a shape whose kernel differs
-    still loads that kernel at its first call (SimpleNet's dense wgrad: 26-30 ms on the H200).
+    still loads that kernel at its first call (SimpleNet's dense wgrad, for one).
     """
     one = cp.ones((1, 1), np.float32)
     for trans_a, trans_b in ((False, False), (False, True), (True, False)):

@@ -65,7 +65,7 @@ template<> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float 
 
 # Compile options of every RawModule: CuPy's default, the same as its ElementwiseKernels'. CuPy
 # compiles an empty file once per process and set of options (to fingerprint the compiler for its
-# disk cache); one set for all of minidl's kernels keeps that to one compile, 13 ms on an H200, that
+# disk cache); one set for all of minidl's kernels keeps that to one compile, which
 # a RawModule with options of its own paid again inside the first training step.
 OPTIONS = ()
 

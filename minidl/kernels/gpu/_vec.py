@@ -2,7 +2,7 @@
 float type, 16 bytes a load (8 bfloat16/float16 values or 4 float32 ones a thread and step).
 
 CuPy's ElementwiseKernels index value by value with 2- or 4-byte loads; on the activations of a
-ResNet-50 step in bfloat16 they reach about a quarter of an H200's memory speed. `_util.pointwise`
+ResNet-50 step in bfloat16 they reach a small fraction of the GPU's memory speed. `_util.pointwise`
 sends its four kernels here where every array is dense, of one dtype, 16-byte aligned and its size a
 multiple of 8. Each value is computed in float and rounded once to nearest even (_cuda.HALF_CODE's
 from_f), as CuPy's kernels do.

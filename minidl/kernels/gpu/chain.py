@@ -4,8 +4,8 @@ Conv stages in shared memory (weights staged transposed, the input zero-padded),
 chain. One block row per sample; the first dense layer's rows are split over G blocks, each of which
 recomputes the (cheap) conv stages itself, so no grid-wide barrier is needed; the last block of a
 sample to finish (an atomic ticket) runs the remaining dense layers and resets its ticket for the
-next launch (CUDA-graph safe). Dense weights arrive by cp.async while the convs run. Measured on an
-H100: LeNet-5 at batch 1 is 10.5 us of GPU time in this kernel. The source is generated per network
+next launch (CUDA-graph safe). Dense weights arrive by cp.async while the convs run. At batch 1
+LeNet-5's whole forward is this one launch. The source is generated per network
 (_chain_source.py, on the device functions of _chain_cuda.py); the NumPy reference and
 `supported_chain` are in minidl/kernels/cpu/chain.py.
 """

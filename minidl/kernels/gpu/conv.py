@@ -22,9 +22,9 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")
 _bias_act = cp.ElementwiseKernel("raw T b, int32 K, int32 S, int32 relu", "T y",
                                  "T t = y + b[(i / S) % K]; y = relu && t < (T)0 ? (T)0 : t", "minidl_conv_bias_act")
 # Batches of at most SMALL_N samples may convolve forward in small_conv.py's kernel (a GEMV a block)
-# instead: each shape is timed both ways once (engines.fastest). At batch 1 on the H200 it won 40 of
-# ResNet-50's 53 convolutions in float32 and 19 in bfloat16, where cuDNN's batch-tiled engines spend
-# up to 27 us on what reading the weights takes 1-2 us; at batch 2 and beyond it lost more than it won.
+# instead: each shape is timed both ways once (engines.fastest). At batch 1 it wins most of
+# ResNet-50's convolutions in float32 and about a third in bfloat16, where cuDNN's batch-tiled engines
+# spend many times what reading the weights takes; at batch 2 and beyond it lost more than it won.
 SMALL_N = 1
 _verdicts: dict[tuple[int, bool], str | None]
 _verdicts = {}      # (GPU, deterministic engines only) -> None, or why cuDNN builds no float64 convolution
@@ -33,7 +33,7 @@ _verdicts = {}      # (GPU, deterministic engines only) -> None, or why cuDNN bu
 def dtype_problem(dtype: DTypeLike) -> str | None:
     """None where this cuDNN convolves in `dtype`, else why not (one line). float32: always. float64:
     tried once per GPU: fprop, dgrad and wgrad of a small convolution in double must build, run and
-    agree with the CPU's float64 kernels (on an H200 with cuDNN 9.19 they ran but gave wrong values)."""
+    agree with the CPU's float64 kernels (a cuDNN has been seen to run them but give wrong values)."""
     if np.dtype(dtype) != np.float64:
         return None
     key = (cp.cuda.runtime.getDevice(), _cd.deterministic_only())

@@ -2,7 +2,7 @@
 
 `import cudnn` imports torch when it is installed, for a torch-tensor wrapper (cudnn.wrapper) that
 minidl never calls: minidl hands the Frontend raw device pointers and the Frontend's own data types.
-On the H200 machine that import took 4.6 s of the 5 s `get_device("cuda")` cost (2026-11-24). So the
+That import was most of what `get_device("cuda")` cost. So the
 first import hides torch from the Frontend; a process that imported torch itself keeps it as it is.
 """
 from __future__ import annotations

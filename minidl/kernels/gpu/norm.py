@@ -5,20 +5,20 @@ Statistics are per channel over (N, H, W); x is (N, C, H, W) or (N, C). `invstd`
 with the biased batch variance; the running variance is updated with the unbiased one, as cuDNN and
 PyTorch do: r = (1 - momentum) r + momentum * batch.
 
-Why the RawKernels: a ResNet-50 step at batch 32 has BNs of M = N*H*W = 32..6272 values per channel, where
-cuDNN's batchnorm costs 7-15 us a call plus ReLU, mask and add kernels. One block handles CB whole channels
-in registers (R values a thread), sums in double (two passes: no E[x^2] - E[x]^2 cancellation), updates the
-running statistics and writes y (ReLU included) or gx, ggamma, gbeta: one deterministic launch a direction.
-H100 graph replays (tests/gpu/test_fused.py): 3.3-4.8 us forward, 2.9-8.4 us backward, against 9-18 us and
-11-22 us with cuDNN. Above _KERNEL_MAX_M values per channel cuDNN runs (one block a channel leaves SMs idle);
+Why the RawKernels: a ResNet-50 step at batch 32 has BNs of M = N*H*W = 32..6272 values per channel, where a
+cuDNN batchnorm call, plus its ReLU, mask and add kernels, takes several times what one kernel does. One block
+handles CB whole channels in registers (R values a thread), sums in double (two passes: no E[x^2] - E[x]^2
+cancellation), updates the running statistics and writes y (ReLU included) or gx, ggamma, gbeta: one
+deterministic launch a direction. In graph replays (tests/gpu/test_fused.py) they take about a third of cuDNN's
+time in each direction. Above _KERNEL_MAX_M values per channel cuDNN runs (one block a channel leaves SMs idle);
 where cuDNN has no engine (C not a multiple of its vector width: C = 3, 10) the RawKernels run at any size.
 In float64 the RawKernels (templated on T) run at every size: the cuDNN batchnorm graphs used here are
 float32 ones. Channels-last arrays (a channels-last graph, passes.channels_last) give channels-last
 outputs from their own RawKernels (_norm_nhwc_cuda.py): up to 256 values a channel one launch a
 direction, above that two, the values split over blocks (partial sums, then combined in a fixed
 order); cuDNN's NHWC forward where it is faster (C >= 256 with M >= 4096) and above 2**20 values a
-channel. ResNet-50 bf16 on an H200, BN's GPU time a step: b32 0.50 ms (cuDNN's NHWC kernels: 0.73),
-b256 0.92 ms (cuDNN: 1.47; benchmarks/profile_train.py). Under a precision policy x
+channel. In a ResNet-50 bf16 step BN's GPU time is about two thirds of what cuDNN's NHWC kernels
+take (benchmarks/profile_train.py). Under a precision policy x
 and gy come in the compute dtype (bfloat16, float16) while gamma, beta and the statistics stay
 float32: the channels-last RawKernels and cuDNN's NHWC graphs take that mix as it is; the other
 paths compute on float32 copies and round what they write to x's dtype.
@@ -37,7 +37,7 @@ from ._util import (CTYPES, HALF_CTYPES, RELU, RELU_BPROP, Module, astype, chann
 
 DTYPES = ("float32", "float64")     # the RawKernels in both; cuDNN's graphs for large float32 channels
 
-_KERNEL_MAX_M = 8192            # values per channel up to which the RawKernels beat cuDNN (H100 timings)
+_KERNEL_MAX_M = 8192            # values per channel up to which the RawKernels beat cuDNN
 _RS = (4, 8, 16)                # values a thread may keep in registers (a kernel each: fewer, fewer registers)
 _PER_THREAD = 2                 # values a thread the block size aims at (at most 512 threads)
 _ROW = 8                        # contiguous values a block's rows aim at when S is small (power of two, <= 32)
@@ -47,9 +47,9 @@ _MOD = Module(BN_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd", "bn_bwd")
 
 _NHWC_RS = (1, 2, 4, 8, 16)      # rows a thread of the channels-last kernels keeps (32 rows of threads a block)
 _NHWC_TYPES = {np.dtype("float32"): "float", **HALF_CTYPES}
-# Measured per BN layer of ResNet-50 bf16 at b32 and b256 on an H200 (graph replays, fwd/bwd us):
-_NHWC_ONE_BLOCK_M = 256          # one block a channel up to here (M = 256, C = 2048: 4.2/4.8; split 6.7/7.2)
-_CUDNN_FWD = (256, 4096)         # C, M from which cuDNN's NHWC forward is faster (C = 256, M = 12544: 10.8 against 18)
+# Thresholds from per-BN-layer timings of ResNet-50 bf16 at b32 and b256 (graph replays):
+_NHWC_ONE_BLOCK_M = 256          # one block a channel up to here (faster than the split kernels there)
+_CUDNN_FWD = (256, 4096)         # C, M from which cuDNN's NHWC forward is faster
 _NHWC_SPLIT_MAX_M = 1 << 20      # values a channel up to which the RawKernels run (above: cuDNN)
 _NHWC = Module(BN_NHWC_SPLIT_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd_nhwc", "bn_bwd_nhwc", "bn_stats_nhwc",
                                                                   "bn_norm_nhwc", "bn_bwd_sums_nhwc", "bn_bwd_dx_nhwc")

@@ -27,8 +27,8 @@ DTYPES = ("float32", "float64")     # ElementwiseKernels on T; lr and t arrive a
 
 # The compute-dtype weight copies (graph/arena.py), float32 <-> float16/bfloat16 over whole arenas:
 # four values a thread through 16- and 8-byte loads and stores (arena lengths are multiples of 64).
-# For ResNet-50's 25.5M parameters on an H200 CuPy's copyto took 112 us each way, these take 35 us
-# (the copies) and 45 us (the gradients; benchmarks/profile_train.py).
+# On ResNet-50's parameters these are two to three times faster than CuPy's copyto
+# (benchmarks/profile_train.py).
 _CAST_SOURCE = HALF_CODE + r"""
 template<typename H> __device__ __forceinline__ unsigned short bits(float v);
 template<> __device__ __forceinline__ unsigned short bits<__half>(float v) {

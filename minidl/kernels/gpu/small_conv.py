@@ -2,7 +2,7 @@
 
 At batch 1 a ResNet-50 convolution is a matrix-vector product: each weight is read once and used
 for a handful of outputs, so the time is the weights' bytes over memory bandwidth, a microsecond or
-two. cuDNN's engines, tiled for batches, take 8 to 27 us on the H200 for ResNet-50's layer-3 and -4
+two. cuDNN's engines, tiled for batches, take many times that for ResNet-50's layer-3 and -4
 convolutions at batch 1 (benchmarks/profile_infer.py). Here a block owns output channel k of sample
 n at up to PW output positions: its threads stride over the C*kH*kW products in the weights' memory
 order (coalesced reads of the row, U loads in flight a thread; a 1x1 filter over channels-last x in
