@@ -11,7 +11,6 @@ import numpy as np
 
 Array = Any                          # numpy.ndarray or cupy.ndarray
 DTypeLike = Union[np.dtype, str, type]
-Shape = tuple
 # a graph node's shape: ints, the batch dimension first and None until known (Any: a checker cannot tell
 # the first entry from the rest, and shape arithmetic reads the others)
 BatchShape = tuple[Any, ...]
