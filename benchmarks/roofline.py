@@ -24,11 +24,12 @@ inference lowering, or the training lowering) and counts from the nodes' shapes:
 or what `benchmarks/bench.py train|infer --json` writes (minidl's graphed figure of each case; an infer file names its
 precision; a train file does not, so pass it as bf16=FILE; fp32 is assumed otherwise).
 
-Not computed here: the kernel count per step and the launch floor (an empty CUDA graph of that many nodes, replayed)
-that the issue also asks for. They need the device; `gpu_figures` is where they go, and `table` prints them when
-given.
+The kernel count per step and the launch floor (an empty CUDA graph of that many nodes, replayed) need the device:
+benchmarks/roofline_gpu.py measures them there (with the busiest kernels of each row) and `--gpu FILE` adds its
+figures as two more columns.
 
-    python benchmarks/roofline.py --device "NVIDIA H200" --measured bf16=train_bf16.json --measured infer_fp32.json
+    python benchmarks/roofline.py --device "NVIDIA H200" --measured bf16=train_bf16.json --measured infer_fp32.json \
+        --gpu gpu.json
 """
 from __future__ import annotations
 
@@ -105,13 +106,12 @@ class GpuFigures:
     launch_floor_s: float
 
 
-def gpu_figures(row: str, precision: str) -> GpuFigures:
-    """Kernels per captured step and the replay time of an empty CUDA graph with that many nodes.
-
-    They need the device (count the captured graph's nodes; capture and replay an empty graph of that size), and are
-    not computed by this script: build this on the GPU and pass its results to `table(..., gpu=...)`.
-    """
-    raise NotImplementedError("kernel counts and the launch floor are measured on the GPU, not computed here")
+def read_gpu(path: str) -> dict[tuple[str, str], GpuFigures]:
+    """{(row, precision): GpuFigures} from what `benchmarks/roofline_gpu.py --json` wrote on the device."""
+    with open(path) as f:
+        data = json.load(f)
+    return {(row, p): GpuFigures(round(float(fig["kernels"])), float(fig["launch_floor_us"]) / 1e6)
+            for row, by_precision in data.items() for p, fig in by_precision.items()}
 
 
 def case(row: str) -> tuple[dict[str, Any], bool]:
@@ -247,7 +247,7 @@ def _us(s: float | None) -> str:
 
 def table(rows: Sequence[Limit], measured: Mapping[tuple[str, str], float] | None = None,
           gpu: Mapping[tuple[str, str], GpuFigures] | None = None) -> str:
-    """The Markdown table; measured: {(row, precision): ms}; gpu: `gpu_figures`' results, where measured."""
+    """The Markdown table; measured: {(row, precision): ms}; gpu: {(row, precision): GpuFigures} (read_gpu)."""
     measured, gpu = measured or {}, gpu or {}
     head = ["row", "precision", "GFLOP", "MB moved", "elementwise MB", "compute-bound us", "memory-bound us",
             "limit us", "measured us", "fraction"] + (["kernels", "launch floor us"] if gpu else [])
@@ -274,6 +274,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
     p.add_argument("--device", default=DEFAULT_DEVICE, help=f"GPU name as CUDA reports it ({DEFAULT_DEVICE})")
     p.add_argument("--measured", action="append", default=[], metavar="[PRECISION=]FILE",
                    help="measured ms per row: {row: {precision: ms}} or bench.py --json (repeatable)")
+    p.add_argument("--gpu", metavar="FILE", help="kernels per step and launch floors from roofline_gpu.py --json")
     args = p.parse_args(argv)
     peaks = peaks_of(args.device)
     if peaks is None:
@@ -283,11 +284,12 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
     try:
         for spec in args.measured:
             measured.update(read_measured(spec))
+        gpu = read_gpu(args.gpu) if args.gpu else None
     except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"roofline: cannot read measured times: {e}", file=sys.stderr)
+        print(f"roofline: cannot read measured figures: {e}", file=sys.stderr)
         return 2
     out(f"Limits on {args.device} (datasheet peaks; time = max(FLOPs / peak, bytes / HBM bandwidth))\n")
-    out(table(limits(peaks), measured))
+    out(table(limits(peaks), measured, gpu))
     return 0
 
 

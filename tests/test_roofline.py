@@ -123,9 +123,10 @@ def test_bench_json_is_read(tmp_path: pathlib.Path) -> None:
     assert roofline.read_measured(str(infer)) == {("resnet50-b1", "bf16"): 0.35}
 
 
-def test_gpu_figures_are_not_faked() -> None:
-    with pytest.raises(NotImplementedError):
-        roofline.gpu_figures("resnet50", "bf16")
+def test_gpu_figures_are_read_and_printed(tmp_path: pathlib.Path) -> None:
+    gpu = tmp_path / "gpu.json"
+    gpu.write_text(json.dumps({"lenet-b32": {"bf16": {"kernels": 39.6, "launch_floor_us": 12.0, "top": []}}}))
+    assert roofline.read_gpu(str(gpu)) == {("lenet-b32", "bf16"): roofline.GpuFigures(40, 12e-6)}
     lim = roofline.limit("lenet-b32", "fp32", H100)
     text = roofline.table([lim], gpu={("lenet-b32", "fp32"): roofline.GpuFigures(40, 12e-6)})
     assert text.splitlines()[0].endswith("| kernels | launch floor us |") and "| 40 | 12.0 |" in text
