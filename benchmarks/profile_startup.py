@@ -94,6 +94,7 @@ def child(argv, result_path, top):
     for m in FE_METHODS:
         if hasattr(cudnn._fe.pygraph, m):
             tm.wrap(cudnn._fe.pygraph, m, "fe." + m)
+    compiles = _log_compiles(cupy)
     data = warmup.synthetic(4 * args.batch_size)
     prof = None
     if top:
@@ -103,6 +104,7 @@ def child(argv, result_path, top):
     t = time.perf_counter()
     trainer.fit(data, steps=1, batch_size=args.batch_size, monitor=1)
     r["first_step"] = time.perf_counter() - t
+    r["compiles"] = [[thread, round(start - t, 2), round(dt, 2), label] for thread, start, dt, label in compiles]
     r["ready_wall"] = time.time() - t_start
     if prof is not None:
         prof.disable()
@@ -126,6 +128,24 @@ def child(argv, result_path, top):
         import pstats
         pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(top)
     return 0
+
+
+def _log_compiles(cupy):
+    """A list that fills with (thread, start, seconds, first kernel's name) of every NVRTC compile."""
+    program, log = cupy.cuda.compiler._NVRTCProgram, []
+    compile_program = program.compile
+
+    def logged(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return compile_program(self, *a, **k)
+        finally:
+            if self.src.strip():
+                m = re.search(r"__global__\s+void\s+(\w+)", self.src)
+                thread = "main" if threading.current_thread() is threading.main_thread() else "pool"
+                log.append((thread, t, time.perf_counter() - t, (m.group(1) if m else "?") + f" {len(self.src)}B"))
+    program.compile = logged
+    return log
 
 
 def run_child(cmd, env, timeout):
@@ -153,6 +173,13 @@ def table(results):
         for name, r in results.items():
             if k in r:
                 rows.append((f"{k} [{name}]", json.dumps(r[k])))
+    for name, r in results.items():
+        c = r.get("compiles", [])
+        main = [x for x in c if x[0] == "main"]
+        if c:
+            rows.append((f"compiles [{name}]", f"{len(c)} ({len(main)} on the main thread, {sum(x[2] for x in main):.2f} s)"))
+        for thread, start, dt, label in sorted(c, key=lambda x: -x[2])[:12]:
+            rows.append((f"  compile [{name}]", f"{thread} at {start:.2f} s: {dt:.2f} s {label}"))
     for name, r in results.items():
         for fn, (n, sec, longest) in sorted(r.get("calls", {}).items(), key=lambda kv: -kv[1][1])[:14]:
             rows.append((f"calls [{name}] {fn}", f"n={n} s={sec} max={longest}"))
