@@ -1,7 +1,7 @@
 """Mini-batches of a whole dataset held on the device, reshuffled every epoch by a seeded generator."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -11,6 +11,7 @@ from .errors import DataError
 if TYPE_CHECKING:
     from .._types import Array
     from ..backend import Device
+    from ..graph.model import Model
 
 # MNIST's pixel mean and standard deviation after scaling to [0, 1] (the usual torchvision values)
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
@@ -39,13 +40,69 @@ def pixel_scale(images: np.ndarray, where: str = "images") -> int:
     return 1
 
 
+def preprocessing(model: Model) -> Any:
+    """The layer at `model`'s input that declares `takes_images` (layers.Normalize), or None: a model
+    from before it (or built without it), which takes normalised floats as the Loader makes them."""
+    inputs = {id(n) for n in model.inputs}
+    for node in model.nodes:
+        if getattr(node.layer, "takes_images", False) and all(id(p) in inputs for p in node.parents):
+            return node.layer
+    return None
+
+
+def takes_images(model: Model) -> bool:
+    """Whether `model` carries its preprocessing, so that every entry point takes the contract's images."""
+    return preprocessing(model) is not None
+
+
+def normalization(model: Model) -> bool | tuple[Any, Any]:
+    """What a Loader feeding `model`'s training lowering applies (its `normalize=`): the (mean, std)
+    the model's preprocessing declares (the lowering drops that layer, passes.drop_preprocessing), or
+    True, MNIST's, for a model without one (as before it existed). The Trainer builds its Loaders so."""
+    layer = preprocessing(model)
+    if layer is None:
+        return True
+    return tuple(v[0] if len(v) == 1 else list(v) for v in (layer.mean, layer.std))  # type: ignore[return-value]
+
+
+def check_normalization(model: Model, loader: Loader, where: str = "fit") -> None:
+    """A Loader given to fit or evaluate must apply what `model`'s preprocessing declares; else one DataError."""
+    want = _pair(normalization(model))
+    if _pair(loader.normalize) != want:
+        raise DataError(f"{where}: the Loader normalises with {_pair(loader.normalize)}, but {model.name} declares "
+                        f"{want}: build the Loader with normalize=data.loader.normalization(model)")
+
+
+def _pair(normalize):
+    if normalize is False:
+        return None
+    mean, std = (MNIST_MEAN, MNIST_STD) if normalize is True else normalize
+    return tuple(np.atleast_1d(np.asarray(mean, float)).tolist()), tuple(np.atleast_1d(np.asarray(std, float)).tolist())
+
+
+def images_in(images: Any, where: str, xp: Any = np) -> Any:
+    """Images at an entry point of a model that carries its preprocessing: uint8 in [0, 255] divided
+    by 255 (in float32), floats in [0, 1] as they are (a host array's range is checked: pixel_scale's
+    one DataError line, naming `where`, the dtype and the range). A device float array is not checked
+    (that would wait for the device)."""
+    if getattr(images, "dtype", None) == np.uint8:
+        return xp.divide(images, np.float32(255), dtype=np.float32)
+    if isinstance(images, np.ndarray):
+        pixel_scale(images, where)
+    elif not np.issubdtype(getattr(images, "dtype", np.dtype(np.float32)), np.floating):
+        raise DataError(f"{where}: dtype {images.dtype}, expected {CONTRACT}")
+    return images
+
+
 class Loader:
     """Batches (x, y) of images (N, H, W) or (N, C, H, W) -> x (B, C, H, W) device.dtype, y (B,) int32.
 
     Images are uint8 in [0, 255] or floating point in [0, 1] (pixel_scale; docs/input.md): a float
     image equal to uint8/255 gives the same batches, to the rounding of x's dtype. The whole set is
     copied to the device once: x = (images/scale - 0.1307) / 0.3081 when `normalize` is True
-    (MNIST's mean/std; pass a (mean, std) pair for other data, False for plain [0, 1]).
+    (MNIST's mean/std; pass a (mean, std) pair, each a number or one per channel, for other data,
+    False for plain [0, 1]). A model that carries its preprocessing (layers.Normalize) declares the
+    pair: `normalization(model)` is what to pass, so training runs no kernel for it.
     Epoch e visits the samples in a permutation drawn from NumPy's generator seeded with (seed, e),
     so any batch of any epoch can be rebuilt exactly: `batch(e, k)` is the k-th batch that
     iterating epoch e yields, which is how a resumed run continues mid-epoch.
@@ -58,7 +115,7 @@ class Loader:
 
     def __init__(self, images: np.typing.ArrayLike, labels: np.typing.ArrayLike, batch_size: int, device: Device,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = True,
-                 normalize: bool | tuple[float, float] = True, classes: int = CLASSES, rank: int = 0,
+                 normalize: bool | tuple[Any, Any] = True, classes: int = CLASSES, rank: int = 0,
                  world: int = 1) -> None:
         images, labels = np.asarray(images), np.asarray(labels)
         check_labels(labels, "Loader labels", classes, hint="; pass classes= for another count")
@@ -83,11 +140,16 @@ class Loader:
         if scale != 1:
             x /= scale
         self.blank = 0.0  # what a 0 (background) pixel becomes: the fill of shifted images
+        self.normalize = normalize
         if normalize is not False:
             mean, std = (MNIST_MEAN, MNIST_STD) if normalize is True else normalize
+            # one background value, in x's dtype as x was; per-channel statistics: the mean's, 0
+            blank = np.unique((device.dtype.type(0) - np.asarray(mean, device.dtype)) / np.asarray(std, device.dtype))
+            self.blank = float(blank[0]) if len(blank) == 1 else 0.0
+            if np.ndim(mean) or np.ndim(std):     # one per channel: (C, 1, 1) against (N, C, H, W)
+                mean, std = (xp.asarray(np.reshape(v, (-1, 1, 1)), dtype=device.dtype) for v in (mean, std))
             x -= mean
             x /= std
-            self.blank = float((device.dtype.type(0) - mean) / std)     # in x's dtype, as x was
         self.x, self.y = x, device.asarray(labels, dtype=np.int32)
         self._order: tuple[int | None, Array] = (None, None)  # (epoch, device index array): for batch() calls
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._types import Array
 from ..data.errors import DataError
-from ..data.loader import Loader
+from ..data.loader import Loader, images_in, takes_images
 from .summary import print_summary
 
 if TYPE_CHECKING:
@@ -52,8 +52,10 @@ class FamiliarAPI:
         class probabilities for the zoo's nets, which end in a Softmax (a model without one gives logits).
 
         x: (N, H, W) or (N, C, H, W), uint8 in [0, 255] or floats in [0, 1], the input contract of
-        Trainer.fit and evaluate (docs/input.md), normalised by the same Loader (`normalize` as the
-        Loader's: MNIST's mean and std by default); anything else is a DataError (a ValueError).
+        Trainer.fit and evaluate (docs/input.md), checked by the same Loader; anything else is a
+        DataError (a ValueError). A model that carries its preprocessing (layers.Normalize) applies it
+        itself; a model from before normalises through the Loader (`normalize` as the Loader's:
+        MNIST's mean and std by default).
         `batch_size` images go through each forward (dropout off, BN's running statistics).
         """
         if not (self.single_input and self.single_output):
@@ -61,10 +63,24 @@ class FamiliarAPI:
         images = np.asarray(x)
         try:
             loader = Loader(images, np.zeros(len(images) if images.ndim else 0, np.int64), batch_size, self.device,
-                            shuffle=False, drop_last=False, normalize=normalize)
+                            shuffle=False, drop_last=False, normalize=False if takes_images(self) else normalize)
         except DataError as e:
             raise DataError(f"{self.name}.predict: {e}") from None
         return np.concatenate([np.array(self.device.to_host(self.forward(xb, training=False))) for xb, _ in loader])
+
+    def images_in(self, x: Any, i: int = 0) -> Any:
+        """Input `i` as the model's first layer reads it: for a model that carries its preprocessing
+        (layers.Normalize), uint8 images divided by 255 and a host float array's range checked to be in
+        [0, 1] (one DataError naming `{name}.forward`, the dtype and the range); else x as it is
+        (a model from before takes normalised floats). Model.forward calls it before prepare_input
+        (a training lowering has no such layer: the Loader applied it, so its batches pass as they are)."""
+        takes = self.__dict__.get("_takes_images")
+        if takes is None:                  # the graph is fixed once built: looked up once
+            takes = self.__dict__["_takes_images"] = takes_images(self)  # type: ignore[arg-type]  # a Model
+        if not takes:
+            return x
+        xp = self.device.xp if isinstance(x, self.device.xp.ndarray) else np
+        return images_in(x, f"{self.name}.forward images", xp)
 
     def named_parameters(self) -> Iterator[tuple[str, Array]]:
         """('layer/param', array) for each trainable parameter, in layer order, as torch's named_parameters.

@@ -1,11 +1,13 @@
 """Passes: Graph -> Graph rewrites, each asking the layers what they declare (never their class).
 
 Training and inference are two lowerings of one model graph:
-    training(graph)                 the final Softmax dropped (the loss reads logits), a ReLU fused
-                                    into the BN or Add before it (one kernel instead of two), else
-                                    moved after the max-pool reading it (on 4x fewer values)
-    inference(graph, probabilities) dropout removed, zero pads and BN folded into the convs, every
-                                    fusable ReLU fused, the final Softmax dropped unless asked for
+    training(graph)                 the input preprocessing dropped (the Loader applies it to the whole
+                                    set once), the final Softmax dropped (the loss reads logits), a
+                                    ReLU fused into the BN or Add before it (one kernel instead of
+                                    two), else moved after the max-pool reading it (on 4x fewer values)
+    inference(graph, probabilities) dropout removed, zero pads, BN and the input preprocessing folded
+                                    into the convs (the last where exact), every fusable ReLU fused,
+                                    the final Softmax dropped unless asked for
 and `last_reads` plans buffers: each value is dropped after the step that reads it last.
 A precision policy is one more pass after either pipeline: `cast(graph, compute)`.
 """
@@ -64,6 +66,42 @@ def fold_into_consumers(g: Graph) -> Graph:
     return g
 
 
+def _preprocessing(g: Graph) -> list[Node]:
+    """The nodes that declare `takes_images` (layers.Normalize) and read a model input directly."""
+    inputs = {id(n) for n in g.inputs}
+    return [n for n in g.nodes if getattr(n.layer, "takes_images", False)
+            and all(id(p) in inputs for p in n.parents)]
+
+
+def drop_preprocessing(g: Graph) -> Graph:
+    """The input preprocessing goes from a training graph: the data Loader has applied it to the whole
+    set on the device once (data.loader.normalization(model)), so a step runs no kernel for it."""
+    for node in _preprocessing(g):
+        g.bypass(node, f"{node.kind}_by_loader")
+    return g
+
+
+def fold_preprocessing(g: Graph) -> Graph:
+    """The input preprocessing y = a x + b (per channel, the layer's `affine`) folds into the conv that
+    is its only reader where that is exact, a conv without padding (zero padding of y is not zero
+    padding of x): w' = w a (per input channel), b' = b + sum over c, kH, kW of w b. Elsewhere it stays,
+    one elementwise kernel."""
+    for node in _preprocessing(g):
+        reader = g.sole_reader(node)
+        if reader is None or reader.kind != "conv2d":
+            continue
+        conv, in_shape = reader.layer, node.shape[1:]
+        if any(conv.pads(in_shape)):  # type: ignore[attr-defined]  # a Conv2D (its kind)
+            continue
+        a, b = node.layer.affine(in_shape[0])  # type: ignore[attr-defined]  # declared with takes_images
+        w = g.weights[f"{conv.name}/w"]                                         # (K, C, kH, kW)
+        bias = g.weights.get(f"{conv.name}/b", np.zeros(w.shape[0]))
+        g.replace(reader, conv.clone(bias=True), {"w": w * a[None, :, None, None],
+                                                  "b": bias + np.einsum("kcij,c->k", w, b)})
+        g.bypass(node, f"{node.kind}_folded")
+    return g
+
+
 def fuse_activations(g: Graph, into: Collection[str] | None = None) -> Graph:
     """A fusable activation read from a layer that can apply it (and has none yet) joins that layer.
 
@@ -108,14 +146,15 @@ TRAINING_FUSION = ("batchnorm", "add")
 
 
 def training(g: Graph) -> Graph:
-    return sink_activations(fuse_activations(drop_final_softmax(g), into=TRAINING_FUSION))
+    g = drop_final_softmax(drop_preprocessing(g))
+    return sink_activations(fuse_activations(g, into=TRAINING_FUSION))
 
 
 def inference(g: Graph, probabilities: bool = False) -> Graph:
     g = drop_inference_identities(g)
     if not probabilities:
         g = drop_final_softmax(g)
-    return fuse_activations(fold_into_producers(fold_into_consumers(g)))
+    return fuse_activations(fold_preprocessing(fold_into_producers(fold_into_consumers(g))))
 
 
 def cast(g: Graph, compute: DTypeLike, base: DTypeLike = "float32") -> Graph:

@@ -9,7 +9,9 @@ zero pads and BN folded into the convs, ReLUs fused, the final Softmax dropped u
 builds the result as a Model of its own on the chosen device, and schedules it into kernel
 calls (minidl.inference.schedule). Weights only, in float32 by default; `precision='bf16'` or
 'fp16' runs the convolutions, dense layers and activations in that dtype (BN folded in float64
-first, then rounded) and saves artifacts in it, at half the size.
+first, then rounded) and saves artifacts in it, at half the size. A model that carries its
+preprocessing (layers.Normalize) compiles to one that takes the same images (docs/input.md): the
+layer folded into the first conv where exact (no padding there), else one elementwise kernel.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import numpy as np
 
 from .. import precision as _precision
 from ..backend import get_device
+from ..data.loader import takes_images
 from ..graph import Graph, Model, passes
 from .artifact import ArtifactError, read as _read
 from .model import InferenceModel, OpTime
@@ -39,8 +42,8 @@ def load(path: str | os.PathLike, device: str | Device | None = None) -> Inferen
     The file is checked first (format, dtype, the graph's config, every tensor's name and shape),
     so a bad file is one ArtifactError naming it, before anything is allocated.
     """
-    model, probabilities, stats, precision = _read(path, device)
-    return InferenceModel(model, probabilities, stats, precision=precision)
+    model, probabilities, stats, precision, images = _read(path, device)
+    return InferenceModel(model, probabilities, stats, precision=precision, images=images)
 
 
 def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | Device | None = None,
@@ -66,7 +69,8 @@ def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | D
         device = model.device if device is None else device
     policy = _precision.policy(precision)
     lowered, stats = lower(model, device, probabilities, dtype, policy, channels_last)
-    return InferenceModel(lowered, probabilities, stats, direct and not stats.get("channels_last"), policy.name)
+    return InferenceModel(lowered, probabilities, stats, direct and not stats.get("channels_last"), policy.name,
+                          takes_images(model))
 
 
 def lower(model: Model, device: str | Device = "cpu", probabilities: bool = False, dtype: DTypeLike = "float32",

@@ -3,7 +3,9 @@
 One .npz written atomically: every parameter by 'layer/param' name in the dtype its layer
 computes in (bfloat16 stored as its uint16 bits, listed in `bfloat16_bits`: .npy has no
 bfloat16), and a JSON record {format, model (the config, its Cast layers included), dtype (of
-the inputs and outputs), precision, probabilities, stats}. Under bf16 or fp16 the weights take
+the inputs and outputs), precision, probabilities, stats, images (whether the model takes the input
+contract's images: it carried its preprocessing; absent in artifacts from before, which take
+normalised floats)}. Under bf16 or fp16 the weights take
 half the bytes. Loading checks the format, every tensor's dtype against the record, rebuilds the
 graph from the config (every layer argument validated, every tensor's name and shape checked
 before anything is allocated), then every tensor's dtype against the layer that holds it; a
@@ -35,19 +37,20 @@ class ArtifactError(ValueError):
 
 
 def write(path: str | os.PathLike, model: Model, probabilities: bool, stats: dict[str, Any],
-          precision: str = "fp32") -> str | os.PathLike:
+          precision: str = "fp32", images: bool = False) -> str | os.PathLike:
     """Write the lowered `model` (a Model), its precision policy's name and how it was made as an artifact."""
     weights = model.get_weights()
     bits = sorted(k for k, a in weights.items() if a.dtype == _precision.BFLOAT16)
     arrays = {k: a.view(np.uint16) if k in bits else a for k, a in weights.items()}
     info = {"format": FORMAT, "model": model.config(), "dtype": model.device.dtype.name, "precision": precision,
-            "bfloat16_bits": bits, "probabilities": probabilities, "stats": stats}
+            "bfloat16_bits": bits, "probabilities": probabilities, "stats": stats, "images": bool(images)}
     return write_npz(path, arrays, info)
 
 
 def read(path: str | os.PathLike,
-         device: str | Device | None = None) -> tuple[Model, bool, dict[str, Any], str]:
-    """(lowered Model on `device` (None: 'auto'), probabilities, stats, precision name) of an artifact."""
+         device: str | Device | None = None) -> tuple[Model, bool, dict[str, Any], str, bool]:
+    """(lowered Model on `device` (None: 'auto'), probabilities, stats, precision name, whether it takes
+    images) of an artifact."""
     info, arrays = read_npz(path, "artifact", ArtifactError)
     fmt = info.get("format")
     if fmt not in READS:
@@ -84,4 +87,5 @@ def read(path: str | os.PathLike,
             raise ArtifactError(f"artifact {path}: tensor {k} is {a.dtype.name}, but its layer computes in "
                                 f"{model.params[k].data.dtype.name}")
     stats = info.get("stats")
-    return model, bool(info.get("probabilities")), stats if isinstance(stats, dict) else {}, policy.name
+    return (model, bool(info.get("probabilities")), stats if isinstance(stats, dict) else {}, policy.name,
+            info.get("images") is True)

@@ -6,6 +6,12 @@ copies x into the buffer and launches the graph. Given the input buffer itself
 (`input_buffer(N)`), predict is one dict lookup and the graph launch. The array it returns is the
 graph's output buffer: valid until the next call at that batch size (copy it to keep it).
 Elsewhere predict returns fresh arrays.
+
+A model compiled from one that carries its preprocessing (`images`: layers.Normalize, folded into
+the first conv or kept as one elementwise kernel) takes the input contract's images (docs/input.md):
+uint8 in [0, 255] (divided by 255 on the device, after a uint8 copy) or floats in [0, 1] (a host
+array's range is checked; a device array and the input buffer are taken as they are). A model from
+before takes normalised floats, unchecked, as it always did.
 """
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from ..data.loader import CONTRACT, pixel_scale
+from ..data.errors import DataError
 from ..graph.passes import last_reads
 from . import artifact, schedule as _schedule
 
@@ -32,8 +40,9 @@ class InferenceModel:
     """A built, inference-lowered Model on one device.   predict(x (N, *input_shape)) -> y."""
 
     def __init__(self, model: Model, probabilities: bool = False, stats: dict[str, Any] | None = None,
-                 direct: bool = True, precision: str = "fp32") -> None:
+                 direct: bool = True, precision: str = "fp32", images: bool = False) -> None:
         self.model, self.device, self.name = model, model.device, model.name
+        self.images = bool(images)                 # takes the contract's images (the model's preprocessing)
         self.dtype, self.probabilities = model.device.dtype, bool(probabilities)
         self.precision = precision                 # the policy's name: inputs and outputs in `dtype`
         self.stats = dict(stats or {})
@@ -105,8 +114,19 @@ class InferenceModel:
     def _pack(self, outs):
         return outs[0] if len(outs) == 1 else list(outs)
 
-    def _to_device(self, x):
-        return self.device.asarray(x, dtype=self.dtype)
+    def _to_device(self, x, out=None):
+        """x on the device in the model's dtype (into `out` if given); images as the contract says."""
+        if self.images:
+            if getattr(x, "dtype", None) == np.uint8:          # uint8 crosses (4x fewer bytes), / 255 there
+                return self.device.xp.divide(self.device.asarray(x), np.float32(255), out=out, dtype=np.float32)
+            if isinstance(x, np.ndarray):
+                pixel_scale(x, f"{self.name}.predict images")
+            elif not np.issubdtype(getattr(x, "dtype", np.dtype(np.float32)), np.floating):
+                raise DataError(f"{self.name}.predict images: dtype {x.dtype}, expected {CONTRACT}")
+        if out is None:
+            return self.device.asarray(x, dtype=self.dtype)
+        out[...] = self.device.asarray(x, dtype=self.dtype)
+        return out
 
     def _entry(self, N):
         entry = self._entries.get(N)
@@ -132,8 +152,8 @@ class InferenceModel:
         """
         from ..backend import CaptureError
         rng = np.random.default_rng(0)
-        for buf in bufs:
-            buf[...] = self._to_device(rng.standard_normal(buf.shape, dtype=np.float32))
+        for buf in bufs:           # a probe in the model's input range either way
+            buf[...] = self.device.asarray(rng.random(buf.shape, dtype=np.float32), dtype=self.dtype)
         want = [y.copy() for y in self._forward(bufs)]
         call = self.device.capture(lambda: self._forward(bufs))
         for w, y in zip(want, call.replay()):
@@ -164,7 +184,7 @@ class InferenceModel:
         bufs, call = self._entry(N)
         for buf, x in zip(bufs, xs):
             if x is not buf:
-                buf[...] = self._to_device(x)
+                self._to_device(x, out=buf)
         return self._pack(call.replay())
 
     __call__ = predict
@@ -206,5 +226,5 @@ class InferenceModel:
 
     def save(self, path: str | os.PathLike) -> str | os.PathLike:
         """Write the weights-only artifact (the lowered graph in Model.config's format) atomically."""
-        return artifact.write(path, self.model, self.probabilities, self.stats, self.precision)
+        return artifact.write(path, self.model, self.probabilities, self.stats, self.precision, self.images)
 

@@ -8,7 +8,9 @@ family takes the shapes and the dtype (its DTYPES: float32):
 - a run of dense layers, each the only reader of the last -> one `mlp` call;
 - add + ReLU -> one kernel;
 - a whole model of conv-pool stages, a flatten and a dense chain (LeNet-5) -> ONE `chain`
-  kernel at batch sizes up to CHAIN_MAX_BATCH (latency); the steps above beyond (throughput).
+  kernel at batch sizes up to CHAIN_MAX_BATCH (latency); the steps above beyond (throughput);
+  the input preprocessing it keeps (layers.Normalize before a padded conv) runs first, or inside
+  the chain kernel where the family declares X_AFFINE (`Step.kernels` counts the launches).
 Everything else is the node's own layer in evaluation mode.
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Step:
                  run: Callable[[list[Array]], Any]) -> None:
         self.name, self.kind, self.nodes, self.inputs, self.out, self.run = \
             name, kind, nodes, list(inputs), out, run
+        self.kernels = 1                    # kernel launches it stands for (a chain after a kept Normalize: 2)
 
     def __repr__(self) -> str:
         return f"Step({self.kind}, {self.name!r})"
@@ -121,10 +124,17 @@ def _mlp_step(dk, nodes, inputs, out):
 
 
 def _chain_step(dk, model, steps, outputs):
-    """The whole model as one chain kernel call, if it is conv-pool stages, a flatten, a dense chain."""
+    """The whole model as one chain kernel call, if it is conv-pool stages, a flatten, a dense chain,
+    after the input preprocessing where the model keeps it (a padded first conv: not folded). A
+    family that declares X_AFFINE takes it as `x_affine=(a, b)`, applied as it stages the input (its
+    zero padding stays zero), so the chain stays one kernel; else it runs first, one elementwise
+    kernel (the step's `kernels`: 2)."""
     if len(model.inputs) != 1 or len(outputs) != 1 or not steps:
         return None
-    stages, prev = [], 0
+    pre = None
+    if steps[0].kind == "normalize" and steps[0].inputs == [0] and len(steps) > 1:
+        pre, steps = steps[0], steps[1:]
+    stages, prev = [], 0 if pre is None else pre.out
     for j, st in enumerate(steps):
         last = j == len(steps) - 1
         if st.inputs != [prev] or (last and st.out not in outputs):
@@ -142,9 +152,17 @@ def _chain_step(dk, model, steps, outputs):
         prev = st.out
     if not dk.supported_chain(model.inputs[0].shape[1:], stages):
         return None
-    nodes = [n for st in steps for n in st.nodes]
-    return Step(f"{nodes[0].layer.name}..{nodes[-1].layer.name}", "chain", nodes, [0], steps[-1].out,
-                lambda xs: dk.chain_fprop(xs[0], stages))
+    nodes = [n for st in ([pre] if pre else []) + steps for n in st.nodes]
+    name = f"{nodes[0].layer.name}..{nodes[-1].layer.name}"
+    if pre is None:
+        return Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(xs[0], stages))
+    if getattr(dk, "X_AFFINE", False):
+        xp = model.device.xp
+        a, b = (xp.asarray(v, dtype=model.device.dtype) for v in pre.nodes[0].layer.affine(model.inputs[0].shape[1]))
+        return Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(xs[0], stages, x_affine=(a, b)))
+    step = Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(pre.run(xs), stages))
+    step.kernels = 2
+    return step
 
 
 def direct_family(device: Device, dtype: DTypeLike | None = None) -> Kernels | None:

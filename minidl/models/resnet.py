@@ -1,6 +1,6 @@
 """ResNet-18/34/50/101/152 (He et al., 2016) in the C++ trainer's form for 28x28 inputs.
 
-Stem: Pad2D(3), conv 64@7x7 stride 2, BN, ReLU, max-pool 3 stride 2 pad 1; four stages of
+Stem: Normalize (preprocess=False: without it, models/_input.py), Pad2D(3), conv 64@7x7 stride 2, BN, ReLU, max-pool 3 stride 2 pad 1; four stages of
 residual blocks (widths 64, 128, 256, 512; stride 2 in the first block of stages 2-4, on the
 3x3 conv); Flatten, Dense, Softmax. A 28x28 input leaves 1x1 spatially at the end, so the
 Flatten is a global pool there; larger inputs give the Dense C*H*W features (the C++ trainer's form).
@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from .. import layers as L
 from ..graph import Input, Model
+from ._input import preprocessing
 
 # depth -> (block, blocks per stage). The C++ trainer built ResNet-50 with (3, 6, 4, 3), a fault; these
 # are the paper's counts.
@@ -72,7 +73,8 @@ def _bottleneck(x, C, width, stride, last_gamma="zeros"):
 
 
 def build_resnet(block: str, blocks: Sequence[int], input_shape: tuple[int, ...] = (1, 28, 28),
-                 classes: int = 10, zero_init_residual: bool = True, **model_kwargs: Any) -> Model:
+                 classes: int = 10, zero_init_residual: bool = True, preprocess: bool = True,
+                 **model_kwargs: Any) -> Model:
     """A ResNet of `block` ('basic' or 'bottleneck') with `blocks` per stage (four ints).
 
     x (N, C, H, W) -> probabilities (N, classes). `resnet(depth)` is the usual entry point;
@@ -86,8 +88,10 @@ def build_resnet(block: str, blocks: Sequence[int], input_shape: tuple[int, ...]
     unit = _basic if block == "basic" else _bottleneck
     model_kwargs.setdefault("name", "resnet")
 
-    x = Input(input_shape)
-    h = L.MaxPool2D(3, stride=2, padding=1)(_conv_bn(x, 64, 7, stride=2))   # Pad2D(3), conv, BN, ReLU
+    x = h = Input(input_shape)
+    for layer in preprocessing(preprocess):
+        h = layer(h)
+    h = L.MaxPool2D(3, stride=2, padding=1)(_conv_bn(h, 64, 7, stride=2))   # Pad2D(3), conv, BN, ReLU
     C = 64
     for stage, (width, n) in enumerate(zip(WIDTHS, blocks)):
         for i in range(n):
@@ -98,11 +102,11 @@ def build_resnet(block: str, blocks: Sequence[int], input_shape: tuple[int, ...]
 
 
 def resnet(depth: int, input_shape: tuple[int, ...] = (1, 28, 28), classes: int = 10, zero_init_residual: bool = True,
-           **model_kwargs: Any) -> Model:
+           preprocess: bool = True, **model_kwargs: Any) -> Model:
     """ResNet-`depth` for depth in 18, 34 (basic blocks) and 50, 101, 152 (bottleneck blocks).
 
     x (N, C, H, W) -> probabilities (N, classes). zero_init_residual: each residual branch's last BN
-    starts with gamma = 0 (False: 1). model_kwargs (device, dtype, seed, name) go to Model.
+    starts with gamma = 0 (False: 1). preprocess: starts with Normalize (models/_input.py). model_kwargs (device, dtype, seed, name) go to Model.
     """
     if isinstance(depth, str) and depth.isdigit():
         depth = int(depth)
@@ -111,4 +115,4 @@ def resnet(depth: int, input_shape: tuple[int, ...] = (1, 28, 28), classes: int 
                          f"{', '.join(map(str, RESNET_DEPTHS))}")
     block, blocks = RESNET_DEPTHS[depth]
     model_kwargs.setdefault("name", f"resnet{depth}")
-    return build_resnet(block, blocks, input_shape, classes, zero_init_residual, **model_kwargs)
+    return build_resnet(block, blocks, input_shape, classes, zero_init_residual, preprocess, **model_kwargs)
