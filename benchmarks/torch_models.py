@@ -3,7 +3,9 @@
 `torch_model(case)` builds the PyTorch twin of a benchmark case's minidl model (LeNet-5, the ResNets,
 and the cuDNN-vs-PyTorch study's SimpleNet, Caffe's LeNet, ReLUNet and LargeNet); `torch_from_minidl`
 copies a minidl model's weights into it by the names minidl.torch_names gives (strict: every
-parameter and statistic, each of the right shape).
+parameter and statistic, each of the right shape). A minidl model that carries its preprocessing
+(layers.Normalize) gets a twin that applies it too (`Preprocessed`), so both take the same images
+(docs/input.md); its mean and std are no state_dict entries, so the names stay minidl.torch_names'.
 """
 import torch
 import torch.nn as nn
@@ -34,11 +36,26 @@ TWINS = {
 }
 
 
-def torch_model(case):
-    """The PyTorch twin of the case's minidl model (its "model" and, for a ResNet, "depth")."""
-    if case["model"] in TWINS:
-        return TWINS[case["model"]]()
-    return _torch_resnet(case["depth"])
+class Preprocessed(nn.Sequential):
+    """An nn.Sequential whose input is first normalised, (x - mean) / std per channel: a twin of a
+    minidl model that starts with layers.Normalize. The two are non-persistent buffers (they move with
+    .to(device), and the state_dict, hence load_state_dict(strict=True), has the twin's names only)."""
+
+    def __init__(self, net, mean, std):
+        super().__init__(*net)
+        C = -1
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).reshape(1, C, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).reshape(1, C, 1, 1), persistent=False)
+
+    def forward(self, x):
+        return super().forward((x - self.mean) / self.std)
+
+
+def torch_model(case, normalize=None):
+    """The PyTorch twin of the case's minidl model (its "model" and, for a ResNet, "depth");
+    normalize: (mean, std) of the minidl model's layers.Normalize, which the twin then applies first."""
+    net = TWINS[case["model"]]() if case["model"] in TWINS else _torch_resnet(case["depth"])
+    return net if normalize is None else Preprocessed(net, *normalize)
 
 
 def _torch_resnet(depth):
@@ -81,7 +98,9 @@ def _torch_resnet(depth):
 
 def torch_from_minidl(case, model, device="cuda"):
     """torch_model(case) holding `model`'s weights (by minidl.torch_names, strict), in eval mode."""
-    tmodel = torch_model(case)
+    from minidl.data.loader import preprocessing
+    pre = preprocessing(model)
+    tmodel = torch_model(case, None if pre is None else (list(pre.mean), list(pre.std)))
     state = {k: torch.from_numpy(v) for k, v in torch_names.to_torch(model).items()}
     tmodel.load_state_dict(state, strict=True)
     modules = dict(tmodel.named_modules())

@@ -4,7 +4,9 @@
     python -m minidl.export checkpoints/resnet18.npz --safetensors resnet18.safetensors
 
 --onnx writes the graph minidl.inference.compile runs (BN folded, dropout removed, the final Softmax
-dropped unless --probabilities), opset 17, float32, a dynamic batch dimension (minidl.onnx_export).
+dropped unless --probabilities), opset 17, float32, a dynamic batch dimension (minidl.onnx_export);
+a model that carries its preprocessing takes images in [0, 1] (--uint8: uint8 in [0, 255]), one
+from before normalised floats (docs/input.md).
 --safetensors writes every parameter and BN statistic under the names the model's PyTorch twin uses
 (minidl.torch_names; benchmarks/torch_models.py builds the twins), so a torch state_dict made from
 it loads with strict=True; its metadata holds the architecture, so minidl.checkpoint.load_model
@@ -52,6 +54,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--onnx", metavar="PATH", help="write the inference graph as ONNX (opset 17)")
     p.add_argument("--safetensors", metavar="PATH", help="write the weights with PyTorch names")
     p.add_argument("--probabilities", action="store_true", help="keep the final Softmax in the ONNX graph")
+    p.add_argument("--uint8", action="store_true", help="the ONNX input is uint8 images in [0, 255] "
+                   "(default: float images in [0, 1]); for a model that carries its preprocessing")
     return p
 
 
@@ -61,6 +65,8 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
         p.error("nothing to write: give --onnx PATH and/or --safetensors PATH")
     if args.probabilities and not args.onnx:
         p.error("--probabilities applies to --onnx only")
+    if args.uint8 and not args.onnx:
+        p.error("--uint8 applies to --onnx only")
     if args.safetensors and not args.safetensors.endswith(".safetensors"):
         p.error(f"--safetensors {args.safetensors}: the file name must end in .safetensors")
     for flag in ("onnx", "safetensors"):
@@ -84,9 +90,9 @@ def run(args: argparse.Namespace) -> None:
             import onnx  # noqa: F401  (named in the error below when absent)
         except ImportError:
             raise ValueError(f"--onnx needs the onnx package ({install_hint('export', 'onnx')})") from None
-        save_onnx(args.onnx, model, args.probabilities)
+        save_onnx(args.onnx, model, args.probabilities, args.uint8)
         print(f"wrote {args.onnx}: {model.name} inference graph, ONNX opset {OPSET}, dynamic batch"
-              f"{', probabilities' if args.probabilities else ', logits'}")
+              f"{', probabilities' if args.probabilities else ', logits'}{', uint8 input' if args.uint8 else ''}")
     if args.safetensors:
         tensors = save_safetensors(args.safetensors, model)
         print(f"wrote {args.safetensors}: {len(tensors)} tensors with PyTorch names")

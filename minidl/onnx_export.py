@@ -8,6 +8,12 @@ The graph is the one minidl.inference.compile runs: Graph.of(model, weights) thr
 minidl.graph.passes.inference (dropout removed, zero pads and BN folded into the convs, ReLUs
 fused, the final Softmax dropped unless probabilities=True), built on the CPU in float32 so that
 every layer's plan (pads, windows, strides) is decided.
+
+Inputs are what minidl's entry points take (docs/input.md). A model that carries its preprocessing
+(layers.Normalize) exports a graph that starts with it: float32 images in [0, 1], normalised by a
+Sub and a Div (or, where the inference passes folded it into the first conv, by that conv's
+weights); `uint8=True` makes the input uint8 in [0, 255], followed by a Cast and a Div by 255.
+A model from before takes normalised floats, as minidl's forward does.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ if TYPE_CHECKING:
 OPSET = 17
 BATCH = "N"          # the dynamic batch dimension's name
 # the node kinds exported, each by the _Emitter method of its name
-KINDS = ("conv2d", "dense", "pool", "avgpool", "gap", "flatten", "add", "batchnorm", "relu", "leaky_relu",
+KINDS = ("normalize", "conv2d", "dense", "pool", "avgpool", "gap", "flatten", "add", "batchnorm", "relu", "leaky_relu",
          "sigmoid", "tanh", "pad", "lrn", "softmax")
 
 
@@ -62,6 +68,14 @@ class _Emitter:
         return self.op("Relu", [out + "/pre_relu"], out)
 
     # -- one method per kind: (node, input names, output name, the layer's weights) ---------------
+    def normalize(self, node, ins, out, w):
+        C, rank = node.shape[1], len(node.shape)
+        shape = (1, C) + (1,) * (rank - 2)                  # per channel, broadcast over (N, C, ...)
+        mean, std = (np.broadcast_to(np.array(v, np.float32), (C,)).reshape(shape)
+                     for v in (node.layer.mean, node.layer.std))
+        self.op("Sub", ins + [self.const(f"{out}/mean", mean)], out + "/centred")
+        return self.op("Div", [out + "/centred", self.const(f"{out}/std", std)], out)
+
     def conv2d(self, node, ins, out, w):
         layer, plan = node.layer, node.layer.plan
         args = [self.const(f"{out}/w", w["w"])] + ([self.const(f"{out}/b", w["b"])] if "b" in w else [])
@@ -126,11 +140,19 @@ class _Emitter:
         return self.op("Softmax", ins, out, axis=1)
 
 
-def to_onnx(model: Model, probabilities: bool = False) -> onnx.ModelProto:
-    """An onnx.ModelProto of `model`'s inference graph (float32, opset 17, dynamic batch)."""
+def to_onnx(model: Model, probabilities: bool = False, uint8: bool = False) -> onnx.ModelProto:
+    """An onnx.ModelProto of `model`'s inference graph (float32, opset 17, dynamic batch).
+
+    uint8: the input is uint8 images in [0, 255] (a Cast and a Div by 255 first); only for a model
+    that carries its preprocessing (else its input is normalised floats, which uint8 cannot hold).
+    """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
+    from .data.loader import takes_images
+    if uint8 and not takes_images(model):
+        raise ValueError(f"{model.name} takes normalised floats (it carries no layers.Normalize): a uint8 input "
+                         "needs a model that carries its preprocessing")
     lowered = lower(model, probabilities)
     weights = lowered.get_weights()
     emit = _Emitter(helper, numpy_helper)
@@ -138,8 +160,12 @@ def to_onnx(model: Model, probabilities: bool = False) -> onnx.ModelProto:
     graph_inputs = []
     for i, node in enumerate(lowered.inputs):
         names[id(node)] = "input" if len(lowered.inputs) == 1 else f"input_{i}"
-        graph_inputs.append(helper.make_tensor_value_info(names[id(node)], TensorProto.FLOAT,
-                                                          [BATCH, *node.shape[1:]]))
+        graph_inputs.append(helper.make_tensor_value_info(names[id(node)], TensorProto.UINT8 if uint8
+                                                          else TensorProto.FLOAT, [BATCH, *node.shape[1:]]))
+        if uint8:                    # the contract's uint8: / 255 in float32, as minidl's entry points divide
+            cast = emit.op("Cast", [names[id(node)]], names[id(node)] + "/float", to=TensorProto.FLOAT)
+            names[id(node)] = emit.op("Div", [cast, emit.const(f"{names[id(node)]}/255", np.array(255, np.float32))],
+                                      names[id(node)] + "/unit")
     for node in lowered.nodes:
         if node.kind not in KINDS:
             raise ValueError(f"{model.name}: layer {node.layer.name} of kind {node.kind!r} has no ONNX mapping")
@@ -159,8 +185,9 @@ def to_onnx(model: Model, probabilities: bool = False) -> onnx.ModelProto:
     return proto
 
 
-def save_onnx(path: str | os.PathLike, model: Model, probabilities: bool = False) -> str | os.PathLike:
+def save_onnx(path: str | os.PathLike, model: Model, probabilities: bool = False,
+              uint8: bool = False) -> str | os.PathLike:
     """Write `model`'s inference graph to `path` as ONNX through minidl.files' writer (temp file,
     fsync, rename: a full disk leaves the previous file whole); returns the path."""
-    data = to_onnx(model, probabilities).SerializeToString()
+    data = to_onnx(model, probabilities, uint8).SerializeToString()
     return files.write_atomic(path, lambda f: f.write(data))

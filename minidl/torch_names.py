@@ -8,6 +8,10 @@ holding `short` and `body`, each an nn.Sequential of the shortcut's and the bran
     lenet5:   conv2d/w -> 0.weight,  dense_2/b -> 11.bias
     resnet18: conv2d_1/w -> 1.weight,  fbn_1/gamma -> 2.weight,  conv2d_8/w -> 7.short.0.weight
 
+The input preprocessing (layers.Normalize, no parameters) is no module `i`: the twin applies it
+before its first module (benchmarks/torch_models.py), so a model carries the same names with it
+or without it, and safetensors files written before it load into either.
+
 Names are decided from the graph (node kinds and edges), never from class names.
 """
 from __future__ import annotations
@@ -78,6 +82,8 @@ def module_paths(model: Model) -> dict[str, str]:
     """{layer name: the twin's module path} for every layer of `model`."""
     member, top, paths = _blocks(model), {}, {}      # type: dict, dict[int, str], dict[str, str]
     for node in model.nodes:
+        if getattr(node.layer, "takes_images", False):     # before module 0, not one of them
+            continue
         if len(node.parents) > 2:
             raise ValueError(f"{model.name}: layer {node.layer.name} has {len(node.parents)} inputs; "
                              f"it has no PyTorch twin layout")

@@ -1,8 +1,8 @@
 """ResNet-18/34/50/101/152 (He et al., 2016) in the C++ trainer's form for 28x28 inputs.
 
-Stem: Normalize (preprocess=False: without it, models/_input.py), Pad2D(3), conv 64@7x7 stride 2, BN, ReLU, max-pool 3 stride 2 pad 1; four stages of
-residual blocks (widths 64, 128, 256, 512; stride 2 in the first block of stages 2-4, on the
-3x3 conv); Flatten, Dense, Softmax. A 28x28 input leaves 1x1 spatially at the end, so the
+Stem: Normalize (preprocess=False: without it, models/_input.py), Pad2D(3), conv 64@7x7 stride 2,
+BN, ReLU, max-pool 3 stride 2 pad 1; four stages of residual blocks (widths 64, 128, 256, 512;
+stride 2 in the first block of stages 2-4, on the 3x3 conv); Flatten, Dense, Softmax. A 28x28 input leaves 1x1 spatially at the end, so the
 Flatten is a global pool there; larger inputs give the Dense C*H*W features (the C++ trainer's form).
 
 Layer names follow the C++ trainer's listing: in each block the projection shortcut (if any) comes
@@ -106,7 +106,8 @@ def resnet(depth: int, input_shape: tuple[int, ...] = (1, 28, 28), classes: int 
     """ResNet-`depth` for depth in 18, 34 (basic blocks) and 50, 101, 152 (bottleneck blocks).
 
     x (N, C, H, W) -> probabilities (N, classes). zero_init_residual: each residual branch's last BN
-    starts with gamma = 0 (False: 1). preprocess: starts with Normalize (models/_input.py). model_kwargs (device, dtype, seed, name) go to Model.
+    starts with gamma = 0 (False: 1). preprocess: starts with Normalize (models/_input.py).
+    model_kwargs (device, dtype, seed, name) go to Model.
     """
     if isinstance(depth, str) and depth.isdigit():
         depth = int(depth)
