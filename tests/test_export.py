@@ -15,16 +15,15 @@ N_IMAGES = 2000
 
 @pytest.fixture(scope="module")
 def digits():
-    """The first 2000 MNIST test images, normalised as the loader does, and their labels."""
+    """The first 2000 MNIST test images as floats in [0, 1] (the input contract, docs/input.md), and labels."""
     images, labels = mnist("test")
-    x = ((images[:N_IMAGES, None].astype(np.float32) / 255) - MNIST_MEAN) / MNIST_STD    # (N, 1, 28, 28)
-    return x.astype(np.float32), labels[:N_IMAGES]
+    return images[:N_IMAGES, None].astype(np.float32) / 255, labels[:N_IMAGES]      # (N, 1, 28, 28)
 
 
-def onnx_run(model, x, probabilities=False):
+def onnx_run(model, x, probabilities=False, uint8=False):
     ort = pytest.importorskip("onnxruntime")
     from minidl.onnx_export import to_onnx
-    proto = to_onnx(model, probabilities)
+    proto = to_onnx(model, probabilities, uint8)
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     return proto, np.concatenate([session.run(None, {"input": x[i:i + 500]})[0] for i in range(0, len(x), 500)])
 
@@ -56,6 +55,37 @@ def test_onnx_logits_equal_minidl_inference_on_mnist(name, digits):
         assert (got.argmax(1) == labels).mean() > 0.8            # 88% after 94 steps
     ops = [n.op_type for n in proto.graph.node]
     assert not {"BatchNormalization", "Dropout", "Softmax"} & set(ops)      # folded, removed, dropped
+
+
+@pytest.mark.parametrize("name", ["lenet", "simplenet", "resnet18"])
+def test_onnx_starts_with_the_preprocessing_and_takes_uint8_too(name, digits):
+    """Float images in [0, 1] and (uint8=True) uint8 in [0, 255] give minidl's answer on the same images:
+    the Normalize as Sub/Div (LeNet, ResNet: a padded first conv) or folded into the conv (SimpleNet)."""
+    pytest.importorskip("onnx")
+    x = digits[0][:64]
+    u8 = np.rint(x * 255).astype(np.uint8)
+    model = randomize_weights(models.get(name, seed=6), seed=7)
+    want = inference.compile(model, device="cpu").predict(u8)
+    proto, got = onnx_run(model, x)
+    proto8, got8 = onnx_run(model, u8, uint8=True)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got8, want, rtol=1e-4, atol=1e-4)
+    ops = [n.op_type for n in proto.graph.node]
+    assert (ops[:2] == ["Sub", "Div"]) == (name != "simplenet")
+    assert [n.op_type for n in proto8.graph.node][:2] == ["Cast", "Div"]
+    assert proto8.graph.input[0].type.tensor_type.elem_type == 2           # TensorProto.UINT8
+
+
+def test_onnx_of_a_model_without_the_preprocessing_takes_normalised_floats(digits):
+    pytest.importorskip("onnx")
+    from minidl.onnx_export import to_onnx
+    model = randomize_weights(models.lenet5(seed=8, preprocess=False))
+    x = ((digits[0][:64] - MNIST_MEAN) / MNIST_STD).astype(np.float32)
+    proto, got = onnx_run(model, x)
+    np.testing.assert_allclose(got, inference.compile(model, device="cpu").predict(x), rtol=1e-4, atol=1e-4)
+    assert proto.graph.node[0].op_type == "Conv"
+    with pytest.raises(ValueError, match="takes normalised floats"):
+        to_onnx(model, uint8=True)
 
 
 def test_onnx_graph_has_opset_17_and_a_dynamic_batch():
@@ -123,6 +153,12 @@ def test_torch_names_follow_the_twins_layout():
     assert torch_names.torch_names(models.get("lenet-caffe"))["dense_1/b"] == "7.bias"
 
 
+@pytest.mark.parametrize("name", ["lenet", "resnet18", "simplenet"])
+def test_torch_names_are_the_same_with_the_preprocessing_or_without(name):
+    """Normalize is no module of the twin's Sequential: safetensors files from before keep their names."""
+    assert torch_names.torch_names(models.get(name)) == torch_names.torch_names(models.get(name, preprocess=False))
+
+
 def test_safetensors_holds_every_tensor_with_torch_names(tmp_path):
     st = pytest.importorskip("safetensors.numpy")
     model = randomize_weights(models.resnet(18))
@@ -144,10 +180,11 @@ def test_safetensors_loads_into_the_torch_twin_strictly(name, tmp_path):
     tm = pytest.importorskip("benchmarks.torch_models")
     model = randomize_weights(models.get(name))
     export.save_safetensors(str(tmp_path / "w.safetensors"), model)
-    twin = tm.torch_model({"model": "resnet", "depth": 18} if name == "resnet18" else {"model": name})
+    twin = tm.torch_model({"model": "resnet", "depth": 18} if name == "resnet18" else {"model": name},
+                          normalize=(MNIST_MEAN, MNIST_STD))      # the zoo's Normalize: the twin applies it too
     twin.load_state_dict({k: torch.from_numpy(v) for k, v in st.load_file(str(tmp_path / "w.safetensors")).items()},
                          strict=True)
-    x = np.random.default_rng(0).standard_normal((4, 1, 28, 28)).astype(np.float32)
+    x = np.random.default_rng(0).random((4, 1, 28, 28), dtype=np.float32)          # images in [0, 1]
     with torch.no_grad():
         got = twin.eval()(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, inference.compile(model, device="cpu").predict(x), rtol=1e-4, atol=1e-4)

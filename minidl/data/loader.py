@@ -35,7 +35,8 @@ def pixel_scale(images: np.ndarray, where: str = "images") -> int:
     if lo < 0 or hi > 1:
         why = ("infinite values" if np.isinf(lo) or np.isinf(hi) else
                "0-255 values? divide them by 255, or pass uint8" if lo >= 0 and hi <= 255 else
-               "normalised already? pass the [0, 1] images: the Loader normalises (normalize=)")
+               "normalised already? pass the [0, 1] images: minidl normalises them (a model's Normalize, "
+               "the Loader's normalize=)")
         raise DataError(f"{where}: {images.dtype} values in [{lo:.4g}, {hi:.4g}], expected {CONTRACT}; {why}")
     return 1
 
