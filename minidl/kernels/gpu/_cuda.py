@@ -5,8 +5,9 @@ Imports nothing of minidl.
 Compiling is most of a first run on a machine whose caches are empty (CuPy's NVRTC compiles, one
 after another, about half a second each), so:
 - `prefetch()` compiles every `Module` whose names are known in a thread pool, ahead of first use
-  (NVRTC releases the GIL while it compiles); it starts by itself when the first Module kernel or
-  the first cuDNN handle is asked for. MINIDL_PARALLEL_COMPILE=0: each compiles when first used.
+  (NVRTC releases the GIL while it compiles); it starts when a cuda Device is made (or the first
+  Module kernel or cuDNN handle is asked for), and a Module made later (its family imported after)
+  joins the pool at once. MINIDL_PARALLEL_COMPILE=0: each compiles when first used.
 - every CuPy compile holds a file lock beside CuPy's kernel cache (a stripe chosen by the source's
   hash), so ranks of one host never compile one module twice: the second waits and reads the
   first's result from the cache. MINIDL_COMPILE_LOCK=0 turns the lock off.
@@ -91,6 +92,7 @@ class Module:
         self._lock = threading.Lock()         # one compile per key, whichever thread asks first
         if self.names is not None:
             _registry.append(self)
+            _submit(self)                     # a family imported after the pool started: compiles now too
 
     def _compile(self, key, names, dev=None):
         with self._lock:
@@ -147,6 +149,7 @@ class Progress:
 progress = Progress()
 _registry: list[Module] = []          # every Module with its names known, for prefetch
 _pool: list[Any] = []              # the prefetch's executor and its futures, once started
+_pool_device: list[int] = []       # the GPU it compiles for
 _STRIPES = 256          # lock files beside CuPy's cache: modules of different stripes compile at once
 
 
@@ -160,10 +163,17 @@ def prefetch():
     if _pool or not _flag("MINIDL_PARALLEL_COMPILE", "1"):
         return
     workers = max(1, min(8, (os.cpu_count() or 2) - 1))
-    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="minidl-compile")
-    dev = cp.cuda.runtime.getDevice()
-    progress.add(queued=len(_registry))
-    _pool.extend([pool] + [pool.submit(_background, m, dev) for m in _registry])
+    _pool.append(concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="minidl-compile"))
+    _pool_device.append(cp.cuda.runtime.getDevice())
+    for m in _registry:
+        _submit(m)
+
+
+def _submit(m):
+    """Queue Module m on the prefetch's pool, where it runs (the families import after a Device starts it)."""
+    if _pool:
+        progress.add(queued=1)
+        _pool.append(_pool[0].submit(_background, m, _pool_device[0]))
 
 
 def _background(m, dev):

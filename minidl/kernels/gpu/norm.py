@@ -42,8 +42,10 @@ _RS = (4, 8, 16)                # values a thread may keep in registers (a kerne
 _PER_THREAD = 2                 # values a thread the block size aims at (at most 512 threads)
 _ROW = 8                        # contiguous values a block's rows aim at when S is small (power of two, <= 32)
 
-_MOD = Module(BN_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd", "bn_bwd")
-                          for t in CTYPES.values() for r in _RS + (0,)])
+# One module a type (a run needs one: the compile pool builds each on its own thread, and a first step waits for
+# its own type's kernels only)
+_MOD = {t: Module(BN_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd", "bn_bwd") for r in _RS + (0,)])
+        for t in CTYPES.values()}
 
 _NHWC_RS = (1, 2, 4, 8, 16)      # rows a thread of the channels-last kernels keeps (32 rows of threads a block)
 _NHWC_TYPES = {np.dtype("float32"): "float", **HALF_CTYPES}
@@ -51,9 +53,9 @@ _NHWC_TYPES = {np.dtype("float32"): "float", **HALF_CTYPES}
 _NHWC_ONE_BLOCK_M = 256          # one block a channel up to here (faster than the split kernels there)
 _CUDNN_FWD = (256, 4096)         # C, M from which cuDNN's NHWC forward is faster
 _NHWC_SPLIT_MAX_M = 1 << 20      # values a channel up to which the RawKernels run (above: cuDNN)
-_NHWC = Module(BN_NHWC_SPLIT_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd_nhwc", "bn_bwd_nhwc", "bn_stats_nhwc",
-                                                                  "bn_norm_nhwc", "bn_bwd_sums_nhwc", "bn_bwd_dx_nhwc")
-                                      for t in _NHWC_TYPES.values() for r in _NHWC_RS])
+_NHWC = {t: Module(BN_NHWC_SPLIT_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd_nhwc", "bn_bwd_nhwc", "bn_stats_nhwc",
+                                                                      "bn_norm_nhwc", "bn_bwd_sums_nhwc", "bn_bwd_dx_nhwc")
+                                          for r in _NHWC_RS]) for t in _NHWC_TYPES.values()}
 
 
 def _nhwc_rows(x, gamma, forward=False):
@@ -123,7 +125,7 @@ def _kernel_fprop(x, gamma, beta, rm, rv, momentum, eps, y, mean, invstd, relu):
     N, C, S = _geometry(x)
     _check(x, gamma, beta, rm, rv, y, mean, invstd)
     grid, block, CB, R = _launch(x)
-    _MOD.get(f"bn_fwd<{CTYPES[x.dtype]}, {R}>")(grid, block, (
+    _MOD[CTYPES[x.dtype]].get(f"bn_fwd<{CTYPES[x.dtype]}, {R}>")(grid, block, (
         x, gamma, beta, y, mean, invstd, rm, rv, np.int32(N), np.int32(C), np.int32(S), np.int32(CB),
         float(eps), float(momentum), np.int32(relu)))
     return y
@@ -133,7 +135,7 @@ def _kernel_bprop(x, gy, y, gamma, mean, invstd, ggamma, gbeta, gx, relu, accumu
     N, C, S = _geometry(x)
     _check(x, gy, gamma, mean, invstd, ggamma, gbeta, gx, *((y,) if relu else ()))
     grid, block, CB, R = _launch(x)
-    _MOD.get(f"bn_bwd<{CTYPES[x.dtype]}, {R}>")(grid, block, (
+    _MOD[CTYPES[x.dtype]].get(f"bn_bwd<{CTYPES[x.dtype]}, {R}>")(grid, block, (
         x, gy, y if relu else x, gamma, mean, invstd, ggamma, gbeta, gx, np.int32(N), np.int32(C), np.int32(S),
         np.int32(CB), np.int32(relu), np.int32(accumulate)))
     return gx
@@ -204,11 +206,11 @@ def bn_fprop_train(x: Array, gamma: Array, beta: Array, running_mean: Array, run
         t, xm, ym = _NHWC_TYPES[x.dtype], memory(x, True), y.transpose(0, 2, 3, 1)
         tail = (running_mean, running_var, np.int32(M), np.int32(C), float(eps), float(momentum), np.int32(relu))
         if B == 1:                             # one launch
-            _NHWC.get(f"bn_fwd_nhwc<{t}, {R}>")(grid, block, (xm, gamma, beta, ym, mean, invstd) + tail)
+            _NHWC[t].get(f"bn_fwd_nhwc<{t}, {R}>")(grid, block, (xm, gamma, beta, ym, mean, invstd) + tail)
         else:                                  # partial statistics, then combined and applied
             part = cp.empty((B, C, 2), np.float64)
-            _NHWC.get(f"bn_stats_nhwc<{t}, {R}>")(grid, block, (xm, part, np.int32(M), np.int32(C)))
-            _NHWC.get(f"bn_norm_nhwc<{t}, {R}>")(grid, block, (xm, part, gamma, beta, ym, mean, invstd) + tail)
+            _NHWC[t].get(f"bn_stats_nhwc<{t}, {R}>")(grid, block, (xm, part, np.int32(M), np.int32(C)))
+            _NHWC[t].get(f"bn_norm_nhwc<{t}, {R}>")(grid, block, (xm, part, gamma, beta, ym, mean, invstd) + tail)
         return y, mean, invstd
     if x.dtype != gamma.dtype:                 # x in a policy's compute dtype: statistics in float32
         if cl and _try(_cudnn_fprop, *args):   # cuDNN reads and writes the half type itself
@@ -266,12 +268,12 @@ def bn_bprop(x: Array, gy: Array, gamma: Array, mean: Array, invstd: Array, ggam
         ym, gxm = memory(y if relu else x, True), gx.transpose(0, 2, 3, 1)
         tail = (np.int32(M), np.int32(C), np.int32(relu))
         if B == 1:                             # one launch
-            _NHWC.get(f"bn_bwd_nhwc<{t}, {R}>")(grid, block, (
+            _NHWC[t].get(f"bn_bwd_nhwc<{t}, {R}>")(grid, block, (
                 xm, gym, ym, gamma, mean, invstd, ggamma, gbeta, gxm) + tail + (np.int32(accumulate),))
         else:                                  # partial sums, then combined and applied
             part = cp.empty((B, C, 2), np.float64)
-            _NHWC.get(f"bn_bwd_sums_nhwc<{t}, {R}>")(grid, block, (xm, gym, ym, mean, invstd, part) + tail)
-            _NHWC.get(f"bn_bwd_dx_nhwc<{t}, {R}>")(grid, block, (
+            _NHWC[t].get(f"bn_bwd_sums_nhwc<{t}, {R}>")(grid, block, (xm, gym, ym, mean, invstd, part) + tail)
+            _NHWC[t].get(f"bn_bwd_dx_nhwc<{t}, {R}>")(grid, block, (
                 xm, gym, ym, gamma, mean, invstd, part, ggamma, gbeta, gxm) + tail + (np.int32(accumulate),))
         return gx
     mixed = x.dtype != gamma.dtype             # x, gy in a policy's compute dtype
