@@ -56,6 +56,7 @@ def test_the_old_paths_still_run(tmp_path):
 def test_prefetch_compiles_every_known_module_and_get_finds_it(monkeypatch):
     from minidl.kernels.gpu import _vec, dense, norm, optim, softmax  # noqa: F401  their Modules register
     monkeypatch.setattr(_cuda, "_pool", [])
+    monkeypatch.setattr(_cuda, "_pool_device", [])
     for m in _cuda._registry:
         monkeypatch.setattr(m, "_mods", {})
     _cuda.prefetch()
@@ -65,6 +66,21 @@ def test_prefetch_compiles_every_known_module_and_get_finds_it(monkeypatch):
         assert m.get(m.names[0]) is not None
     line = _cuda.progress.line()
     assert line.startswith("preparing: compiling ") and "convolutions" in line
+
+
+def test_a_module_made_after_the_pool_started_compiles_in_the_pool(monkeypatch):
+    # the kernel families import after a cuda Device starts the pool: their Modules must join it,
+    # or the first step compiles them on its own thread, one after another
+    monkeypatch.setattr(_cuda, "_pool", [])
+    monkeypatch.setattr(_cuda, "_pool_device", [])
+    monkeypatch.setattr(_cuda, "_registry", [])
+    _cuda.prefetch()
+    late = _cuda.Module('extern "C" __global__ void late_one(float* x) { x[threadIdx.x] = 1.0f; }', ["late_one"])
+    _cuda.wait()
+    assert None in late._mods            # compiled without anyone asking for it: by the pool
+    x = cp.zeros(4, cp.float32)
+    late.get("late_one")((1,), (4,), (x,))
+    assert x.tolist() == [1.0] * 4
 
 
 def test_progress_listeners_hear_the_main_thread_and_can_stop():
