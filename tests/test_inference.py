@@ -35,7 +35,8 @@ def eval_outputs(model, x):
 
 
 def batch(n=3, shape=(1, 28, 28), seed=1):
-    return np.random.default_rng(seed).normal(size=(n, *shape)).astype(np.float32)
+    """Images in [0, 1], the input contract (docs/input.md) of the zoo's models, which carry Normalize."""
+    return np.random.default_rng(seed).random(size=(n, *shape), dtype=np.float32)
 
 
 def kinds(m):
@@ -53,8 +54,8 @@ def test_lenet_logits_and_probabilities_equal_the_model():
     assert_close(probs.predict(x), y)
     assert "softmax" not in kinds(logits) and kinds(probs)[-1] == "softmax"
     np.testing.assert_allclose(probs.predict(x).sum(axis=1), 1.0, rtol=1e-6)
-    # LeNet: every ReLU fused into its conv or dense; no BN to fold
-    assert kinds(logits) == ["conv2d", "pool", "conv2d", "pool", "flatten", "dense", "dense", "dense"]
+    # LeNet: every ReLU fused into its conv or dense; no BN to fold; Normalize kept (a padded first conv)
+    assert kinds(logits) == ["normalize", "conv2d", "pool", "conv2d", "pool", "flatten", "dense", "dense", "dense"]
     assert logits.stats["relu_fused"] == 4 and logits.stats.get("batchnorm_folded", 0) == 0
 
 
@@ -68,8 +69,8 @@ def test_resnet18_folds_every_bn_and_equals_the_model():
     # 20 BNs folded into their convs, the 4 explicit pads into the strided convs, 17 ReLUs fused
     assert m.stats["batchnorm_folded"] == 20 and m.stats["pad_folded"] == 4 and m.stats["relu_fused"] == 17
     assert "batchnorm" not in kinds(m) and "pad" not in kinds(m) and "relu" not in kinds(m)
-    assert len(m.nodes) == 31 < len(model.layers)
-    stem = m.nodes[0].layer                                      # pad, conv, BN and ReLU as one conv
+    assert len(m.nodes) == 32 < len(model.layers) and m.nodes[0].kind == "normalize"   # kept: the stem pads
+    stem = m.nodes[1].layer                                      # pad, conv, BN and ReLU as one conv
     assert stem.name == "conv2d" and stem.padding == (3, 3, 3, 3) and stem.activation == "relu"
 
 
@@ -215,10 +216,10 @@ def test_lenet_schedule_is_one_chain_or_fused_stages_and_equals_plain(n):
     _, z = eval_outputs(model, x)
     m, plain = inference.compile(model), inference.compile(model, direct=False)
     assert steps(plain, n) == kinds(plain)
-    if n <= inference.CHAIN_MAX_BATCH:
-        assert steps(m, n) == ["chain"]
+    if n <= inference.CHAIN_MAX_BATCH:                      # Normalize, then the chain kernel
+        assert steps(m, n) == ["chain"] and m.schedule(n)[0][0].kernels == 2
     else:
-        assert steps(m, n) == ["conv_pool", "conv_pool", "flatten", "mlp"]
+        assert steps(m, n) == ["normalize", "conv_pool", "conv_pool", "flatten", "mlp"]
     assert_close(m.predict(x), z)
     assert_close(m.predict(x), plain.predict(x))
 
@@ -387,7 +388,7 @@ def test_cli_prints_the_models_eval_accuracy(trained, tmp_path):
     p = infer("--checkpoint", str(ckpt), "--device", "cpu", "--save-artifact", str(art), data_dir=data_dir)
     assert p.returncode == 0, p.stderr
     assert f"accuracy: {acc:.3f}% (10000 test images" in p.stdout, p.stdout
-    assert "13 layers -> 8 nodes" in p.stdout and art.is_file()
+    assert "14 layers -> 9 nodes" in p.stdout and art.is_file()
     p = infer("--artifact", str(art), "--device", "cpu", "--batch-size", "768", data_dir=data_dir)
     assert p.returncode == 0, p.stderr
     assert f"accuracy: {acc:.3f}%" in p.stdout                # a partial last batch changes nothing
@@ -401,7 +402,7 @@ def test_cli_latency_and_profile(trained):
     out = p.stdout
     assert "latency (batch 1, 1000 runs, input on the device): median" in out and " p99 " in out
     assert "throughput (10000 images in one batch" in out and "images/s" in out
-    assert "profile at batch 200" in out and "conv2d..dense_2" in out and "total" in out
+    assert "profile at batch 200" in out and "normalize..dense_2" in out and "total" in out
 
 
 def test_cli_errors(trained, tmp_path):

@@ -38,10 +38,11 @@ FEATURES = {"simplenet": 2880, "lenet-caffe": 800, "relunet": 800, "largenet": 7
 def test_zoo_net_shapes_counts_and_layers(name):
     m = models.get(name)
     assert m.n_params == COUNTS[name]
-    assert [n.kind for n in m.nodes] == KINDS[name]
+    assert [n.kind for n in m.nodes] == ["normalize", *KINDS[name]]          # the input preprocessing first
+    assert [n.kind for n in models.get(name, preprocess=False).nodes] == KINDS[name]
     flat = next(n for n in m.nodes if n.kind == "flatten")
     assert flat.shape == (None, FEATURES[name])
-    y = m.forward(np.random.default_rng(0).standard_normal((3, 1, 28, 28)).astype(np.float32))
+    y = m.forward(np.random.default_rng(0).random((3, 1, 28, 28), dtype=np.float32))      # images in [0, 1]
     assert y.shape == (3, 10)
     np.testing.assert_allclose(y.sum(axis=1), 1, rtol=1e-5)      # a final Softmax
 
@@ -68,8 +69,9 @@ def test_compare_copies_minidl_weights_into_the_torch_twin():
     from benchmarks import compare
     for name in compare.MODELS:
         model = models.get(name, seed=7)
-        twin = compare.copy_weights(model, tm.torch_model({"model": name})).eval()
-        x = np.random.default_rng(0).standard_normal((3, 1, 28, 28)).astype(np.float32)
+        pre = model.layers[0]                                # the zoo's Normalize: the twin applies it too
+        twin = compare.copy_weights(model, tm.torch_model({"model": name}, normalize=(pre.mean, pre.std))).eval()
+        x = np.random.default_rng(0).random((3, 1, 28, 28), dtype=np.float32)            # images in [0, 1]
         with torch.no_grad():
             got = torch.softmax(twin(torch.from_numpy(x)), 1).numpy()
         np.testing.assert_allclose(got, model.forward(x), rtol=1e-4, atol=1e-6)
