@@ -105,3 +105,17 @@ def test_a_zoo_model_trains_the_same_weights_with_the_layer_as_without():
         trainer.fit((images, labels), steps=4, batch_size=16, monitor=4)
         flats.append(trainer.model.flat.copy())
     np.testing.assert_array_equal(*flats)
+
+
+def test_checkpoints_with_and_without_the_zoos_normalize_load_into_each_other(tmp_path):
+    """MNIST's Normalize is what the Loader applied to a model from before it: the same model either way.
+    Another mean or std is another model, refused by name."""
+    new = randomize_weights(models.lenet5(seed=4))
+    path = checkpoint.save(tmp_path / "new.npz", new)
+    old = models.lenet5(seed=5, preprocess=False)
+    checkpoint.load(path, old)
+    np.testing.assert_array_equal(old.flat, new.flat)
+    shifted = Model.from_config({**new.config(), "layers": [
+        {**new.config()["layers"][0], "config": {"mean": 0.5, "std": 0.5}}, *new.config()["layers"][1:]]})
+    with pytest.raises(checkpoint.CheckpointError, match="saved from another model: layer 0 .* mean=0.1307"):
+        checkpoint.load(path, shifted)
