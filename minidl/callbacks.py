@@ -1,6 +1,7 @@
 """The training loop's seam (Keras's callbacks, Lightning's hooks): what a run does besides training,
-and the built-ins `Trainer.fit` makes from its arguments (the progress bar and the monitoring line,
-the metrics log, periodic checkpoints)."""
+and the built-ins `Trainer.fit` makes from its arguments (the NaN stop, the progress bar and the
+monitoring line, the metrics log, periodic checkpoints, the save at a stop request), written as a
+user's own callback would be. How a run ends early: TrainingDiverged, TrainingStopped."""
 from __future__ import annotations
 
 import os
@@ -20,6 +21,20 @@ if TYPE_CHECKING:
     from .trainer import Trainer
 
 
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is left untouched."""
+    collective = True                 # data-parallel ranks raise it together (distributed.World.guard)
+
+
+class TrainingStopped(RuntimeError):
+    """Training stopped on request (SIGINT, SIGTERM) after a whole step; `path`: where it saved, or None."""
+    collective = True                 # data-parallel ranks raise it together, after the same step
+
+    def __init__(self, message: str, signum: int, path: str | os.PathLike | None) -> None:
+        super().__init__(message)
+        self.signum, self.path, self.exit_status = signum, path, 128 + signum   # as a shell reports it
+
+
 @dataclass(eq=False)
 class Run:
     """One call of Trainer.fit as its callbacks see it: steps `start` < `step` <= `end`, `per_epoch`
@@ -27,7 +42,8 @@ class Run:
 
     stop: a callback sets it to end the run after the current step (Keras's `stop_training`): the
     run then closes its last interval (the NaN check, on_interval), saves `save_to` and returns its
-    score. images: what the last interval trained on, all ranks together.
+    score. images: what the last interval trained on, all ranks together. signal: the stop request
+    (Trainer.request_stop: a signal number) every rank agreed on, which ended the run; else None.
     """
     trainer: Trainer
     start: int
@@ -38,6 +54,7 @@ class Run:
     callbacks: list[Callback] = field(default_factory=list)
     stop: bool = False
     images: int = 0
+    signal: int | None = None
 
     @property
     def step(self) -> int:
@@ -49,10 +66,15 @@ class Run:
         for c in self.callbacks:
             getattr(c, hook)(self, *args)
 
+    def check_finite(self, path: str | os.PathLike | None = None) -> None:
+        """Raise TrainingDiverged, naming `path` as left untouched, where a loss of this run was not
+        finite (Trainer.check_finite: the device's NaN flag, one sync)."""
+        self.trainer.check_finite(path)
+
     def save(self, path: str | os.PathLike) -> str | os.PathLike | None:
         """Save a checkpoint the way the loop does: the NaN flag is read first, so a run that diverged
         raises TrainingDiverged and leaves `path` untouched. Collective: every rank calls it."""
-        self.trainer._check_finite(self.start, path)
+        self.check_finite(path)
         return self.trainer.save(path)
 
 
@@ -60,10 +82,11 @@ class Callback:
     """Hooks Trainer.fit calls, in this order, on every rank (a rank other than 0 has a silent log):
 
     on_train_begin(run) before the first step; on_step_end(run) after each step; on_interval(run, score)
-    every `monitor` steps and at the end, after the NaN check and the ranks' sums, with the interval's
-    Score (the same on every rank); on_epoch_end(run, epoch) after an epoch's last step (epochs count
-    from 0); on_train_end(run) when the run ends (its steps done, or stopped by a callback or a signal,
-    before the stop's save), not when it raises. Each does nothing here: override those you need.
+    every `monitor` steps and at the end, after the ranks' sums, with the interval's Score (the same on
+    every rank; TerminateOnNaN, fit's first callback, has checked it is finite); on_epoch_end(run, epoch)
+    after an epoch's last step (epochs count from 0); on_train_end(run) when the run ends (its steps
+    done, or stopped by a callback or a signal, before SaveOnStop's save), not when it raises. Each does
+    nothing here: override those you need.
 
     A hook runs on the host between steps: reading a device array (float(), to_host) waits for the
     step, so read at on_interval, where the loop has synchronised already. With several ranks, set
@@ -84,6 +107,18 @@ class Callback:
 
     def on_train_end(self, run: Run) -> None:
         pass
+
+
+class TerminateOnNaN(Callback):
+    """Keras's TerminateOnNaN: at each monitoring interval, before any later callback sees its score,
+    the NaN flag is read; a loss that was not finite raises TrainingDiverged naming its step, the
+    weights those before it and `save_to` (the run's checkpoint) left untouched. Always fit's first."""
+
+    def __init__(self, save_to: str | os.PathLike | None = None) -> None:
+        self.save_to = save_to
+
+    def on_interval(self, run: Run, score: Score) -> None:
+        run.check_finite(self.save_to)
 
 
 class Progress(Callback):
@@ -144,3 +179,25 @@ class Checkpoints(Callback):
     def on_step_end(self, run: Run) -> None:
         if run.step % self.every == 0:
             run.save(self.path)
+
+
+class SaveOnStop(Callback):
+    """A stop request (Trainer.request_stop, from SIGINT, SIGTERM or SIGHUP in minidl.train) agreed by
+    every rank ends the run after the same step; when it ends, after the other callbacks, this saves
+    to `path` (the NaN flag first) and raises TrainingStopped (exit status 128 + the signal).
+
+    path: a checkpoint path, a function returning one (called at the stop: minidl.stops.fresh_name
+    picks a name that is free then), or None (nothing saved). Always fit's last.
+    """
+
+    def __init__(self, path: str | os.PathLike | Callable[[], str | os.PathLike | None] | None) -> None:
+        self.path = path
+
+    def on_train_end(self, run: Run) -> None:
+        if run.signal is None:
+            return
+        run.check_finite(None if callable(self.path) else self.path)
+        path = self.path() if callable(self.path) else self.path    # chosen now: a name free at the stop
+        if path:
+            run.trainer.save(path)
+        raise TrainingStopped(f"stopped at step {run.step}" + (f"; saved {path}" if path else ""), run.signal, path)

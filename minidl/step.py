@@ -1,16 +1,17 @@
 """One training step, run eagerly or captured once as a CUDA graph and replayed.
 
-A step is: gather the batch, forward, softmax cross-entropy from the logits, backward, the
-optimizer update, and the metrics; all of it on the device with no host sync, so the whole step
-can be recorded as one graph. A device flag `finite` turns False at the first step whose loss
-is not finite; from then on no update reaches the weights or the optimizer state (the update
-kernels are gated by the flag), and `good_steps` counts the steps before it, so the host,
-reading both at its monitoring interval, can say where training diverged.
+A step is: gather the batch, forward, the loss from the logits (a minidl.losses.Loss: softmax
+cross-entropy unless told), backward, the optimizer update, and the metrics; all of it on the
+device with no host sync, so the whole step can be recorded as one graph. A device flag `finite`
+turns False at the first step whose loss is not finite; from then on no update reaches the weights
+or the optimizer state (the update kernels are gated by the flag), and `good_steps` counts the steps
+before it, so the host, reading both at its monitoring interval (`divergence()`), can say where
+training diverged.
 
 Data-parallel ranks (minidl.distributed) give a `reducer`: backward hands it each bucket of the
 flat gradient as soon as the bucket is final, to be summed over the ranks while backward goes on;
 before the update the flag is AND-ed over the ranks and the update waits for the sums, which it
-scales by 1/N (the optimizer's grad_scale). All of it is inside the step, so a captured step
+scales by 1/N (the optimizer is set up with grad_scale=1/N). All of it is inside the step, so a captured step
 records the reductions too (on the GPU on their own stream, forked from the step's and joined back).
 
 A precision policy (minidl.precision) lowers the model with the `cast` pass as well: its layers
@@ -20,13 +21,13 @@ arena. Under fp16 the loss gradient is scaled and the gradients unscaled on the 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import precision
 from ._types import Array, DTypeLike
 from .graph import passes
 from .loss_scale import DynamicLossScale
-from .losses import softmax_cross_entropy
+from .losses import Loss, SoftmaxCrossEntropy
 
 if TYPE_CHECKING:
     from .backend import CapturedCall
@@ -41,20 +42,32 @@ class TrainStep:
     """forward/loss/backward/update of `model` (lowered for training) with `optimizer`; `metrics` add up.
 
     reducer: a distributed.Reducer among data-parallel ranks, None for one process.
-    policy: a precision.Policy (or its name); fp32 by default.
-    smoothing: label smoothing of the loss; shift: each training image is first shifted by up to
-    `shift` pixels (random integers per image from the device's generator, as dropout's masks);
-    flip: each training image is first mirrored left to right with probability 1/2 (the same generator).
+    The options, keyword-only: policy: a precision.Policy (or its name); fp32 by default.
+    loss: a losses.Loss of (logits, labels) (default SoftmaxCrossEntropy(smoothing)); smoothing: label
+    smoothing of the default loss; shift: each training image is first shifted by up to `shift`
+    pixels (random integers per image from the device's generator, as dropout's masks); flip: each
+    training image is first mirrored left to right with probability 1/2 (the same generator).
+    channels_last: convolutions write NHWC activations (None: where the device prefers it).
+
+    What the trainer reads: `divergence()` (the NaN flag), `loss_scale_state()`, `evaluate(x, y, metrics)`.
     """
 
-    def __init__(self, model: Model, optimizer: Optimizer, metrics: Mean, reducer: Reducer | None = None,
-                 policy: precision.Policy | DTypeLike | None = None, smoothing: float = 0.0, shift: int = 0,
-                 flip: bool = False, channels_last: bool | None = None) -> None:
+    def __init__(self, model: Model, optimizer: Optimizer, metrics: Mean, reducer: Reducer | None = None, *,
+                 policy: precision.Policy | DTypeLike | None = None, loss: Loss | None = None,
+                 smoothing: float = 0.0, shift: int = 0, flip: bool = False,
+                 channels_last: bool | None = None) -> None:
         if (not 0.0 <= smoothing < 1.0 or isinstance(shift, bool) or not isinstance(shift, int) or shift < 0
                 or not isinstance(flip, bool)):
             raise ValueError(f"TrainStep: smoothing must be in [0, 1), shift an int >= 0 and flip a bool, got "
                              f"{smoothing!r}, {shift!r}, {flip!r}")
-        self.smoothing, self.shift, self.flip = float(smoothing), shift, flip
+        if loss is not None and smoothing:
+            raise ValueError("TrainStep: smoothing is the default loss's: give SoftmaxCrossEntropy(smoothing=) "
+                             "as loss= instead")
+        # the update takes the mean over the ranks: their summed gradients x 1/N, inside its kernel
+        optimizer.setup(model, grad_scale=1.0 if reducer is None else reducer.grad_scale)
+        self.loss = SoftmaxCrossEntropy(smoothing) if loss is None else loss
+        self.eval_loss = self.loss.plain()         # evaluation reports the plain loss (no smoothing)
+        self.shift, self.flip = shift, flip
         self.blank = 0.0             # a background pixel's value in eager batches (the trainer sets its loader's)
         self.policy = policy = precision.policy(policy)
         _check_master(model, policy)
@@ -67,9 +80,8 @@ class TrainStep:
         self.scaler = DynamicLossScale(model.device, policy.loss_scale) if policy.loss_scale else None
         self.optimizer, self.metrics, self.device = optimizer, metrics, model.device
         self.reducer = reducer
-        if reducer is not None:             # the ranks sum the gradients bucket by bucket, and the
-            reducer.watch(self.net)                          # update takes the mean: x 1/N
-            optimizer.grad_scale = reducer.grad_scale
+        if reducer is not None:             # the ranks sum the gradients bucket by bucket
+            reducer.watch(self.net)
         self.overwrite = self.net.overwrites_grads           # backward overwrites: no zero_grad
         xp = self.device.xp
         self.finite, self.good_steps = xp.ones((), bool), xp.zeros((), "int64")
@@ -77,8 +89,33 @@ class TrainStep:
         self._captured: dict[int, tuple[Array, CapturedCall]] = {}
 
     def reset_flag(self) -> None:
+        """A new run: the loss is finite again and no step counted."""
         self.finite.fill(True)
         self.good_steps.fill(0)
+
+    def divergence(self) -> int | None:
+        """None while every loss since reset_flag() was finite, else how many steps came before the
+        first that was not (their weights are the ones kept). Reads the device (one sync)."""
+        if bool(self.device.to_host(self.finite)):
+            return None
+        return int(self.device.to_host(self.good_steps))
+
+    def loss_scale_state(self) -> dict[str, float] | None:
+        """fp16: the loss scale's {'scale', 'clean', 'skipped'} (one sync); None without loss scaling."""
+        return None if self.scaler is None else self.scaler.state()
+
+    def set_loss_scale_state(self, state: dict[str, Any]) -> None:
+        """Continue fp16 loss scaling from `loss_scale_state()`'s record (a ValueError names a malformed one);
+        without loss scaling nothing to do."""
+        if self.scaler is not None:
+            self.scaler.set_state(state)
+
+    def evaluate(self, x: Array, y: Array, metrics: Mean) -> None:
+        """Forward in inference mode on the training lowering; the batch's plain loss and hits add into
+        `metrics` (on the device)."""
+        logits = self.net.forward(x, training=False)
+        loss_sum, correct = self.eval_loss(logits, y, self.device.xp.empty_like(logits))
+        metrics.update(loss_sum, correct, len(y))
 
     def forward_backward(self, x: Array, y: Array, blank: float = 0.0) -> tuple[Array, Array]:
         """Flip, shift, forward, loss from the logits, backward: on-device (loss_sum, correct); no update.
@@ -90,7 +127,8 @@ class TrainStep:
         logits = self.net.forward(x, training=True)
         if self._gz is None or self._gz.shape != logits.shape:
             self._gz = self.device.xp.empty_like(logits)
-        loss_sum, correct, gz = softmax_cross_entropy(logits, y, self._gz, self.smoothing)
+        gz = self._gz
+        loss_sum, correct = self.loss(logits, y, gz)
         if self.scaler is not None:
             self.scaler.scale_grad(gz)
         if not self.overwrite:

@@ -1,8 +1,9 @@
 """How a `python -m minidl.train` run ends when it is stopped: nothing trained is lost, nothing
 it was not asked to write is replaced.
 
-SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) alike: during training the trainer
-finishes its step, saves and stops (exit 128 + the signal); a signal during the final save is
+SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) alike: during training the handler
+asks the trainer to stop (Trainer.request_stop), which finishes its step, and the callback
+minidl.callbacks.SaveOnStop saves and stops (exit 128 + the signal); a signal during the final save is
 honoured after it; one during evaluation keeps the trained weights and says where. A run that was
 not asked to write the checkpoint (no -s, --save-every, --resume) saves at a stop only where no
 file is (fresh_name).

@@ -1,5 +1,6 @@
 """The training loop: steps or epochs, on-device metrics read at each monitoring interval,
-evaluation over the whole test set, NaN stop, checkpoints and exact resume."""
+evaluation over the whole test set, checkpoints and exact resume; what a run does besides
+training (the bar, logs, periodic saves, the NaN stop, the save at a stop request) are callbacks."""
 from __future__ import annotations
 import math
 import os
@@ -11,46 +12,35 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from . import callbacks as cb, checkpoint as ckpt, distributed
 from ._types import Array
 from .backend import Device, DeviceError, get_device
+from .callbacks import TrainingDiverged, TrainingStopped  # noqa: F401 (re-exported: minidl.TrainingDiverged)
 from .data.loader import Loader
-from .losses import softmax_cross_entropy
 from .metrics import Mean, Score
 from .step import TrainStep
 if TYPE_CHECKING:
     from .callbacks import Callback
     from .distributed import World
     from .graph.model import Model
+    from .losses import Loss
     from .metrics_log import Logs, MetricsLog
     from .optim.base import Optimizer
     from .precision import Policy
     from .tensorboard_log import TensorBoardLog
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is left untouched."""
-    collective = True                 # data-parallel ranks raise it together (distributed.World.guard)
-
-
-class TrainingStopped(RuntimeError):
-    """Training stopped on request (SIGINT, SIGTERM) after a whole step; `path`: where it saved, or None."""
-    collective = True                 # data-parallel ranks raise it together, after the same step
-
-    def __init__(self, message: str, signum: int, path: str | os.PathLike | None) -> None:
-        super().__init__(message)
-        self.signum, self.path, self.exit_status = signum, path, 128 + signum   # as a shell reports it
-
-
 class Trainer:
     """Trains `model` with `optimizer` on `device` ('auto', 'cpu', 'cuda' or a Device).
 
-    One step (minidl.step): forward in training mode, softmax cross-entropy from the logits,
-    backward, optimizer update. Loss and accuracy accumulate on the device and are read (one sync)
-    every `monitor` steps, when the C++ trainer's line `step:  100, loss: 0.082, accuracy: 45.188%` is printed.
+    One step (minidl.step): forward in training mode, the loss from the logits, backward, optimizer
+    update. Loss and accuracy accumulate on the device and are read (one sync) every `monitor` steps,
+    when the C++ trainer's line `step:  100, loss: 0.082, accuracy: 45.188%` is printed.
+    Everything after model and optimizer is keyword-only.
     world: the data-parallel ranks (minidl.distributed; default: MPI's under mpiexec, else one process);
     with several, fit, evaluate and save are collective (every rank calls them) and rank 0 prints and writes.
     precision: 'fp32' (default), 'bf16' or 'fp16' (or a minidl.precision.Policy): the dtype convolutions,
     dense layers and activations compute in, float32 master weights, fp16 with dynamic loss scaling
     (torch.autocast with a GradScaler); checkpoints stay float32 and load under any precision.
-    label_smoothing: of the training loss (evaluation reports the plain cross-entropy); shift: training
+    loss: a minidl.losses.Loss of (logits, labels), SoftmaxCrossEntropy() by default; label_smoothing: the
+    default loss's, SoftmaxCrossEntropy(smoothing=) (evaluation reports the plain cross-entropy); shift: training
     images are shifted by random integers of up to `shift` pixels, filled with the background; flip:
     training images are mirrored left to right with probability 1/2 (before the shift).
     channels_last: convolutions write NHWC activations (graph.passes.channels_last); None: where the
@@ -59,20 +49,21 @@ class Trainer:
     (half the bytes, gradients rounded to bfloat16: distributed.Reducer).
     """
 
-    def __init__(self, model: Model, optimizer: Optimizer, device: str | Device | None = None, seed: int = 0,
+    def __init__(self, model: Model, optimizer: Optimizer, *, device: str | Device | None = None, seed: int = 0,
                  log: Callable = print, progress: bool | None = None, graph: bool = True, world: World | None = None,
-                 precision: Policy | str | None = None, label_smoothing: float = 0.0, shift: int = 0,
-                 flip: bool = False, channels_last: bool | None = None, grad_reduce: str = "fp32") -> None:
+                 precision: Policy | str | None = None, loss: Loss | None = None, label_smoothing: float = 0.0,
+                 shift: int = 0, flip: bool = False, channels_last: bool | None = None,
+                 grad_reduce: str = "fp32") -> None:
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.xp is not model.device.xp:     # another backend: rebuild the model there
                 model.to(dev)
         optimizer.check_free_for(model)     # one optimizer for two Trainers would train neither
         self.model, self.optimizer, self.seed, self.log, self.device = model, optimizer, seed, log, model.device
-        optimizer.setup(model)
         self.step = 0                      # steps trained so far (restored by resume)
         self.plan: dict[str, Any] | None = None     # the run's plan (JSON), saved in its checkpoints
         self._stop: int | None = None               # a signal number once a stop is requested
+        self._since = 0                             # where the NaN flag began counting (fit's first step)
         self._global_batch = self._resumed_batch = None  # type: int | None  # all ranks' batch: fit's, checkpoint's
         self.progress = sys.stdout.isatty() if progress is None else progress
         self.metrics = Mean(self.device)   # one set of accumulators: captured graphs add into it
@@ -82,8 +73,8 @@ class Trainer:
             self.progress = False
         self.reducer = self.world.reducer(self.device, grad_reduce=grad_reduce)     # None for one process
         self.device.rng.shard(self.world.rank, self.world.size)   # ranks draw as one process would
-        self._step = TrainStep(model, optimizer, self.metrics, self.reducer, precision, label_smoothing, shift,
-                               flip, channels_last)
+        self._step = TrainStep(model, optimizer, self.metrics, self.reducer, policy=precision, loss=loss,
+                               smoothing=label_smoothing, shift=shift, flip=flip, channels_last=channels_last)
         self.precision, self.channels_last = self._step.policy, self._step.channels_last
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
         # eager); dropout's counter-based generator advances on the device, so it is captured too.
@@ -93,21 +84,27 @@ class Trainer:
     @property
     def loss_scale(self) -> dict[str, float] | None:
         """fp16: the loss scale's {'scale', 'clean', 'skipped'} read from the device (one sync); else None."""
-        return None if self._step.scaler is None else self._step.scaler.state()
+        return self._step.loss_scale_state()
 
     def train_step(self, x: Array, y: Array) -> Mean:
         """Forward, loss, backward and update on one batch (eagerly); returns the interval's metrics."""
-        self._step(self._batch(x), y)
+        self._step(self.model.prepare_input(x), y)
         return self.metrics
 
-    def _batch(self, x):
-        return self.model._input(self.model.inputs[0], x)
-
-    def _run_step(self, loader, epoch, k):
-        if self.graph:
-            self._step.replay(loader, epoch, k)
-        else:
-            self.train_step(*loader.batch(epoch, k))
+    def _run_step(self, loader, per_epoch):
+        """Step self.step + 1: one graph launch where captured, else eagerly; out of memory says what to do."""
+        epoch, k = divmod(self.step, per_epoch)
+        try:
+            if self.graph:
+                self._step.replay(loader, epoch, k)
+            else:
+                self.train_step(*loader.batch(epoch, k))
+        except Exception as e:
+            if self.device.is_out_of_memory(e):
+                raise DeviceError(f"out of GPU memory training {self.model.name} ({self.model.n_params:,} "
+                                  f"parameters) at batch size {loader.batch_size}: try a smaller -b") from None
+            raise
+        self.step += 1
 
     def _train_loader(self, data, batch_size):
         """The training loader; one per dataset and batch size, kept so captured graphs stay valid."""
@@ -159,9 +156,9 @@ class Trainer:
         (request_stop) and every `save_every` steps save (default save_to; for a stop also a function
         returning the path, called at the stop); each save first checks that training stayed finite.
         metrics_log: a log from minidl.metrics_log.open_logs that gets one record per monitoring interval.
-        callbacks: minidl.callbacks hooks, after the built-ins (bar and line, metrics_log, save_every); run.stop
-        ends a run early. What every rank must do at the same step stays in this loop, never in a callback:
-        the ranks' metric sums and stop vote, the NaN check before a save or a score, stop requests.
+        callbacks: minidl.callbacks hooks, called after the built-ins (TerminateOnNaN, metrics_log's records,
+        the bar and line, save_every's Checkpoints) and before SaveOnStop; run.stop ends a run early. What
+        every rank must do at the same step stays in the trainer (_interval, _agree_stop), never in a callback.
         """
         data = _data(x, y, "fit")
         for what, v in (("steps", steps), ("epochs", epochs), ("batch_size", batch_size), ("monitor", monitor),
@@ -179,39 +176,31 @@ class Trainer:
         result = Score(math.nan, math.nan)
         self.metrics.reset()
         self._step.reset_flag()
+        self._since = self.step
         show, logs = cb.Progress(), [cb.MetricsRecords(metrics_log)] if metrics_log is not None else []
         every = [cb.Checkpoints(checkpoint, save_every)] if save_every else []  # type: ignore[arg-type]
-        run = cb.Run(self, self.step, self.step + steps, per_epoch, loader, monitor, [*logs, show, *every, *callbacks])
+        hooks = [cb.TerminateOnNaN(save_to), *logs, show, *every, *callbacks, cb.SaveOnStop(checkpoint)]
+        run = cb.Run(self, self.step, self.step + steps, per_epoch, loader, monitor, hooks)
         run.emit("on_train_begin")
         t0 = t1 = time.perf_counter()
         quiet = self.device.preparing(show.say)     # a cold first step says what it does
         while self.step < run.end and not run.stop:
-            epoch, k = divmod(self.step, per_epoch)
-            try:
-                self._run_step(loader, epoch, k)
-            except Exception as e:
-                if self.device.is_out_of_memory(e):
-                    raise DeviceError(f"out of GPU memory training {self.model.name} ({self.model.n_params:,} "
-                                      f"parameters) at batch size {loader.batch_size}: try a smaller -b") from None
-                raise
-            self.step += 1
+            self._run_step(loader, per_epoch)
             if self.step == run.start + 1:       # one sync: the first step's compilation apart
                 self.device.sync()
                 t1, _ = time.perf_counter(), quiet()
-            if self.step % monitor == 0 or self.step == run.end:
-                result = self._interval(run, save_to)
+            interval = self.step % monitor == 0 or self.step == run.end
+            if interval:
+                result = self._interval(run)
             run.emit("on_step_end")
             if self.step % per_epoch == 0:
                 run.emit("on_epoch_end", self.step // per_epoch - 1)
-            if run.stop and self.step % monitor and self.step != run.end:   # a callback ended the run between intervals
-                result = self._interval(run, save_to)
-            if (stop := self.world.agree_stop(self._stop)) is not None:     # ranks: agreed a step late, all at one step
-                self._stop = stop
-                self._stopped(run, checkpoint)
-        if (stop := self.world.agree_stop(self._stop, final=True)) is not None:     # a request in the last steps
-            self._stop = stop
-            self._stopped(run, checkpoint)
-        run.emit("on_train_end")
+            if run.stop and not interval:        # a callback ended the run between intervals
+                result = self._interval(run)
+            self._agree_stop(run)
+        if run.signal is None:                   # a request in the last steps
+            self._agree_stop(run, final=True)
+        run.emit("on_train_end")                 # after a stop request SaveOnStop saves and raises
         self.device.sync()
         t2, steps = time.perf_counter(), self.step - run.start
         self.timing = {"steps": steps, "total_s": t2 - t0, "first_s": t1 - t0,
@@ -220,34 +209,34 @@ class Trainer:
             self.save(save_to)
         return result
 
-    def _interval(self, run, save_to):
-        """A monitoring interval's end, on every rank: the NaN flag, the ranks' sums, then on_interval."""
-        self._check_finite(run.start, save_to)
+    # -- what every rank does at the same step: kept out of callbacks --------------------------
+    def _interval(self, run):
+        """A monitoring interval's end: the ranks' metric sums, then on_interval (TerminateOnNaN first)."""
         if self.reducer:                      # the loss and accuracy of the global batches
             self.reducer.sum_metrics(self.metrics)
         run.images, result = self.metrics.count, self.metrics.result()
-        self.metrics.reset()
         run.emit("on_interval", result)
+        self.metrics.reset()
         return result
 
-    def _stopped(self, run, path):
-        signum, self._stop = self._stop, None
-        run.emit("on_train_end")
-        self._check_finite(run.start, None if callable(path) else path)
-        path = path() if callable(path) else path      # chosen now: a name free at the stop (minidl.train)
-        if path:
-            self.save(path)
-        raise TrainingStopped(f"stopped at step {self.step}" + (f"; saved {path}" if path else ""), signum, path)
+    def _agree_stop(self, run, final=False):
+        """The ranks' vote on stop requests (World.agree_stop, read a step late): once agreed, every
+        rank ends the run after this same step."""
+        if (signum := self.world.agree_stop(self._stop, final)) is not None:
+            self._stop, run.signal, run.stop = None, signum, True
 
-    def _check_finite(self, start, save_to):
-        """Read the device's NaN flag (one sync, at a monitoring step); stop where the loss diverged."""
-        if bool(self.device.to_host(self._step.finite)):
+    def check_finite(self, path: str | os.PathLike | None = None) -> None:
+        """Raise TrainingDiverged where a loss of this run was not finite (the NaN flag, AND-ed over the
+        ranks inside each step: one sync); the step count goes back to the last good step, whose
+        weights the model holds (no update follows a bad loss), and `path` is named as left untouched."""
+        good = self._step.divergence()
+        if good is None:
             return
-        bad = start + int(self.device.to_host(self._step.good_steps)) + 1
+        bad = self._since + good + 1
         loss = float(self.device.to_host(self.metrics.loss))      # nan or inf from there on
-        self.step = bad - 1                  # the weights are those before the bad step
+        self.step = bad - 1
         raise TrainingDiverged(f"loss is {loss} at step {bad}: training stopped, the weights are those after "
-                               f"step {bad - 1}" + (f"; {save_to} was not overwritten" if save_to else ""))
+                               f"step {bad - 1}" + (f"; {path} was not overwritten" if path else ""))
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, x: Any, y: Any = None, *, batch_size: int = 1000, steps: int | None = None) -> Score:
@@ -261,9 +250,7 @@ class Trainer:
                 break
             if len(y) == 0:                   # a rank past the end of the last batch
                 continue
-            logits = self._step.net.forward(x, training=False)
-            loss_sum, correct, _ = softmax_cross_entropy(logits, y)
-            metrics.update(loss_sum, correct, len(y))
+            self._step.evaluate(x, y, metrics)
         if self.reducer:                      # each rank scored its shard: the sums over all
             self.reducer.sum_metrics(metrics)
         return metrics.result()
@@ -294,9 +281,9 @@ class Trainer:
         batch = meta.get("global_batch")
         self._resumed_batch = batch if type(batch) is int and batch > 0 else None
         self.device.set_rng_state(meta.get("rng"))
-        if self._step.scaler is not None and "loss_scale" in meta:      # else it starts afresh
+        if "loss_scale" in meta:      # else it starts afresh
             try:
-                self._step.scaler.set_state(meta["loss_scale"])
+                self._step.set_loss_scale_state(meta["loss_scale"])
             except ValueError as e:
                 raise ckpt.CheckpointError(f"checkpoint {path}: {e}") from None
         return meta

@@ -162,3 +162,86 @@ def test_a_user_callback_runs_on_every_rank_and_stops_them_together(tmp_path):
     assert len({line.split(" ", 2)[2] for line in lines}) == 1        # the same steps and summed losses
     assert "step 5 steps [1, 2, 3, 4, 5]" in lines[0] and len(eval(lines[0].split("losses ")[1])) == 3
     assert tiny_trainer().resume(tmp_path / "w.npz")["step"] == 5
+
+
+class SaveEvery(callbacks.Callback):
+    """A user's periodic checkpoint: every `n` steps, a file of its own (Run.save: the NaN flag first)."""
+
+    def __init__(self, folder, n):
+        self.folder, self.n, self.saved = folder, n, []
+
+    def on_step_end(self, run):
+        if run.step % self.n == 0:
+            self.saved.append(run.save(self.folder / f"step{run.step}.npz"))
+
+
+def test_a_user_callback_saves_every_n_steps(tmp_path):
+    trainer, every = tiny_trainer(), SaveEvery(tmp_path, 3)
+    trainer.fit(data(), steps=10, batch_size=16, monitor=5, callbacks=[every])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step3.npz", "step6.npz", "step9.npz"]
+    assert tiny_trainer(seed=1).resume(tmp_path / "step6.npz")["step"] == 6
+
+
+class Intervals(callbacks.Callback):
+    def __init__(self):
+        self.seen = []
+
+    def on_interval(self, run, score):
+        self.seen.append((run.step, run.images, score, run.trainer.optimizer.current_lr))
+
+
+def test_a_user_callback_sees_each_intervals_metrics_as_fit_returns_them():
+    trainer, rec = tiny_trainer(), Intervals()
+    result = trainer.fit(data(), steps=8, batch_size=16, monitor=4, callbacks=[rec])
+    assert [(s, n) for s, n, _, _ in rec.seen] == [(4, 64), (8, 64)]       # 4 steps of 16 images each
+    assert rec.seen[-1][2] == result and rec.seen[0][2].loss > result.loss
+    assert all(lr == pytest.approx(0.05) for *_, lr in rec.seen)
+
+
+class EarlyStopping(callbacks.Callback):
+    """Keras's EarlyStopping on the training loss: stop once `patience` intervals in a row improved
+    it by less than `min_delta`."""
+
+    def __init__(self, patience, min_delta=1e-4):
+        self.patience, self.min_delta, self.best, self.waited = patience, min_delta, math.inf, 0
+
+    def on_interval(self, run, score):
+        better = score.loss < self.best - self.min_delta
+        self.best, self.waited = (score.loss, 0) if better else (self.best, self.waited + 1)
+        run.stop = self.waited >= self.patience
+
+
+def test_early_stopping_written_by_the_user_ends_the_run():
+    trainer = tiny_trainer()
+    trainer.optimizer.lr = 0.0           # nothing improves: each interval (one epoch) scores the same weights
+    trainer.fit(data(), steps=100, batch_size=16, monitor=4, callbacks=[EarlyStopping(patience=2)])
+    assert trainer.step == 12 and trainer.timing["steps"] == 12
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_the_nan_stop_comes_before_any_callback_sees_the_interval(tmp_path):
+    trainer, rec = tiny_trainer(), Recorder()
+    x, y = data()
+    x = x / 255.0
+    x[:, 3, 3] = np.nan                    # every batch carries a NaN: the loss of step 1 is not finite
+    with pytest.raises(dl.TrainingDiverged, match=r"at step 1\b.*w\.npz was not overwritten"):
+        trainer.fit((x, y), steps=20, batch_size=16, monitor=10, save_to=tmp_path / "w.npz", callbacks=[rec])
+    assert trainer.step == 0 and [e[0] for e in rec.events if e[0] != "epoch"] == ["begin"] + ["step"] * 9
+    assert not [e for e in rec.events if e[0] in ("interval", "end")] and not (tmp_path / "w.npz").exists()
+
+
+def test_a_user_callback_sees_the_stop_request_before_its_save(tmp_path):
+    class Note(callbacks.Callback):
+        signals = []
+
+        def on_step_end(self, run):
+            if run.step == 2:
+                run.trainer.request_stop(1)           # as SIGHUP's handler does
+
+        def on_train_end(self, run):
+            self.signals.append((run.signal, (tmp_path / "w.npz").exists()))
+
+    trainer = tiny_trainer()
+    with pytest.raises(TrainingStopped, match=r"stopped at step 2; saved .*w\.npz") as stop:
+        trainer.fit(data(), steps=10, batch_size=16, checkpoint=tmp_path / "w.npz", callbacks=[Note()])
+    assert Note.signals == [(1, False)] and stop.value.exit_status == 129 and (tmp_path / "w.npz").exists()

@@ -290,8 +290,8 @@ def test_grad_scale_is_the_update_of_the_scaled_gradient(case, scale):
     a, b = fake_model(), fake_model()
     for m in (a, b):
         m.flat, m.grads = m.flat.astype(np.float32), m.grads.astype(np.float32)
-    scaled, plain = CASES[case][0]().setup(a), CASES[case][0]().setup(b)
-    scaled.grad_scale = scale
+    scaled, plain = CASES[case][0]().setup(a, grad_scale=scale), CASES[case][0]().setup(b)
+    assert scaled.grad_scale == scale and plain.grad_scale == 1.0
     for g in (np.random.default_rng(t).standard_normal(a.flat.size).astype(np.float32) for t in range(STEPS)):
         a.grads[...], b.grads[...] = g, g * np.float32(scale)
         scaled.step()

@@ -6,12 +6,15 @@ only its own backward reads: the model drops that right after it. Memory then go
 later, as Caffe and MXNet share buffers: eagerly CuPy's pool hands it on; a captured step is traced
 with these deaths and planned (kernels/gpu/planned_memory.py), so the gradients of backward reuse the
 activations of forward at addresses fixed once.
+
+Model.backward calls `release_saved` (and, overwriting gradients, `zero_unreached`) as each layer is done.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 if TYPE_CHECKING:
+    from ..layers.base import Layer
     from ..layers.node import Node
 
 
@@ -28,3 +31,17 @@ def forward_deaths(nodes: Sequence[Node], outputs: Iterable[Node]) -> list[list[
         if v not in keep:
             deaths[k].append(v)
     return deaths
+
+
+def release_saved(layer: Layer, reached: bool) -> None:
+    """Backward is done with `layer`: what its forward saved is read by no one else, so it goes."""
+    layer.saved = None
+
+
+def zero_unreached(layer: Layer, reached: bool) -> None:
+    """An overwriting backward (accumulate=False) that never reached `layer` (it leads to no output)
+    leaves its gradients zero, as zero_grad would have, instead of last step's."""
+    if not reached:
+        for p in layer.params.values():
+            if p.grad is not None:
+                p.grad.fill(0)

@@ -161,8 +161,8 @@ class Model(FamiliarAPI):
         for c in self.copies:              # compute-dtype weights from the float32 master
             c.refresh(self.flat)
         values, deaths = {}, self._deaths or liveness.forward_deaths(self.nodes, self.outputs)
-        for node, x in zip(self.inputs, xs):
-            values[id(node)] = self._input(node, x)
+        for i, (node, x) in enumerate(zip(self.inputs, xs)):
+            values[id(node)] = self.prepare_input(x, i)
         for node, dead in zip(self.nodes, deaths):
             values[id(node)] = node.layer.forward([values[id(p)] for p in node.parents], training)
             for v in dead if self.releases else ():
@@ -174,9 +174,9 @@ class Model(FamiliarAPI):
 
     __call__ = forward
 
-    def _input(self, node, x):
-        """x as this model's array: checked for shape, on its device, in its dtype."""
-        shape = tuple(getattr(x, "shape", ()))
+    def prepare_input(self, x: Any, i: int = 0) -> Array:
+        """x as the array this model's input `i` reads: checked for shape, on its device, in its dtype."""
+        node, shape = self.inputs[i], tuple(getattr(x, "shape", ()))
         if shape[1:] != node.shape[1:]:
             raise ValueError(f"{self.name}: input {node.name} expects shape {_fmt(node.shape)}, got {shape}")
         if shape[0] < 1:
@@ -203,41 +203,43 @@ class Model(FamiliarAPI):
         it reads into the float32 arena with `gather(lo, hi)` (the Reducer, bucket by bucket, so
         the first buckets travel while backward goes on); without a hook backward gathers it all.
         """
-        hooked, ready = ready is not None, ready or (lambda layer: None)
         if not accumulate and not self.overwrites_grads:
             raise ValueError(f"{self.name}: a layer adds into its gradients; use accumulate=True")
         if len(gys) != len(self.outputs):
             raise ValueError(f"{self.name}: backward takes {len(self.outputs)} output gradient(s), got {len(gys)}")
         checks.gradients(self, gys)
+        done = self._after_each_layer(accumulate, ready)
         grads: dict[int, Array] = {}
         add = self.device.kernels.merge.add_fprop     # a value read twice: its gradients add
         for o, g in zip(self.outputs, gys):
             grads[id(o)] = g if id(o) not in grads else grads[id(o)] + g
-        for node, reads in zip(reversed(self.nodes), reversed(self._needs)):
-            gy = grads.pop(id(node), None)
-            if gy is None:      # this node does not lead to the outputs
-                if not accumulate:
-                    for p in node.layer.params.values():
-                        if p.grad is not None:
-                            p.grad.fill(0)
-                if self.releases:
-                    node.layer.saved = None
-                ready(node.layer)
-                continue
+        for node, reads in zip(reversed(self.nodes), reversed(self._needs)):       # the reverse walk
+            gy = grads.pop(id(node), None)       # None: this node does not lead to the outputs
             need = Need(tuple(input_grads or r for r in reads), accumulate)
-            gxs = node.layer.backward(gy, need)
-            if self.releases:              # what the layer saved is read by this backward alone
-                node.layer.saved = None
-            ready(node.layer)
+            gxs = () if gy is None else node.layer.backward(gy, need)
+            for hook in done:
+                hook(node.layer, gy is not None)
             for parent, gx in zip(node.parents, gxs):
-                if gx is None:
-                    continue
-                prev = grads.get(id(parent))
-                grads[id(parent)] = gx if prev is None else add([prev, gx])      # kept in memory order
-        if not hooked:                     # every gradient ends in the float32 arena
+                if gx is not None:
+                    prev = grads.get(id(parent))
+                    grads[id(parent)] = gx if prev is None else add([prev, gx])      # kept in memory order
+        if ready is None:                  # the copies' gradients into the float32 arena, all at once
             self.gather()
         gxs = [grads.get(id(i)) for i in self.inputs]  # type: ignore[assignment]  # the inputs' gradients now
         return gxs[0] if self.single_input else gxs
+
+    def _after_each_layer(self, accumulate: bool, ready: Callable[[Layer], object] | None) -> list[Callable]:
+        """The hooks backward calls with (layer, reached) once a layer is done, reached or not, in order:
+        an overwriting backward zeroes what it never reached; a releasing model drops what the layer
+        saved (liveness.py); `ready` hears that its gradients are final (buckets.py)."""
+        hooks: list[Callable[[Layer, bool], object]] = []
+        if not accumulate:
+            hooks.append(liveness.zero_unreached)
+        if self.releases:
+            hooks.append(liveness.release_saved)
+        if ready is not None:
+            hooks.append(lambda layer, reached: ready(layer))
+        return hooks
 
     def gather(self, lo: int = 0, hi: int | None = None) -> None:
         """Elements lo:hi of the compute-dtype copies' gradients into the float32 arena `grads`

@@ -25,9 +25,10 @@ class Optimizer:
     Subclasses set `name`, `slots` (state arrays, each zeros_like(flat)), `hyper` (the
     constructor's other hyper-parameters, kept as attributes) and `update(lr, t)`.
 
-    grad_scale: the gradients enter the update multiplied by it, inside the update kernel. Data-parallel
-    ranks set 1/N (minidl.distributed: the ranks sum their gradients, the update takes the mean); at 1,
-    one process, the kernels skip the multiply.
+    grad_scale: the gradients enter the update multiplied by it, inside the update kernel; given at
+    `setup` by whoever knows how the gradients arrive: 1/N among N data-parallel ranks (minidl.step: the
+    ranks sum their gradients, the update takes the mean); at 1, one process, the kernels skip the multiply.
+    A Python number, so a captured step holds it as it was at the capture.
     """
     name = "optimizer"
     slots: tuple[str, ...] = ()
@@ -55,13 +56,17 @@ class Optimizer:
             raise ValueError(f"Trainer: this {type(self).__name__} already trains model {self.model.name!r} "
                              f"(another Trainer's): give each Trainer an optimizer of its own")
 
-    def setup(self, model: Model) -> Optimizer:
+    def setup(self, model: Model, grad_scale: float = 1.0) -> Optimizer:
         """Bind model.flat / model.grads and the device's optim kernels; allocate zeroed state.
 
         State loaded before setup is applied now. Setting up the same model again keeps the state:
         in place if its buffers are unchanged (captured CUDA graphs stay valid), else copied over
         to the new buffers (model.to(device) reallocates the arena); another model starts afresh.
+        grad_scale: what the gradients are multiplied by in the update (1/N: the mean of N ranks' sums).
         """
+        if not (math.isfinite(grad_scale) and grad_scale > 0):
+            raise ValueError(f"{type(self).__name__}: grad_scale must be a finite number > 0, got {grad_scale!r}")
+        self.grad_scale = float(grad_scale)
         if model is self.model and model.flat is self.flat and model.grads is self.grads:
             return self
         why = model.device.dtype_problem(("optim",))

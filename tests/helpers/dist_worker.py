@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 import minidl as dl
-from minidl import distributed, layers as L, models, optim
+from minidl import callbacks, distributed, layers as L, models, optim
 from minidl.trainer import TrainingStopped
 
 
@@ -137,12 +137,11 @@ def main(*argv):
             f.write(str(os.getpid()))
     if args.resume:
         trainer.resume(args.checkpoint)
-    if args.stop_at:
-        _stop_at(trainer, world, *map(int, args.stop_at.split(":")))
+    stop = [_StopAt(world, *map(int, args.stop_at.split(":")))] if args.stop_at else []
     arrays = {}
     try:
         result = trainer.fit(train, steps=args.steps - trainer.step, batch_size=args.b, monitor=25,
-                             checkpoint=args.checkpoint)
+                             checkpoint=args.checkpoint, callbacks=stop)
     except TrainingStopped as e:
         result, arrays["stopped_at"], arrays["saved"] = (np.nan, np.nan), trainer.step, e.path is not None
     if args.count:
@@ -170,15 +169,15 @@ def _drop_bucket(buckets, i):
     buckets.start = lambda view, lo: None if view is dropped else start(view, lo)
 
 
-def _stop_at(trainer, world, rank, step):
-    """Rank `rank` alone asks for a stop while step `step` runs (as SIGTERM to one process would)."""
-    run = trainer._run_step
+class _StopAt(callbacks.Callback):
+    """Rank `rank` alone asks for a stop once step `step` is done (as SIGTERM to one process would)."""
 
-    def run_step(loader, epoch, k):
-        run(loader, epoch, k)
-        if world.rank == rank and trainer.step + 1 == step:
-            trainer.request_stop(signal.SIGTERM)
-    trainer._run_step = run_step
+    def __init__(self, world, rank, step):
+        self.world, self.rank, self.step = world, rank, step
+
+    def on_step_end(self, run):
+        if self.world.rank == self.rank and run.step == self.step:
+            run.trainer.request_stop(signal.SIGTERM)
 
 
 if __name__ == "__main__":
