@@ -31,7 +31,7 @@ def _environment():
     except Exception:
         pass
     try:
-        from minidl.kernels.gpu import cudnn
+        from minidl.kernels.gpu import cudnn_graphs as cudnn
         env["cudnn"] = cudnn.version()
     except Exception:
         pass

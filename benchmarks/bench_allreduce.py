@@ -19,7 +19,7 @@ def main(argv=None):
     import cupy as cp
     import minidl as dl
     from minidl import distributed
-    from minidl.kernels.gpu.optim import cast_copy
+    from minidl.kernels.gpu.cast import cast_copy
     from minidl.precision import BFLOAT16
     world = distributed.init()
     dev = dl.get_device("cuda", gpu=world.local_rank)

@@ -70,7 +70,7 @@ def child(argv, result_path, top):
         print(f"profile_startup: needs CuPy and a usable CUDA GPU: {why}", file=sys.stderr)
         return 2
     import cupy
-    from minidl.kernels.gpu import _cuda, capture, cudnn, engines
+    from minidl.kernels.gpu import _cuda, capture, cudnn_graphs as cudnn, engines
     r = {"imports": time.perf_counter() - t0}
     p = warmup.parser()
     args = train.check_args(p, p.parse_args(argv))

@@ -1,5 +1,7 @@
-"""The structure docs/architecture.md promises: no import circle, GPU libraries named in two
-rooms only, files that read in one sitting."""
+"""The structure docs/architecture.md promises: no import circle, GPU libraries named in the GPU
+kernels and the cuda backend only, backends that are plug-ins (no switch on a device's name), GPU
+kernels that do not lean on the CPU's, layers that reach kernels through the device only, files that
+read in one sitting."""
 import ast
 import io
 import pathlib
@@ -71,10 +73,10 @@ def test_no_import_circle_in_the_package():
             visit(m)
 
 
-def test_cupy_and_cudnn_are_named_only_in_kernels_gpu_and_backend():
+def test_cupy_and_cudnn_are_named_only_in_kernels_gpu_and_the_cuda_backend():
     for path in PKG.rglob("*.py"):
         rel = path.relative_to(PKG).as_posix()
-        if rel.startswith("kernels/gpu/") or rel == "backend.py":
+        if rel.startswith("kernels/gpu/") or rel == "backends/cuda.py":
             continue
         names = {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)}
         mods = _imports_raw(path)
@@ -91,6 +93,62 @@ def _imports_raw(path):
         elif isinstance(node, ast.ImportFrom) and node.module and "gpu" in node.module.split("."):
             out.add("cupy")                  # a relative import of kernels.gpu from outside it
     return out
+
+
+def _backend_names():
+    from minidl import backends
+    return {a for n in backends.names() for a in (n, *backends.find(n).aliases)}
+
+
+def _names_compared(tree):
+    """Each comparison with a backend's name ("cpu", "cuda", "gpu"): a switch on a device's name."""
+    out, names = [], _backend_names()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Constant) and s.value in names for s in sides):
+                out.append(f"{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_devices_delegate_to_their_backend_and_switch_on_no_name():
+    """backend.py and minidl/backends/ never ask which backend they are (`self.name == "cuda"`), and
+    Device never asks an array's type: a backend answers, and an array finds its backend in the registry."""
+    for path in [PKG / "backend.py", *sorted((PKG / "backends").glob("*.py"))]:
+        tree = ast.parse(path.read_text())
+        assert not _names_compared(tree), (path.name, _names_compared(tree))
+    device = ast.parse((PKG / "backend.py").read_text())
+    typed = [ast.unparse(n) for n in ast.walk(device) if isinstance(n, ast.Call) and getattr(n.func, "id", "") ==
+             "isinstance" and "Device" not in ast.unparse(n.args[1])]
+    assert not typed, typed
+    assert _names_compared(ast.parse('if self.name == "cuda": pass')) and _names_compared(ast.parse('x = spec != "cpu"'))
+
+
+# The one GPU module that reads the CPU's kernels, inside a function and why: cuDNN's float64
+# convolutions are checked once per GPU against the CPU's float64 reference before a model is built.
+GPU_READS_CPU = {"kernels/gpu/conv.py": "_try_float64"}
+
+
+def test_gpu_kernels_import_no_cpu_kernels():
+    """Shape maths both need lives in kernels/shapes.py (and padding.py); a kernels/gpu module imports
+    kernels/cpu nowhere, but for GPU_READS_CPU's function."""
+    for path in sorted((PKG / "kernels" / "gpu").glob("*.py")):
+        rel, tree = path.relative_to(PKG).as_posix(), ast.parse(path.read_text())
+        allowed = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == GPU_READS_CPU.get(rel)]
+        exempt = {id(m) for f in allowed for m in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and id(node) not in exempt:
+                module = ("." * node.level) + (node.module or "")
+                assert not (module.startswith("..cpu") or "kernels.cpu" in module), (rel, node.lineno, module)
+            elif isinstance(node, ast.Import):
+                assert not any("kernels.cpu" in a.name for a in node.names), (rel, node.lineno)
+
+
+def test_layers_import_no_kernels():
+    """A layer reaches kernels through device.kernels only (Layer.kernel_families)."""
+    for path in sorted((PKG / "layers").glob("*.py")):
+        found = sorted(m for m in _imports(path) if m.startswith("minidl.kernels"))
+        assert not found, (path.name, found)
 
 
 def test_files_read_in_one_sitting():

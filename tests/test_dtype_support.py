@@ -2,8 +2,10 @@
 GPU conv family also asks cuDNN), and Device.dtype_problem is the one place that reads it, for layers
 at build, optimizers at setup and the inference schedule.
 
-The GPU families are read from their source here (no CuPy needed); the refusals are shown on a CPU
-device whose families declare a smaller table, the stand-in for a GPU without float64 kernels.
+The GPU families are read from their source here (no CuPy needed; a DTYPES named from
+kernels/gpu/_dtypes.py is looked up there); the refusals are shown on a CPU device whose families
+declare a smaller table and whose backend words its messages as the GPU's, the stand-in for a GPU
+without float64 kernels.
 tests/gpu/test_float64.py runs the real table on the device.
 """
 import ast
@@ -16,7 +18,10 @@ import pytest
 import minidl as dl
 from minidl import inference, layers as L, models, optim
 from minidl.backend import KERNEL_FAMILIES, Device, DtypeError
+from minidl.backends.cpu import CPU
 from minidl.inference import schedule
+from minidl.kernels.contract import FAMILIES
+from minidl.kernels.gpu import _dtypes
 from minidl.train import run_cli
 
 KERNELS = pathlib.Path(__file__).resolve().parents[1] / "minidl" / "kernels"
@@ -24,14 +29,17 @@ BOTH = ("float32", "float64")
 HALF = BOTH + ("float16", "bfloat16")      # the families a precision policy's compute region calls
 GPU_TABLE = {"conv": HALF, "dense": HALF, "activation": HALF, "merge": HALF, "pad": HALF, "pool": HALF,
              "norm": BOTH, "lrn": BOTH, "dropout": HALF, "softmax": BOTH, "optim": BOTH, "direct": ("float32",),
-             "augment": HALF}
+             "augment": HALF, "cast": None}
 
 
 def declared(backend, family):
-    """The DTYPES a kernel family's source assigns at module level, or None."""
+    """The DTYPES a kernel family's source assigns at module level (a literal, or a name of
+    kernels/gpu/_dtypes.py), or None."""
     tree = ast.parse((KERNELS / backend / f"{family}.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DTYPES" for t in node.targets):
+            if isinstance(node.value, ast.Name):
+                return getattr(_dtypes, node.value.id)
             return ast.literal_eval(node.value)
     return None
 
@@ -41,6 +49,10 @@ def test_every_gpu_family_declares_its_dtypes():
     assert {f: declared("gpu", f) for f in KERNEL_FAMILIES} == GPU_TABLE
 
 
+def test_the_gpu_families_compute_in_what_the_contract_says_the_library_calls_them_in():
+    assert {f: FAMILIES[f].dtypes for f in KERNEL_FAMILIES} == GPU_TABLE
+
+
 def test_cpu_families_take_any_dtype_but_direct():
     """Nothing changes on the CPU: only the direct family (float32 CUDA's reference) declares a table."""
     assert {f: declared("cpu", f) for f in KERNEL_FAMILIES if declared("cpu", f)} == {"direct": ("float32",)}
@@ -48,9 +60,18 @@ def test_cpu_families_take_any_dtype_but_direct():
         assert Device("cpu", dtype=dtype).dtype_problem([f for f in KERNEL_FAMILIES if f != "direct"]) is None
 
 
+class _WordedAsGPU(CPU):
+    """The CPU backend speaking as the GPU's (label, suggestion) and keeping a device's own families in
+    every dtype, as the GPU's take their dtypes themselves."""
+    label, elsewhere = "GPU", ", or --device cpu"
+
+    def kernels(self, dtype, current=None):
+        return current if current is not None else super().kernels(dtype)
+
+
 def restricted(dtype="float64", gpu=True, **families):
     """A CPU device whose named families declare the given DTYPES (a tuple) or answer through a
-    `dtype_problem` (a callable), as a GPU's would; gpu=True also names it cuda, for the messages."""
+    `dtype_problem` (a callable), as a GPU's would; gpu=True also words its messages as the GPU's."""
     dev = Device("cpu", dtype=dtype)
     kernels = dict(vars(dev.kernels))
     for name, table in families.items():
@@ -58,7 +79,7 @@ def restricted(dtype="float64", gpu=True, **families):
         kernels[name] = None if table is None else types.SimpleNamespace(**vars(kernels[name]), **extra)
     dev.kernels = types.SimpleNamespace(**{k: v for k, v in kernels.items() if v is not None})
     if gpu:
-        dev.name = "cuda"          # only the messages read it before anything is allocated
+        dev.backend = _WordedAsGPU()
     return dev
 
 
@@ -129,7 +150,7 @@ def test_the_inference_schedule_plans_direct_kernels_only_where_the_family_compu
     assert schedule.direct_family(cpu32) is cpu32.kernels.direct
     assert schedule.direct_family(cpu64) is None
     model = models.lenet5(dtype="float64", seed=1)
-    x = np.random.default_rng(0).standard_normal((3, 1, 28, 28))
+    x = np.random.default_rng(0).random((3, 1, 28, 28))             # images in [0, 1] (docs/input.md)
     m32, m64 = inference.compile(model, device="cpu"), inference.compile(model, device="cpu", dtype="float64")
     assert m32.chain is not None and {"conv_pool", "mlp"} <= {st.kind for st in m32.steps}
     assert m64.chain is None and not {"conv_pool", "mlp", "add_relu"} & {st.kind for st in m64.steps}

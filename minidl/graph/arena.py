@@ -66,7 +66,7 @@ class Copies:
     def __init__(self, device: Device, master_flat: Array, pairs: Sequence[tuple[Parameter, Parameter, bool]],
                  dtype: np.dtype) -> None:
         xp = device.xp
-        self.kernels, self.dtype = device.kernels.optim, dtype
+        self.kernels, self.dtype = device.kernels.cast, dtype
         self.flat = xp.zeros(master_flat.shape, dtype=dtype)
         self.grads = xp.zeros(master_flat.shape, dtype=dtype)
         mask = np.zeros(master_flat.shape, dtype=bool)         # where the copies' gradients go as they lie

@@ -168,6 +168,6 @@ def _chain_step(dk, model, steps, outputs):
 def direct_family(device: Device, dtype: DTypeLike | None = None) -> Kernels | None:
     """The device's direct kernel family where it computes in `dtype` (default: the device's; the
     family's DTYPES: float32), else None."""
-    family = getattr(device.kernels, "direct", None)
+    family = device.kernels.direct if device.has("direct") else None
     dtype = np.dtype(dtype or device.dtype)
     return family if family is not None and dtype.name in getattr(family, "DTYPES", (dtype.name,)) else None

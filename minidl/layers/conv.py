@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .. import init
 from .._types import Array, BatchShape, IntOrPair
-from ..kernels.cpu.conv import resolve_pads   # shape arithmetic, the same on every device
+from ..padding import resolve_pads   # shape arithmetic, the same on every device and on the host
 from .base import ALL, Layer, Need, pair, positive_pair, record_config
 
 if TYPE_CHECKING:
@@ -64,8 +64,9 @@ class Conv2D(Layer):
             self.plan = self.kern.conv2d_plan(shape, self.w.shape, self.stride, self.padding, self.dilation)
         except ValueError as e:
             raise self.error(f"input {shape[1:]}: {e}") from None
-        # One cuDNN graph for conv + bias + ReLU where the device offers it (inference).
-        self._fused = getattr(self.kern, "conv2d_bias_relu_fprop", None) if self.activation else None
+        # One cuDNN graph for conv + bias + ReLU where the device offers it (inference; the conv family's extra).
+        fuses = self.activation and device.has("conv", "conv2d_bias_relu_fprop")
+        self._fused = self.kern.conv2d_bias_relu_fprop if fuses else None
         return self.plan.out_shape
 
     def forward(self, xs: Sequence[Array], training: bool) -> Array:

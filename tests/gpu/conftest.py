@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def no_tf32():
     """Full FP32 convolutions, for comparisons with the CPU at tight tolerances."""
-    from minidl.kernels.gpu import cudnn
+    from minidl.kernels.gpu import cudnn_graphs as cudnn
     was = cudnn.tf32_enabled()
     cudnn.set_tf32(False)
     yield

@@ -14,7 +14,7 @@ pytest.importorskip("cudnn")
 import minidl as dl  # noqa: E402
 from minidl import models, optim  # noqa: E402
 from minidl.backend import get_device  # noqa: E402
-from minidl.kernels.gpu import cudnn  # noqa: E402
+from minidl.kernels.gpu import cudnn_graphs as cudnn  # noqa: E402
 from minidl.kernels.gpu._util import channels_last, lies_in  # noqa: E402
 from minidl.precision import dtype_of  # noqa: E402
 from tests.helpers.tolerance import close  # noqa: E402

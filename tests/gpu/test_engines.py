@@ -9,7 +9,7 @@ pytest.importorskip("cudnn")
 
 from minidl.kernels.cpu import conv as cpu_conv  # noqa: E402
 from minidl.kernels.gpu import conv as gpu_conv  # noqa: E402
-from minidl.kernels.gpu import cudnn, engines  # noqa: E402
+from minidl.kernels.gpu import cudnn_graphs as cudnn, engines  # noqa: E402
 
 # LeNet-5's second conv at batch 64: heuristics and timing often disagree at such small shapes.
 X, W = (64, 20, 12, 12), (50, 20, 5, 5)

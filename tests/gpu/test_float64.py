@@ -15,7 +15,7 @@ pytest.importorskip("cudnn")
 import minidl as dl  # noqa: E402
 from minidl import inference, layers as L, models, optim  # noqa: E402
 from minidl.backend import KERNEL_FAMILIES, CounterRNG, DtypeError  # noqa: E402
-from minidl.kernels.gpu import cudnn  # noqa: E402
+from minidl.kernels.gpu import cudnn_graphs as cudnn  # noqa: E402
 from tests.helpers.tolerance import close  # noqa: E402
 
 F64 = "float64"

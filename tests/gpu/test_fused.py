@@ -10,7 +10,7 @@ pytest.importorskip("cudnn")
 import minidl  # noqa: E402
 from minidl.backend import CapturedCall  # noqa: E402
 from minidl.kernels.cpu import conv as cconv, dense as cdense, merge as cmerge, norm as cnorm  # noqa: E402
-from minidl.kernels.gpu import _util, cudnn  # noqa: E402
+from minidl.kernels.gpu import _util, cudnn_graphs as cudnn  # noqa: E402
 from minidl.kernels.gpu import conv as gconv, dense as gdense, merge as gmerge, norm as gnorm  # noqa: E402
 
 TOL = {"bn": (1e-4, 1e-5), "conv": (1e-4, 1e-5), "dense": (1e-5, 1e-5), "exact": (0, 0)}

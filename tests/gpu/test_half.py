@@ -13,7 +13,7 @@ pytest.importorskip("cudnn")
 from minidl import layers as L  # noqa: E402
 from minidl.backend import CounterRNG, get_device  # noqa: E402
 from minidl.graph import arena  # noqa: E402
-from minidl.kernels.gpu import cudnn  # noqa: E402
+from minidl.kernels.gpu import cudnn_graphs as cudnn  # noqa: E402
 from minidl.layers.base import Parameter  # noqa: E402
 from minidl.loss_scale import DynamicLossScale  # noqa: E402
 from minidl.precision import LossScale, dtype_of  # noqa: E402
@@ -202,7 +202,7 @@ def test_the_arena_copies_refresh_and_gather_in_one_pass(dt):
 
 @pytest.mark.parametrize("smem", [48 * 1024, 0])          # 0: every filter too big for the kernel, copied one by one
 def test_filters_permute_to_k_kh_kw_c_and_back(dt, smem, monkeypatch):
-    from minidl.kernels.gpu import optim as k
+    from minidl.kernels.gpu import cast as k
     monkeypatch.setattr(k, "_SMEM", smem)
     rng = np.random.default_rng(2)
     shapes, filters, o = [(8, 5, 3, 3), (4, 1, 7, 7), (16, 32, 3, 3)], [], 0
@@ -225,7 +225,7 @@ def test_filters_permute_to_k_kh_kw_c_and_back(dt, smem, monkeypatch):
 
 
 def test_the_copy_kernels_round_as_numpy_does_at_ties_overflow_subnormals_and_nan(dt):
-    from minidl.kernels.gpu import optim as k
+    from minidl.kernels.gpu import cast as k
     rng = np.random.default_rng(1)
     x = (rng.standard_normal(4096) * 10.0 ** rng.integers(-9, 6, 4096)).astype(np.float32)
     x[:6] = (1e5, -1e5, np.inf, 1e-40, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8)    # overflow, subnormal, ties

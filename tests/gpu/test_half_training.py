@@ -10,7 +10,7 @@ pytest.importorskip("cudnn")
 import minidl as dl  # noqa: E402
 from minidl import inference, layers as L, models, optim  # noqa: E402
 from minidl.data.loader import Loader  # noqa: E402
-from minidl.kernels.gpu import cudnn  # noqa: E402
+from minidl.kernels.gpu import cudnn_graphs as cudnn  # noqa: E402
 from minidl.models.resnet import build_resnet  # noqa: E402
 from minidl.precision import LossScale, policy  # noqa: E402
 from tests.test_loss_scale import Spike  # noqa: E402

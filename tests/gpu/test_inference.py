@@ -54,7 +54,7 @@ def test_graph_replay_equals_cpu_inference(no_tf32, compiled, name, N):
 
 
 def test_replays_with_new_inputs_give_new_outputs(no_tf32, compiled):
-    from minidl.kernels.gpu import cudnn
+    from minidl.kernels.gpu import cudnn_graphs as cudnn
     cpu, gpu = compiled["resnet18"]
     x1, x2 = batch(8, seed=11), batch(8, seed=12)
     y1 = host(gpu, gpu.predict(x1)).copy()                 # first call at N=8: warm-up + capture
@@ -73,7 +73,7 @@ def test_replays_with_new_inputs_give_new_outputs(no_tf32, compiled):
 def test_batch_1000_replay_equals_eager_and_cpu(compiled, tf32):
     """What `python -m minidl.infer` runs: batch 1000, TF32 on by default (a fresh model: graphs are
     captured with the TF32 setting of their first call)."""
-    from minidl.kernels.gpu import cudnn
+    from minidl.kernels.gpu import cudnn_graphs as cudnn
     cpu, _ = compiled["lenet5"]
     lenet = compiled["models"]["lenet5"]
     was = cudnn.tf32_enabled()
@@ -97,7 +97,7 @@ def test_batch_1000_replay_equals_eager_and_cpu(compiled, tf32):
 def test_fused_conv_bias_relu_at_batch_1000_with_tf32(x_shape, w_shape, padding):
     """Inference relies on the conv kernels' fused conv+bias+ReLU (LeNet's shapes, TF32 on)."""
     from minidl.kernels.cpu import conv as cpu_conv
-    from minidl.kernels.gpu import conv as gpu_conv, cudnn
+    from minidl.kernels.gpu import conv as gpu_conv, cudnn_graphs as cudnn
     fused = getattr(gpu_conv, "conv2d_bias_relu_fprop", None)
     if fused is None:
         pytest.skip("the GPU conv kernels have no conv2d_bias_relu_fprop")

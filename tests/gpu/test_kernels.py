@@ -11,7 +11,7 @@ import pytest
 cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 
-from minidl.kernels.gpu import cudnn  # noqa: E402
+from minidl.kernels.gpu import cudnn_graphs as cudnn  # noqa: E402
 from tests.helpers.tolerance import close  # noqa: E402
 
 

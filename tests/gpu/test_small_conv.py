@@ -11,7 +11,7 @@ cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 
 from minidl.kernels.cpu import conv as cpu  # noqa: E402
-from minidl.kernels.gpu import conv, cudnn, engines, small_conv  # noqa: E402
+from minidl.kernels.gpu import conv, cudnn_graphs as cudnn, engines, small_conv  # noqa: E402
 from tests.helpers.tolerance import close  # noqa: E402
 
 SHAPES = [   # x (N, C, H, W), w (K, C, kH, kW), stride, padding: ResNet-50's kinds at MNIST's sizes

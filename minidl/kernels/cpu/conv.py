@@ -10,67 +10,11 @@ backward calls them), since each is a full pass over memory.
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 
 from ..._types import Array
+from ..shapes import ConvPlan, conv2d_plan  # noqa: F401  the family's plans: one definition (kernels/shapes.py)
 from ._layout import chwn_to_nchw, nchw_to_chwn
-
-
-@dataclass(frozen=True)
-class ConvPlan:
-    in_shape: tuple      # (N, C, H, W), N may be None
-    w_shape: tuple       # (K, C, kH, kW)
-    out_shape: tuple     # (N, K, oH, oW)
-    pads: tuple          # (top, bottom, left, right)
-    stride: tuple
-    dilation: tuple
-    ws: dict = field(default_factory=dict, compare=False, repr=False)   # the CPU kernels' buffers
-
-
-def resolve_pads(padding: int | str | Sequence[int], size: Sequence[int], ksize: Sequence[int], stride: Sequence[int],
-                 dilation: Sequence[int]) -> tuple[int, ...]:
-    """Padding spec -> (top, bottom, left, right); 'same' pads as TensorFlow (extra at the end)."""
-    if padding == "valid":
-        return (0, 0, 0, 0)
-    if padding == "same":
-        pads: Any = []                # a list here, the name a 4-tuple below
-        for n, k, s, d in zip(size, ksize, stride, dilation):
-            total = max((math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n, 0)
-            pads += [total // 2, total - total // 2]
-        return tuple(pads)
-    if isinstance(padding, str):
-        raise ValueError(f"unknown padding {padding!r}: expected an int, a pair, 'same' or 'valid'")
-    if not isinstance(padding, (int, np.integer)) and len(padding) == 4:
-        pads = tuple(int(p) for p in padding)                # (top, bottom, left, right)
-        if min(pads) < 0:
-            raise ValueError(f"padding must be non-negative, got {padding!r}")
-        return pads
-    ph, pw = (padding, padding) if isinstance(padding, (int, np.integer)) else tuple(padding)
-    if min(ph, pw) < 0:
-        raise ValueError(f"padding must be non-negative, got {padding!r}")
-    return (int(ph), int(ph), int(pw), int(pw))
-
-
-def out_size(n: int, k: int, s: int, d: int, p0: int, p1: int) -> int:
-    return (n + p0 + p1 - (k - 1) * d - 1) // s + 1
-
-
-def conv2d_plan(x_shape: Sequence[int], w_shape: Sequence[int], stride: Sequence[int],
-                padding: int | str | Sequence[int], dilation: Sequence[int]) -> ConvPlan:
-    N, C, H, W = x_shape
-    K, _, kH, kW = w_shape
-    pads = resolve_pads(padding, (H, W), (kH, kW), stride, dilation)
-    oH = out_size(H, kH, stride[0], dilation[0], pads[0], pads[1])
-    oW = out_size(W, kW, stride[1], dilation[1], pads[2], pads[3])
-    if oH <= 0 or oW <= 0:
-        raise ValueError(f"a {kH}x{kW} kernel (dilation {dilation}) does not fit a {H}x{W} input "
-                         f"with padding {pads}")
-    return ConvPlan(tuple(x_shape), tuple(w_shape), (N, K, oH, oW), pads, tuple(stride), tuple(dilation))
 
 
 # im2col and GEMM run over blocks of output rows: a block's columns (C*kH*kW x ~4096 values) are
@@ -200,8 +144,9 @@ def conv2d_wgrad(plan: ConvPlan, x: Array, gy: Array, gw: Array, accumulate: boo
         gw[...] = dw
 
 
-def conv2d_dgrad(plan: ConvPlan, gy: Array, w: Array, out: Array | None = None) -> Array:
-    """gy (N, K, oH, oW), w (K, C, kH, kW) -> gx (N, C, H, W): col2im of w^T @ gy."""
+def conv2d_dgrad(plan: ConvPlan, gy: Array, w: Array, out: Array | None = None, cl: bool | None = None) -> Array:
+    """gy (N, K, oH, oW), w (K, C, kH, kW) -> gx (N, C, H, W): col2im of w^T @ gy, in CHWN memory order
+    whatever `cl` (the GPU's channels-last request) says."""
     N, K, oH, oW = gy.shape
     C, kH, kW = w.shape[1:]
     H, W = plan.in_shape[2:]

@@ -10,8 +10,6 @@ the mean, with no pass of its own); at 1 no multiply happens, so one process rou
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -32,7 +30,8 @@ def _decayed(p: Array, g: Array, wd: float, scale: float = 1.0) -> Array:
     return d
 
 
-def sgd_update(p: Array, g: Array, lr: float | Array, wd: float, ok: bool | Array = True, scale: float = 1.0) -> None:
+def sgd_update(p: Array, g: Array, lr: float | Array, wd: float = 0.0, ok: bool | Array = True,
+               scale: float = 1.0) -> None:
     """p -= lr (scale g + wd p).   p, g (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
     if not ok:                           # the NaN guard: nothing changes
@@ -42,7 +41,7 @@ def sgd_update(p: Array, g: Array, lr: float | Array, wd: float, ok: bool | Arra
     np.subtract(p, step, out=p)
 
 
-def momentum_update(p: Array, g: Array, v: Array, lr: float | Array, mu: float, wd: float, nesterov: bool,
+def momentum_update(p: Array, g: Array, v: Array, lr: float | Array, mu: float, wd: float = 0.0, nesterov: bool = False,
                     ok: bool | Array = True, scale: float = 1.0) -> None:
     """v = mu v + g';  p -= lr v, or with Nesterov p -= lr (g' + mu v).   p, g, v (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
@@ -81,7 +80,7 @@ def adam_update(p: Array, g: Array, m: Array, v: Array, lr: float | Array, b1: f
     np.subtract(p, tmp, out=p)
 
 
-def rmsprop_update(p: Array, g: Array, s: Array, lr: float | Array, rho: float, eps: float, wd: float,
+def rmsprop_update(p: Array, g: Array, s: Array, lr: float | Array, rho: float, eps: float, wd: float = 0.0,
                    ok: bool | Array = True, scale: float = 1.0) -> None:
     """s = rho s + (1-rho) g'²;  p -= lr g' / (√s + eps).   p, g, s (P,)."""
     lr = float(lr)                       # a 0-d array from the optimizer: a host number here
@@ -97,44 +96,3 @@ def rmsprop_update(p: Array, g: Array, s: Array, lr: float | Array, rho: float, 
     np.divide(d, tmp, out=tmp)
     tmp *= lr
     np.subtract(p, tmp, out=p)
-
-
-def cast_copy(dst: Array, src: Array) -> None:
-    """dst[...] = src rounded to dst's dtype (to nearest even): the compute-dtype copies of the master
-    weights.   dst, src (P,)."""
-    np.copyto(dst, src, casting="unsafe")
-
-
-def cast_copy_where(dst: Array, src: Array, mask: Array) -> None:
-    """dst[i] = src[i] as dst's dtype where mask[i]; elsewhere dst is left alone: the copies' gradients
-    into the master's gradient arena.   dst, src, mask (P,)."""
-    np.copyto(dst, src, casting="unsafe", where=mask)
-
-
-def filter_view(a: Array, shape: Sequence[int], krsc: bool) -> Array:
-    """The 1-D range `a` as a (K, C, kH, kW) array: C-contiguous, or lying K, kH, kW, C if krsc (the
-    compute-dtype copies of a channels-last convolution's filters, graph/arena.py)."""
-    K, C, kh, kw = shape
-    return a.reshape(K, kh, kw, C).transpose(0, 3, 1, 2) if krsc else a.reshape(shape)
-
-
-def cast_filters_krsc(dst: Array, src: Array, filters: Iterable[Sequence[int]]) -> None:
-    """The (K, C, kH, kW) filters at `filters` ((offset, K, C, kH, kW) each) of the master arena `src`
-    into the copies' arena `dst`, each permuted to K, kH, kW, C within its range.   dst, src (P,)."""
-    cast_filters(dst, src, filters, to_krsc=True)
-
-
-def cast_filters_kcrs(dst: Array, src: Array, filters: Iterable[Sequence[int]]) -> None:
-    """The inverse: the copies' K, kH, kW, C filters at `filters` into the master arena `dst` as
-    (K, C, kH, kW).   dst, src (P,)."""
-    cast_filters(dst, src, filters, to_krsc=False)
-
-
-def cast_filters(dst: Array, src: Array, filters: Iterable[Sequence[int]], to_krsc: bool,
-                 copyto: Callable[..., Any] = np.copyto) -> None:
-    """Each filter range cast-copied from src's layout into dst's, one copy a filter (the GPU's fallback
-    too, with CuPy's copyto)."""
-    for o, *shape in filters:
-        n = int(np.prod(shape))
-        copyto(filter_view(dst[o:o + n], shape, to_krsc), filter_view(src[o:o + n], shape, not to_krsc),
-               casting="unsafe")

@@ -6,7 +6,7 @@ import numpy as np
 from ..._types import Array
 
 
-def pad2d_fprop(x: Array, pads: tuple[int, int, int, int], value: float, out: Array | None = None) -> Array:
+def pad2d_fprop(x: Array, pads: tuple[int, int, int, int], value: float = 0.0, out: Array | None = None) -> Array:
     """x (N, C, H, W) -> (N, C, H+top+bottom, W+left+right), new cells = value."""
     t, b, l, r = pads
     N, C, H, W = x.shape

@@ -2,44 +2,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..._types import Array
+from ..shapes import PoolPlan, pool2d_plan  # noqa: F401  the family's plans: one definition
 from ._util import emit, like
-from .conv import out_size, resolve_pads
-
-
-@dataclass(frozen=True)
-class PoolPlan:
-    in_shape: tuple      # (N, C, H, W), N may be None
-    out_shape: tuple     # (N, C, oH, oW)
-    pads: tuple          # (top, bottom, left, right)
-    ksize: tuple         # (kH, kW)
-    stride: tuple        # (sH, sW)
-
-
-def _pair(v):
-    return (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(s) for s in v)
-
-
-def pool2d_plan(x_shape: Sequence[int], ksize: int | Sequence[int], stride: int | Sequence[int],
-                padding: int | str | Sequence[int]) -> PoolPlan:
-    """Plan a kH x kW pooling window; padding is an int, a pair, 'same' or 'valid'."""
-    N, C, H, W = x_shape
-    (kH, kW), (sH, sW) = _pair(ksize), _pair(stride)
-    if min(kH, kW, sH, sW) <= 0:
-        raise ValueError(f"window {(kH, kW)} and stride {(sH, sW)} must be positive")
-    t, b, l, r = pads = resolve_pads(padding, (H, W), (kH, kW), (sH, sW), (1, 1))
-    # At most half a window of padding (PyTorch's rule) keeps a real cell in every window,
-    # so a max never comes from padding alone.
-    if 2 * max(t, b) > kH or 2 * max(l, r) > kW:
-        raise ValueError(f"padding {pads} is more than half the {kH}x{kW} window")
-    oH, oW = out_size(H, kH, sH, 1, t, b), out_size(W, kW, sW, 1, l, r)
-    if oH <= 0 or oW <= 0:
-        raise ValueError(f"a {kH}x{kW} window does not fit a {H}x{W} input with padding {pads}")
-    return PoolPlan(tuple(x_shape), (N, C, oH, oW), pads, (kH, kW), (sH, sW))
 
 
 def _pad(x, pads, value):

@@ -6,7 +6,7 @@ channels a thread computes in each conv stage come from a cost model of one bloc
 """
 import numpy as np
 
-from ..cpu.direct_conv import pads4
+from ..shapes import pads4
 from ._chain_cuda import CHAIN_LIB
 from ._util import round_up
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import ctypes
 
 import cupy as cp
-import ml_dtypes
 import numpy as np
 
+from ._dtypes import CUDA_R
 from ._util import buffer
 
 _WORKSPACE = 32 << 20           # bytes: what cuBLAS recommends for Hopper
@@ -23,7 +23,7 @@ _state = {"lib": None}
 _handles: dict[int, list] = {}  # device id -> [handle, stream pointer it is bound to]
 _P, _I = ctypes.c_void_p, ctypes.c_int
 # cudaDataType_t of the half types (library_types.h), and cublasComputeType_t CUBLAS_COMPUTE_32F
-_CUDA_R = {np.dtype(np.float16): 2, np.dtype(ml_dtypes.bfloat16): 14}
+_CUDA_R = CUDA_R
 _COMPUTE_32F, _GEMM_DEFAULT = 68, -1
 
 

@@ -25,8 +25,8 @@ import time
 from typing import Any
 
 import cupy as cp
-import ml_dtypes
-import numpy as np
+
+from . import _dtypes
 
 try:
     import fcntl
@@ -34,7 +34,7 @@ except ImportError:            # not on Linux: no lock between processes
     fcntl = None               # type: ignore[assignment]
 
 # The 2-byte types of a precision policy, for RawKernels that read them as float (HALF_CODE's Acc).
-HALF_CTYPES = {np.dtype("float16"): "__half", np.dtype(ml_dtypes.bfloat16): "__nv_bfloat16"}
+HALF_CTYPES = _dtypes.HALF_CTYPES
 
 # RawKernels over half types: Acc<T>::type is what a value of T is summed in (float for the 2-byte
 # types: their 8- or 11-bit mantissas would lose a sum's low bits), and conversions are explicit,

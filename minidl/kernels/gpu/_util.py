@@ -9,9 +9,7 @@ import numpy as np
 from ..._types import Array
 from . import _vec
 from ._cuda import HALF_CODE, HALF_CTYPES, OPTIONS, Module, sm_count  # noqa: F401  (the families import them from here)
-
-CTYPES = {np.dtype("float32"): "float", np.dtype("float64"): "double"}
-ITYPES = {np.dtype("int32"): "int", np.dtype("int64"): "long long", np.dtype("uint8"): "unsigned char"}
+from ._dtypes import CTYPES, ITYPES  # noqa: F401  (the families import them from here)
 
 # Warp and block sums used by the RawKernels; a block has at most 32 warps.
 REDUCE = r"""

@@ -9,10 +9,11 @@ from_f), as CuPy's kernels do.
 """
 import numpy as np
 
-from ._cuda import HALF_CODE, HALF_CTYPES, Module, sm_count
+from ._cuda import HALF_CODE, Module, sm_count
+from ._dtypes import SINGLE_AND_HALF_CTYPES
 
 OPS = {"add": 0, "add_relu": 1, "relu": 2, "relu_bprop": 3}      # relu_bprop(y, gy): gy where y > 0
-_TYPES = {np.dtype("float32"): "float", **HALF_CTYPES}
+_TYPES = SINGLE_AND_HALF_CTYPES
 
 _SOURCE = HALF_CODE + r"""
 template<typename T, int OP>

@@ -8,9 +8,10 @@ from __future__ import annotations
 import cupy as cp
 
 from ..._types import Array
+from ._dtypes import ELEMENTWISE
 from ._util import ACC, RELU, RELU_BPROP, pointwise
 
-DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
+DTYPES = ELEMENTWISE     # ElementwiseKernels on the type placeholder T
 
 
 def _kernel(params, out, body, name):

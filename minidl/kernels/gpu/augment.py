@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 import cupy as cp
 
 from ..._types import Array
+from ._dtypes import ELEMENTWISE
 from ._util import out_array
 from .dropout import PHILOX
 
 if TYPE_CHECKING:
     from ...rng import CounterRNG
 
-DTYPES = ("float32", "float64", "float16", "bfloat16")   # a copy of pixels: T in, T out
+DTYPES = ELEMENTWISE     # a copy of pixels: T in, T out
 
 _shift = cp.ElementwiseKernel(
     "raw T x, uint64 off, uint64 skip, uint32 k0, uint32 k1, int32 H, int32 W, int32 CHW, int32 m, T fill", "T y",

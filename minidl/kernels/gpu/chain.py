@@ -6,8 +6,8 @@ recomputes the (cheap) conv stages itself, so no grid-wide barrier is needed; th
 sample to finish (an atomic ticket) runs the remaining dense layers and resets its ticket for the
 next launch (CUDA-graph safe). Dense weights arrive by cp.async while the convs run. At batch 1
 LeNet-5's whole forward is this one launch. The source is generated per network
-(_chain_source.py, on the device functions of _chain_cuda.py); the NumPy reference and
-`supported_chain` are in minidl/kernels/cpu/chain.py.
+(_chain_source.py, on the device functions of _chain_cuda.py); the NumPy reference is
+minidl/kernels/cpu/chain.py, `supported_chain` is in minidl/kernels/shapes.py.
 """
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ import cupy as cp
 import numpy as np
 
 from ..._types import Array
-from ..cpu.chain import supported_chain
-from ..cpu.direct_conv import conv_geometry, pads4
+from ..shapes import conv_geometry, pads4, supported_chain
 from ._chain_source import CHAIN_THREADS, chain_source
 from ._util import check_f32, out_array, raw_kernel, sm_count
 

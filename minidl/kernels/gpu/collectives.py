@@ -33,7 +33,7 @@ from cupy.cuda import nccl
 
 from ..._types import Array
 from . import capture
-from .optim import cast_copy
+from .cast import cast_copy
 
 if TYPE_CHECKING:
     from mpi4py import MPI

@@ -11,12 +11,13 @@ import cupy as cp
 import numpy as np
 
 from ..._types import Array, DTypeLike
-from ..cpu.conv import ConvPlan, conv2d_plan  # noqa: F401  plans are shape arithmetic: one definition
-from . import cudnn as _cd, engines, small_conv as _small
+from ..shapes import ConvPlan, conv2d_plan  # noqa: F401  plans are shape arithmetic: one definition
+from . import cudnn_graphs as _cd, engines, small_conv as _small
+from ._dtypes import ELEMENTWISE
 from ._util import RELU, channels_last, in_order, lies_in, out_array, pointwise
 
 # float64: cuDNN's double engines, if it has them (dtype_problem); float16/bfloat16: half io, FLOAT compute
-DTYPES = ("float32", "float64", "float16", "bfloat16")
+DTYPES = ELEMENTWISE
 
 # y (N, K, S) += b[k], then max(y, 0) if relu: the float64 epilogue (fused into the cuDNN graph in float32).
 _bias_act = cp.ElementwiseKernel("raw T b, int32 K, int32 S, int32 relu", "T y",

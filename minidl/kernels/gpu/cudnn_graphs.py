@@ -46,10 +46,10 @@ import collections
 from typing import Any, Callable
 
 import cupy as cp
-import ml_dtypes
 import numpy as np
 from ..._types import Array, DTypeLike
 from . import _cuda, engines, frontend
+from ._dtypes import CUDNN
 
 _fe = frontend.load()             # the cuDNN Frontend, without the PyTorch it would import
 
@@ -58,8 +58,7 @@ _state = {"tf32": True, "deterministic": True}
 _handles: dict[int, list] = {}  # device id -> [handle, stream pointer it is bound to]
 _graphs: dict[tuple, Any] = {}  # full key -> _Graph
 _workspaces: dict[int, list] = {}  # device id -> workspace buffers, the last one the largest
-_DT = {np.dtype("float32"): _fe.data_type.FLOAT, np.dtype("float64"): _fe.data_type.DOUBLE,
-       np.dtype("float16"): _fe.data_type.HALF, np.dtype(ml_dtypes.bfloat16): _fe.data_type.BFLOAT16}
+_DT = {dtype: getattr(_fe.data_type, name) for dtype, name in CUDNN.items()}
 _HEUR = [_fe.heur_mode.A, _fe.heur_mode.FALLBACK]
 
 

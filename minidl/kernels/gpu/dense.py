@@ -13,11 +13,12 @@ import numpy as np
 
 from ..._types import Array
 from ._cublas import gemm
-from ._util import CTYPES, HALF_CODE, HALF_CTYPES, REDUCE, Module, channels_last, memory, out_array
+from ._dtypes import C_TYPES, ELEMENTWISE
+from ._util import HALF_CODE, HALF_CTYPES, REDUCE, Module, channels_last, memory, out_array
 
 # cuBLAS sgemm and dgemm; GemmEx on float16/bfloat16 with float32 accumulation; the bias sum templated
-DTYPES = ("float32", "float64", "float16", "bfloat16")
-_TYPES = {**CTYPES, **HALF_CTYPES}
+DTYPES = ELEMENTWISE
+_TYPES = C_TYPES
 
 _SUM = Module(HALF_CODE + REDUCE + r"""
 template<typename T>

@@ -9,16 +9,16 @@ each mirrored by its NumPy reference in minidl/kernels/cpu/ (whose direct.py lis
 - mlp.py: `mlp_fprop` (dense chains), `bias_act_fprop`, `add_relu_fprop`.
 
 All float32 and C-contiguous; every kernel runs on CuPy's current stream and can be captured.
-`supported_conv` and `supported_chain` (the CPU's, so both devices plan alike) say which shapes the
+`supported_conv` and `supported_chain` (kernels/shapes.py, so both devices plan alike) say which shapes the
 kernels take; grids are sized for the GPU's SM count, read from the device.
 """
-from ..cpu.chain import supported_chain
-from ..cpu.direct_conv import conv_geometry, pads4, supported_conv
+from ..shapes import conv_geometry, pads4, supported_chain, supported_conv
+from ._dtypes import SINGLE
 from .chain import CHAIN_THREADS, chain_blocks, chain_fprop
 from .direct_conv import choose_conv, conv2d_bias_relu_fprop, conv2d_bias_relu_maxpool2x2_fprop
 from .mlp import MLP_CHAIN_MAX, add_relu_fprop, bias_act_fprop, mlp_fprop
 
-DTYPES = ("float32",)          # hand-written float CUDA (Device.dtype_problem reads it)
+DTYPES = SINGLE          # hand-written float CUDA (Device.dtype_problem reads it)
 
 __all__ = ["CHAIN_THREADS", "DTYPES", "MLP_CHAIN_MAX", "add_relu_fprop", "bias_act_fprop", "chain_blocks",
            "chain_fprop", "choose_conv", "conv2d_bias_relu_fprop", "conv2d_bias_relu_maxpool2x2_fprop",

@@ -5,7 +5,7 @@ shared memory, transposed to [c][i][j][k]; a thread owns one pooled position and
 conv outputs for all KT channels in registers, so each weight read (a shared-memory broadcast) feeds
 P*P*KT FMAs. Full FP32. The (KT, S, threads) configuration is chosen per batch size and for the
 GPU's SM count: many channels per thread at large N (reuse), one at small N (parallelism).
-The NumPy reference is `minidl/kernels/cpu/direct_conv.py`; `supported_conv` (from there) says
+The NumPy reference is `minidl/kernels/cpu/direct_conv.py`; `supported_conv` (kernels/shapes.py) says
 which shapes this kernel takes.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..._types import Array
-from ..cpu.direct_conv import conv_geometry, pads4, supported_conv
+from ..shapes import conv_geometry, pads4, supported_conv
 from ._util import LOAD_K, check_f32, defines, out_array, raw_kernel, round_up, sm_count
 
 _CONV = r"""

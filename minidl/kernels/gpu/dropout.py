@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING
 import cupy as cp
 
 from ..._types import Array
+from ._dtypes import ELEMENTWISE
 from ._util import channels_last, out_array, pointwise
 
 if TYPE_CHECKING:
     from ...rng import CounterRNG
 
-DTYPES = ("float32", "float64", "float16", "bfloat16")   # y = x mask in T; the draws are float32 on both devices
+DTYPES = ELEMENTWISE     # y = x mask in T; the draws are float32 on both devices
 
 PHILOX = r"""
 __device__ unsigned int minidl_philox_first(unsigned long long ctr, unsigned int k0, unsigned int k1) {

@@ -9,9 +9,10 @@ import cupy as cp
 import numpy as np
 
 from ..._types import Array
+from ._dtypes import FLOAT_DOUBLE
 from ._util import out_arrays
 
-DTYPES = ("float32", "float64")     # ElementwiseKernels on the type placeholder T
+DTYPES = FLOAT_DOUBLE     # ElementwiseKernels on the type placeholder T
 
 _INDEX = """
     int s = i % HW, c = (i / HW) % C;

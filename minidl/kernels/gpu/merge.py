@@ -6,9 +6,10 @@ from collections.abc import Sequence
 import cupy as cp
 
 from ..._types import Array
+from ._dtypes import ELEMENTWISE
 from ._util import ADD_RELU, RELU, channels_last, empty, pointwise
 
-DTYPES = ("float32", "float64", "float16", "bfloat16")     # CuPy's add and ElementwiseKernels on T
+DTYPES = ELEMENTWISE     # CuPy's add and ElementwiseKernels on T
 
 
 def add_fprop(xs: Sequence[Array], out: Array | None = None, relu: bool = False) -> Array:

@@ -12,7 +12,7 @@ import cupy as cp
 import numpy as np
 
 from ..._types import Array
-from ..cpu.chain import supported_chain
+from ..shapes import supported_chain
 from ._cublas import gemm
 from ._util import RELU, out_array
 from .chain import chain_fprop

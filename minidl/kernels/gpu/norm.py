@@ -29,13 +29,14 @@ import cupy as cp
 import numpy as np
 
 from ..._types import Array
-from . import cudnn as _cd
+from . import cudnn_graphs as _cd
+from ._dtypes import FLOAT_DOUBLE, SINGLE_AND_HALF_CTYPES
 from ._norm_cuda import BN_SOURCE
 from ._norm_nhwc_cuda import BN_NHWC_SPLIT_SOURCE
-from ._util import (CTYPES, HALF_CTYPES, RELU, RELU_BPROP, Module, astype, channels_last, empty, in_order,
+from ._util import (CTYPES, RELU, RELU_BPROP, Module, astype, channels_last, empty, in_order,
                     lies_in, memory, out_array, out_arrays, pointwise, sm_count)
 
-DTYPES = ("float32", "float64")     # the RawKernels in both; cuDNN's graphs for large float32 channels
+DTYPES = FLOAT_DOUBLE     # the RawKernels in both; cuDNN's graphs for large float32 channels
 
 _KERNEL_MAX_M = 8192            # values per channel up to which the RawKernels beat cuDNN
 _RS = (4, 8, 16)                # values a thread may keep in registers (a kernel each: fewer, fewer registers)
@@ -48,7 +49,7 @@ _MOD = {t: Module(BN_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd", "bn_bwd") for
         for t in CTYPES.values()}
 
 _NHWC_RS = (1, 2, 4, 8, 16)      # rows a thread of the channels-last kernels keeps (32 rows of threads a block)
-_NHWC_TYPES = {np.dtype("float32"): "float", **HALF_CTYPES}
+_NHWC_TYPES = SINGLE_AND_HALF_CTYPES
 # Thresholds from per-BN-layer timings of ResNet-50 bf16 at b32 and b256 (graph replays):
 _NHWC_ONE_BLOCK_M = 256          # one block a channel up to here (faster than the split kernels there)
 _CUDNN_FWD = (256, 4096)         # C, M from which cuDNN's NHWC forward is faster

@@ -6,9 +6,10 @@ import cupy as cp
 import numpy as np
 
 from ..._types import Array
+from ._dtypes import ELEMENTWISE
 from ._util import NHWC, channels_last, memory, out_array
 
-DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
+DTYPES = ELEMENTWISE     # ElementwiseKernels on the type placeholder T
 
 # Each thread's position: NCHW, or channels-last on the dense NHWC views (C innermost, coalesced).
 _POS = {False: "int w = i % OW, h = (i / OW) % OH; long long nc = i / ((long long)OW * OH);"

@@ -15,10 +15,11 @@ import cupy as cp
 import numpy as np
 
 from ..._types import Array
-from ..cpu.pool import PoolPlan, pool2d_plan  # noqa: F401  plans are shape arithmetic: one definition
+from ..shapes import PoolPlan, pool2d_plan  # noqa: F401  plans are shape arithmetic: one definition
+from ._dtypes import ELEMENTWISE
 from ._util import ACC, NHWC, channels_last, in_order, memory, out_array
 
-DTYPES = ("float32", "float64", "float16", "bfloat16")     # ElementwiseKernels on the type placeholder T
+DTYPES = ELEMENTWISE     # ElementwiseKernels on the type placeholder T
 
 _P = "int32 C, int32 H, int32 W, int32 oH, int32 oW, int32 kH, int32 kW, int32 sH, int32 sW, int32 pT, int32 pL"
 # Where each thread's value lies and how the kernels address x and y: NCHW, or channels-last, where the

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..._types import Array
-from ._util import HALF_CODE, HALF_CTYPES, Module, channels_last, lies_in, out_array
+from ._dtypes import SINGLE_AND_HALF_CTYPES
+from ._util import HALF_CODE, Module, channels_last, lies_in, out_array
 
 if TYPE_CHECKING:
     import cupy as cp
 
-    from ..cpu.conv import ConvPlan
+    from ..shapes import ConvPlan
 
 PW = 8                 # output positions per block at most (registers: one float accumulator each)
 _THREADS = 128         # threads per block, splitting the C*kH*kW products
@@ -129,7 +130,7 @@ __global__ void __launch_bounds__(NT, 8) small_conv(const T* __restrict__ x, con
 }
 """ % _THREADS
 
-_CTYPES = {np.dtype("float32"): "float", **HALF_CTYPES}
+_CTYPES = SINGLE_AND_HALF_CTYPES
 _MOD = Module(_SOURCE)      # each variant compiled when first used
 
 

@@ -5,9 +5,10 @@ import cupy as cp
 import numpy as np
 
 from ..._types import Array
+from ._dtypes import FLOAT_DOUBLE
 from ._util import CTYPES, ITYPES, REDUCE, Module, buffer, out_array
 
-DTYPES = ("float32", "float64")     # templates compiled for float and double
+DTYPES = FLOAT_DOUBLE     # templates compiled for float and double
 
 _CODE = REDUCE + r"""
 #define ROW_SETUP                                                   \

@@ -1,0 +1,132 @@
+"""The CUDA backend: CuPy arrays, the kernels of minidl/kernels/gpu/ (cuDNN Frontend graphs, cuBLAS,
+CuPy and hand-written CUDA), NCCL collectives, CUDA graphs.
+
+CuPy is imported when a cuda Device is made (`start`), never at import, so `import minidl` works
+without it; `start` also sets cuBLAS up (`gpu/_cublas.prepare`) and begins compiling the kernel
+modules in the background (`gpu/_cuda.prefetch`).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import Any, Callable
+
+import numpy as np
+
+from .._types import Array, DTypeLike
+from ..kernels.gpu.capture import CaptureError, CapturedCall  # noqa: F401  imports no CuPy (backend.py re-exports both)
+from . import Backend, DeviceError, MemoryUse, register
+
+
+def _gpu(module: str) -> Any:
+    return importlib.import_module(f"minidl.kernels.gpu.{module}")
+
+
+class CUDA(Backend):
+    """One NVIDIA GPU through CuPy, its work queued on the device's compute stream."""
+
+    name, aliases, kernels_package, label = "cuda", ("gpu",), "minidl.kernels.gpu", "GPU"
+    elsewhere, can_capture, prefer = ", or --device cpu", True, 1
+
+    def status(self) -> tuple[bool, str]:
+        """(usable, reason): whether CuPy, a CUDA device and the cuDNN Frontend are all usable."""
+        try:
+            _import_cupy()
+        except DeviceError as e:
+            return False, str(e)
+        try:
+            _gpu("frontend").load()   # the cuDNN Frontend Python API
+        except Exception as e:
+            return False, f"the cuDNN Frontend (import cudnn) is missing: {e}"
+        return True, "CuPy, a CUDA device and the cuDNN Frontend are usable"
+
+    def owns(self, a: Array) -> bool:
+        cp = sys.modules.get("cupy")          # no CuPy imported: no CuPy array exists
+        return cp is not None and isinstance(a, cp.ndarray)
+
+    def start(self, gpu: int | None) -> tuple[types.ModuleType, Any]:
+        cp = _import_cupy()
+        if gpu is not None:              # a data-parallel rank: the GPU of its local rank
+            _use_gpu(cp, gpu)
+        _gpu("_cuda").prefetch()         # modules compile meanwhile
+        stream = _gpu("stream").compute_stream()
+        _gpu("_cublas").prepare()        # its one-time setup
+        return cp, stream
+
+    def to_host(self, a: Array) -> Any:
+        return a.get()
+
+    def set_tf32(self, on: bool) -> None:
+        _gpu("cudnn_graphs").set_tf32(on)
+
+    def set_deterministic(self, on: bool) -> None:
+        _gpu("cudnn_graphs").set_deterministic(on)
+
+    def set_autotune(self, on: bool) -> None:
+        _gpu("engines").set_autotune(on)
+
+    def preparing(self, say: Callable[[str], None]) -> Callable[[], None]:
+        return _gpu("_cuda").progress.listen(say)
+
+    def synchronize(self, device: Any) -> None:
+        device.stream.synchronize()
+
+    def channels_last(self, compute_dtype: DTypeLike, requested: bool | None) -> bool:
+        """`requested` if given, else where it was measured faster: in 2-byte types, whose tensor-core
+        convolutions are NHWC kernels (cuDNN transposes NCHW around them)."""
+        return bool(requested) if requested is not None else np.dtype(compute_dtype).itemsize == 2
+
+    def is_out_of_memory(self, device: Any, exc: BaseException) -> bool:
+        """CuPy's, the CUDA runtime's or cuDNN's words for it."""
+        msg = str(exc)
+        return (isinstance(exc, device.xp.cuda.memory.OutOfMemoryError) or "CUDNN_STATUS_ALLOC_FAILED" in msg
+                or "out of memory" in msg.lower())
+
+    def sm_count(self) -> int | None:
+        return _gpu("_util").sm_count()
+
+    def capture(self, device: Any, fn: Callable[[], Any], warmup: int) -> CapturedCall:
+        return CapturedCall(device, fn, warmup=warmup)
+
+    def elapsed_ms(self, device: Any, fn: Callable[[], object], repeats: int) -> float:
+        """CUDA events on the device stream: device time, launches included when fn launches from Python."""
+        cp = device.xp
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        with device.stream:
+            start.record(device.stream)
+            for _ in range(repeats):
+                fn()
+            end.record(device.stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / repeats
+
+    def memory_bytes(self, device: Any) -> MemoryUse | None:
+        """CuPy's default pool plus every captured call's memory (gpu/planned_memory.py)."""
+        pool = device.xp.get_default_memory_pool()
+        calls = _gpu("planned_memory").live_memory()
+        return MemoryUse(pool.used_bytes() + sum(u for u, _ in calls), pool.total_bytes() + sum(r for _, r in calls))
+
+    def free_memory(self, device: Any) -> None:
+        device.xp.get_default_memory_pool().free_all_blocks()
+
+
+def _use_gpu(cp, gpu):
+    count = cp.cuda.runtime.getDeviceCount()
+    if not 0 <= gpu < count:
+        raise DeviceError(f"GPU {gpu} was asked for (one per rank on a host), but {count} are visible")
+    cp.cuda.Device(gpu).use()
+
+
+def _import_cupy():
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # ImportError, or CUDA driver errors surfacing as several types
+        from ..install_hint import install_hint
+        hint = f" ({install_hint('cuda', 'cupy-cuda13x')})" if isinstance(e, ImportError) else ""
+        raise DeviceError(f"no usable GPU (CuPy and a CUDA device are needed): {type(e).__name__}: {e}{hint}") from None
+    return cupy
+
+
+register(CUDA())
