@@ -20,13 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from .. import precision
+
 if TYPE_CHECKING:
     from .._types import Array
     from ..rng import CounterRNG
     from .shapes import ConvPlan, PoolPlan
 
-HALF = ("float32", "float64", "float16", "bfloat16")    # the families a precision policy's compute region calls
 WIDE = ("float32", "float64")                           # float32 under every policy (keeps_fp32), float64 checks
+HALF = WIDE + tuple(d.name for d in precision.HALF)     # the families a precision policy's compute region calls
 
 
 class Conv(Protocol):
