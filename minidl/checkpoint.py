@@ -136,35 +136,13 @@ def first_difference(saved: Any, built: dict[str, Any]) -> str | None:
     zoo carries) is what the Loader applied to a model from before it: the two are the same model, so a
     checkpoint from before loads into today's zoo model (and back), with the same weights.
     """
+    from .data.loader import MNIST_MEAN, MNIST_STD
+    from .graph.config import without_preprocessing
     why = _difference(saved, built)
-    if why and isinstance(saved, dict) and _difference(_no_preprocessing(saved), _no_preprocessing(built)) is None:
+    if why and isinstance(saved, dict) and _difference(without_preprocessing(saved, MNIST_MEAN, MNIST_STD),
+                                                       without_preprocessing(built, MNIST_MEAN, MNIST_STD)) is None:
         return None
     return why
-
-
-def _no_preprocessing(config: dict[str, Any]) -> dict[str, Any]:
-    """`config` without a layer at its input that declares takes_images with MNIST's mean and std (the
-    Loader's default normalisation), its readers reading the input instead."""
-    from .layers.base import Layer
-    from .layers.preprocess import MNIST
-    config = json.loads(json.dumps(config))
-    layers, n_in = config.get("layers"), len(config.get("inputs") or [])
-    if not isinstance(layers, list):
-        return config
-    for j, spec in enumerate(layers):
-        cls = Layer.registry.get(spec.get("class")) if isinstance(spec, dict) else None
-        ins = spec.get("inputs") if cls is not None else None
-        if getattr(cls, "takes_images", False) and isinstance(ins, list) and len(ins) == 1 and ins[0] < n_in \
-                and spec.get("config") in ({"mean": MNIST[0], "std": MNIST[1]}, {}):
-            me = n_in + j
-
-            def ref(r, src=ins[0], me=me):
-                return src if r == me else r - 1 if isinstance(r, int) and r > me else r
-            config["layers"] = [{**s, "inputs": [ref(r) for r in s.get("inputs", [])]} if isinstance(s, dict) else s
-                                for i, s in enumerate(layers) if i != j]
-            config["outputs"] = [ref(r) for r in config.get("outputs") or []]
-            return config
-    return config
 
 
 def _difference(saved: Any, built: dict[str, Any]) -> str | None:

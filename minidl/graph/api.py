@@ -63,7 +63,8 @@ class FamiliarAPI:
         images = np.asarray(x)
         try:
             loader = Loader(images, np.zeros(len(images) if images.ndim else 0, np.int64), batch_size, self.device,
-                            shuffle=False, drop_last=False, normalize=False if takes_images(self) else normalize)
+                            shuffle=False, drop_last=False,
+                            normalize=False if takes_images(self) else normalize)  # type: ignore[arg-type]
         except DataError as e:
             raise DataError(f"{self.name}.predict: {e}") from None
         return np.concatenate([np.array(self.device.to_host(self.forward(xb, training=False))) for xb, _ in loader])
@@ -76,7 +77,7 @@ class FamiliarAPI:
         (a training lowering has no such layer: the Loader applied it, so its batches pass as they are)."""
         takes = self.__dict__.get("_takes_images")
         if takes is None:                  # the graph is fixed once built: looked up once
-            takes = self.__dict__["_takes_images"] = takes_images(self)  # type: ignore[arg-type]  # a Model
+            takes = self.__dict__["_takes_images"] = takes_images(self)  # type: ignore[arg-type]  # self is a Model
         if not takes:
             return x
         xp = self.device.xp if isinstance(x, self.device.xp.ndarray) else np

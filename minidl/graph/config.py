@@ -1,6 +1,7 @@
 """A model config (Model.config()'s JSON) back to graph nodes, every field checked first; and a model's config."""
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from ..layers.base import Layer
@@ -54,3 +55,31 @@ def graph_of_config(config: Any) -> tuple[Node | list[Node], Node | list[Node]]:
         raise ValueError(f"model config outputs must index nodes, got {outs!r}")
     ins, outs = nodes[:len(ins)], [nodes[o] for o in outs]
     return ins[0] if len(ins) == 1 else ins, outs[0] if len(outs) == 1 else outs
+
+
+def without_preprocessing(config: dict[str, Any], mean: float, std: float) -> dict[str, Any]:
+    """A copy of a model config without its input Normalize of this `mean` and `std` (a layer declaring
+    `takes_images` that reads a model input), its readers reading that input instead. With the Loader's
+    default (MNIST's), that layer is what the Loader applied to a model from before it, so
+    checkpoint.first_difference compares the two so: a checkpoint from before loads into today's zoo
+    model, and back."""
+    config = json.loads(json.dumps(config))            # tuples as lists; the caller's record untouched
+    layers, n_in = config.get("layers"), len(config.get("inputs") or [])
+    if not isinstance(layers, list):
+        return config
+    for j, spec in enumerate(layers):
+        name = spec.get("class") if isinstance(spec, dict) else None
+        cls = Layer.registry.get(name) if isinstance(name, str) else None
+        ins = spec.get("inputs") if cls is not None else None
+        if not (getattr(cls, "takes_images", False) and isinstance(ins, list) and len(ins) == 1
+                and type(ins[0]) is int and ins[0] < n_in and spec.get("config") == {"mean": mean, "std": std}):
+            continue
+        me, src = n_in + j, ins[0]
+
+        def ref(r: Any) -> Any:
+            return src if r == me else r - 1 if type(r) is int and r > me else r
+        config["layers"] = [{**s, "inputs": [ref(r) for r in s.get("inputs", [])]} if isinstance(s, dict) else s
+                            for i, s in enumerate(layers) if i != j]
+        config["outputs"] = [ref(r) for r in config.get("outputs") or []]
+        return config
+    return config
