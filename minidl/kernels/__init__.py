@@ -1,1 +1,2 @@
-"""Kernel families per backend; see docs/kernels.md for the shared interface."""
+"""Kernel families per backend (cpu/, gpu/), their written contract (contract.py) and the shape maths
+both share (shapes.py); docs/kernels.md describes the interface."""
