@@ -417,3 +417,44 @@ def test_cli_errors(trained, tmp_path):
     assert infer("--device", "cpu").returncode == 2                                  # no model given
     assert infer("--checkpoint", str(ckpt), "--artifact", "x").returncode == 2       # both given
     assert infer("--checkpoint", str(ckpt), "--batch-size", "0").returncode == 2
+
+
+# -- a direct family that stages its input through the Normalize (X_AFFINE) -------------------------------
+class _StagingFamily:
+    """The CPU direct family plus x_affine=(a, b): the input normalised per channel, y = a x + b, before
+    the zero padding, as a family declaring X_AFFINE stages it (here by composition, the reference)."""
+    X_AFFINE = True
+
+    def __init__(self, dk):
+        self.dk = dk
+
+    def __getattr__(self, name):
+        return getattr(self.dk, name)
+
+    @staticmethod
+    def _normalised(x, x_affine):
+        a, b = x_affine
+        return x * a[:, None, None] + b[:, None, None]
+
+    def conv2d_bias_relu_maxpool2x2_fprop(self, x, w, b, pads=0, relu=True, out=None, x_affine=None):
+        x = x if x_affine is None else self._normalised(x, x_affine)
+        return self.dk.conv2d_bias_relu_maxpool2x2_fprop(x, w, b, pads, relu, out=out)
+
+    def chain_fprop(self, x, stages, out=None, x_affine=None):
+        return self.dk.chain_fprop(x if x_affine is None else self._normalised(x, x_affine), stages, out=out)
+
+
+@pytest.mark.parametrize("n", [2, inference.CHAIN_MAX_BATCH + 1])
+def test_a_family_that_stages_the_normalize_keeps_lenet_one_chain_kernel(n):
+    from minidl.inference import schedule
+    model = randomize(models.lenet5())
+    m = inference.compile(model, direct=False)
+    steps, chain = schedule.plan(m.model, _StagingFamily(schedule.direct_family(m.device)))
+    assert [st.kind for st in steps] == ["conv_pool", "conv_pool", "flatten", "mlp"]
+    assert steps[0].nodes[0].kind == "normalize" and chain.kernels == 1
+    x = batch(n, seed=n)
+    values = {0: x}
+    for st in steps:
+        values[st.out] = st.run([values[v] for v in st.inputs])
+    assert_close(values[steps[-1].out], m.predict(x))
+    assert_close(chain.run([x]), m.predict(x))

@@ -37,6 +37,7 @@ class Step:
         self.name, self.kind, self.nodes, self.inputs, self.out, self.run = \
             name, kind, nodes, list(inputs), out, run
         self.kernels = 1                    # kernel launches it stands for (a chain after a kept Normalize: 2)
+        self.x_affine: tuple[Array, Array] | None = None   # a Normalize the direct family applies as it stages x
 
     def __repr__(self) -> str:
         return f"Step({self.kind}, {self.name!r})"
@@ -88,7 +89,12 @@ def plan(model: Model, dk: Kernels | None) -> tuple[list[Step], Step | None]:
     steps, i = [], 0
     while i < len(nodes):
         node = nodes[i]
-        if dk is not None and node.kind == "conv2d" and sole(i) and nodes[i + 1].kind == "pool" \
+        if dk is not None and getattr(dk, "X_AFFINE", False) and node.kind == "normalize" and sole(i) \
+                and nodes[i + 1].kind == "conv2d" and sole(i + 1) and nodes[i + 2].kind == "pool" \
+                and _conv_pool_ok(dk, nodes[i + 1], nodes[i + 2]):          # normalised as the input is staged
+            steps.append(_conv_pool_step(dk, nodes[i + 1], nodes[i + 2], ins[i], n_in + i + 2, node))
+            i += 3
+        elif dk is not None and node.kind == "conv2d" and sole(i) and nodes[i + 1].kind == "pool" \
                 and _conv_pool_ok(dk, node, nodes[i + 1]):
             steps.append(_conv_pool_step(dk, node, nodes[i + 1], ins[i], n_in + i + 1))
             i += 2
@@ -108,12 +114,27 @@ def plan(model: Model, dk: Kernels | None) -> tuple[list[Step], Step | None]:
     return steps, chain
 
 
-def _conv_pool_step(dk, conv, pool, inputs, out):
+def _x_affine(pre):
+    """The (a, b) device arrays of a kept Normalize node, y = a x + b per channel (its `affine`)."""
+    dev = pre.layer.device
+    return tuple(dev.asarray(v, dtype=dev.dtype) for v in pre.layer.affine(pre.shape[1]))
+
+
+def _conv_pool_step(dk, conv, pool, inputs, out, pre=None):
+    """conv + pool as one direct call; after a Normalize `pre`, which the family applies as it stages
+    its input (X_AFFINE: its zero padding stays zero, as the padding of the normalised input)."""
     layer = conv.layer
     w, b = _arrays(layer)
     pads, relu = tuple(layer.plan.pads), layer.activation == "relu"
-    return Step(f"{layer.name}+{pool.layer.name}", "conv_pool", [conv, pool], inputs, out,
-                lambda xs: dk.conv2d_bias_relu_maxpool2x2_fprop(xs[0], w, b, pads, relu))
+    name = f"{layer.name}+{pool.layer.name}"
+    if pre is None:
+        return Step(name, "conv_pool", [conv, pool], inputs, out,
+                    lambda xs: dk.conv2d_bias_relu_maxpool2x2_fprop(xs[0], w, b, pads, relu))
+    ab = _x_affine(pre)
+    step = Step(f"{pre.layer.name}+{name}", "conv_pool", [pre, conv, pool], inputs, out,
+                lambda xs: dk.conv2d_bias_relu_maxpool2x2_fprop(xs[0], w, b, pads, relu, x_affine=ab))
+    step.x_affine = ab
+    return step
 
 
 def _mlp_step(dk, nodes, inputs, out):
@@ -127,8 +148,8 @@ def _chain_step(dk, model, steps, outputs):
     """The whole model as one chain kernel call, if it is conv-pool stages, a flatten, a dense chain,
     after the input preprocessing where the model keeps it (a padded first conv: not folded). A
     family that declares X_AFFINE takes it as `x_affine=(a, b)`, applied as it stages the input (its
-    zero padding stays zero), so the chain stays one kernel; else it runs first, one elementwise
-    kernel (the step's `kernels`: 2)."""
+    zero padding stays zero: the first conv_pool step carries it), so the chain stays one kernel;
+    else it runs first, one elementwise kernel (the step's `kernels`: 2)."""
     if len(model.inputs) != 1 or len(outputs) != 1 or not steps:
         return None
     pre = None
@@ -140,8 +161,8 @@ def _chain_step(dk, model, steps, outputs):
         if st.inputs != [prev] or (last and st.out not in outputs):
             return None
         dense_seen = any(s[0] == "dense" for s in stages)
-        if st.kind == "conv_pool" and not dense_seen:
-            layer = st.nodes[0].layer
+        if st.kind == "conv_pool" and not dense_seen and (j == 0 or st.x_affine is None):
+            layer = st.nodes[-2].layer                  # the conv (after a Normalize the family stages)
             stages.append(("conv", *_arrays(layer), tuple(layer.plan.pads), 2, layer.activation == "relu"))
         elif st.kind == "flatten" and not dense_seen:
             pass
@@ -154,12 +175,11 @@ def _chain_step(dk, model, steps, outputs):
         return None
     nodes = [n for st in ([pre] if pre else []) + steps for n in st.nodes]
     name = f"{nodes[0].layer.name}..{nodes[-1].layer.name}"
+    ab = steps[0].x_affine
+    if ab is not None:
+        return Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(xs[0], stages, x_affine=ab))
     if pre is None:
         return Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(xs[0], stages))
-    if getattr(dk, "X_AFFINE", False):
-        xp = model.device.xp
-        a, b = (xp.asarray(v, dtype=model.device.dtype) for v in pre.nodes[0].layer.affine(model.inputs[0].shape[1]))
-        return Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(xs[0], stages, x_affine=(a, b)))
     step = Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(pre.run(xs), stages))
     step.kernels = 2
     return step
