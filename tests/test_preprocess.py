@@ -91,6 +91,7 @@ def test_the_loader_applies_what_the_model_declares():
     with pytest.raises(DataError, match="the Loader normalises with .* declares"):
         data_loader.check_normalization(model, Loader(images, np.zeros(6, np.int64), 6, Device("cpu")))
     assert data_loader.normalization(models.lenet5()) == (0.1307, 0.3081)
+    data_loader.check_normalization(models.lenet5(preprocess=False), loader)      # a model from before: any
 
 
 def test_a_zoo_model_trains_the_same_weights_with_the_layer_as_without():

@@ -67,7 +67,10 @@ def normalization(model: Model) -> bool | tuple[Any, Any]:
 
 
 def check_normalization(model: Model, loader: Loader, where: str = "fit") -> None:
-    """A Loader given to fit or evaluate must apply what `model`'s preprocessing declares; else one DataError."""
+    """A Loader given to fit or evaluate must apply what `model`'s preprocessing declares (the training
+    lowering drops that layer); else one DataError. A model without one takes the Loader's choice."""
+    if not takes_images(model):
+        return
     want = _pair(normalization(model))
     if _pair(loader.normalize) != want:
         raise DataError(f"{where}: the Loader normalises with {_pair(loader.normalize)}, but {model.name} declares "
