@@ -134,12 +134,19 @@ class Device:
     def sync(self) -> None:
         self.backend.synchronize(self)
 
-    def channels_last(self, compute_dtype: DTypeLike, requested: bool | None = None) -> bool:
-        """Whether convolutions should write channels-last activations (graph.passes.channels_last):
-        `requested` if given, else where it was measured faster: on the GPU in 2-byte types, whose
-        tensor-core convolutions are NHWC kernels (cuDNN transposes NCHW around them). The CPU
-        computes in its own order: never."""
-        return self.backend.channels_last(compute_dtype, requested)
+    def channels_last(self, compute_dtype: DTypeLike, requested: bool | None = None, macs: float = 0.0) -> bool:
+        """Whether convolutions should write channels-last activations (graph.passes.channels_last)
+        in a model of `macs` multiply-adds an image (graph.passes.macs_per_image): `requested` if
+        given, else where it was measured faster: on the GPU in 2-byte types, and in float32 for
+        models large enough for tensor cores (cuDNN transposes NCHW around its NHWC kernels). The
+        CPU computes in its own order: never."""
+        return self.backend.channels_last(compute_dtype, requested, macs)
+
+    def half_pays(self, macs: float) -> bool:
+        """Whether a model of `macs` multiply-adds an image gains from a half-precision policy here
+        (precision.where_it_pays): on the GPU from about ten million; on the CPU, whose half
+        kernels emulate the rounding, always (the policy is kept for its numerics)."""
+        return self.backend.half_pays(macs)
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         """Whether `exc` says the device ran out of memory (CuPy, the CUDA runtime or cuDNN); False on cpu."""

@@ -67,11 +67,16 @@ class LossScale:
 @dataclass(frozen=True)
 class Policy:
     """name ('fp32', 'bf16', 'fp16'), the dtype convolutions, dense layers and activations compute
-    in, the dtype of the master weights and optimizer state (float32), and the loss scaling (fp16)."""
+    in, the dtype of the master weights and optimizer state (float32), and the loss scaling (fp16).
+
+    always: compute in `compute` even where the device finds that a model this small gains nothing
+    from it (`where_it_pays`); for numerics studies and tests of the half-precision paths.
+    """
     name: str
     compute: np.dtype
     param: np.dtype = FLOAT32
     loss_scale: LossScale | None = field(default=None)
+    always: bool = False
 
     @property
     def mixed(self) -> bool:
@@ -79,11 +84,13 @@ class Policy:
         return self.compute != self.param
 
 
-def policy(spec: Policy | DTypeLike | None = None, loss_scale: LossScale | None = None) -> Policy:
+def policy(spec: Policy | DTypeLike | None = None, loss_scale: LossScale | None = None,
+           always: bool = False) -> Policy:
     """The Policy named by `spec`: 'fp32' (also None), 'bf16', 'fp16' or the dtype names
     'float32', 'bfloat16', 'float16'; a Policy is returned as it is.
 
     loss_scale: a LossScale for fp16 (default: LossScale()); bf16 and fp32 take none.
+    always: half precision even where it does not pay (Policy.always).
     """
     if isinstance(spec, Policy):
         return spec
@@ -94,4 +101,12 @@ def policy(spec: Policy | DTypeLike | None = None, loss_scale: LossScale | None 
         raise ValueError(f"precision {name} takes no loss scaling (only fp16 does: its range is narrow)")
     if name == "fp16":
         loss_scale = loss_scale or LossScale()
-    return Policy(name, NAMES[name], loss_scale=loss_scale)
+    return Policy(name, NAMES[name], loss_scale=loss_scale, always=always)
+
+
+def where_it_pays(p: Policy, pays: bool) -> Policy:
+    """The policy a model runs under: `p`, or fp32 where half precision does not pay for this model
+    on its device (`Device.half_pays`) and `p` does not insist (`always`). A model that small is
+    bound by kernel launches, not arithmetic: half precision would add casts and slower kernels
+    and save nothing (docs/precision.md)."""
+    return p if pays or p.always or not p.mixed else policy("fp32")

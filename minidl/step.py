@@ -69,11 +69,14 @@ class TrainStep:
         self.eval_loss = self.loss.plain()         # evaluation reports the plain loss (no smoothing)
         self.shift, self.flip = shift, flip
         self.blank = 0.0             # a background pixel's value in eager batches (the trainer sets its loader's)
-        self.policy = policy = precision.policy(policy)
-        _check_master(model, policy)
+        self.requested = precision.policy(policy)
+        _check_master(model, self.requested)
+        # a model too small for half precision to pay on its device trains in fp32 (precision.where_it_pays);
         # logits out; ReLUs fused into BN and Add; convolutions channels-last where the device prefers it
         # (channels_last: None asks it); casts where the policy's compute dtype begins and ends
-        self.channels_last = model.device.channels_last(policy.compute, channels_last)
+        macs = passes.macs_per_image(model.nodes)
+        self.policy = policy = precision.where_it_pays(self.requested, model.device.half_pays(macs))
+        self.channels_last = model.device.channels_last(policy.compute, channels_last, macs)
         layout = passes.channels_last if self.channels_last else (lambda g: g)
         self.net = model.lower(lambda g: passes.cast(layout(passes.training(g)), policy.compute, policy.param))
         self.net.releases = True             # each value let go after its last reader (graph/liveness.py)

@@ -105,9 +105,16 @@ class Backend:
     def synchronize(self, device: Any) -> None:
         """Wait for the device's queued work: nothing is queued on a host backend."""
 
-    def channels_last(self, compute_dtype: DTypeLike, requested: bool | None) -> bool:
-        """Whether convolutions should write channels-last activations: never where kernels keep their own order."""
+    def channels_last(self, compute_dtype: DTypeLike, requested: bool | None, macs: float = 0.0) -> bool:
+        """Whether convolutions should write channels-last activations (for a model of `macs`
+        multiply-adds an image): never where kernels keep their own order."""
         return False
+
+    def half_pays(self, macs: float) -> bool:
+        """Whether a model of `macs` multiply-adds an image runs faster in a 2-byte type: here, as
+        asked (a backend whose half kernels emulate the rounding, as the CPU's, keeps a precision
+        policy for its numerics, not its speed)."""
+        return True
 
     def is_out_of_memory(self, device: Any, exc: BaseException) -> bool:
         """Whether `exc` says the device ran out of memory."""

@@ -23,6 +23,12 @@ def _gpu(module: str) -> Any:
     return importlib.import_module(f"minidl.kernels.gpu.{module}")
 
 
+# Multiply-adds an image (convolutions and dense layers) from which a model gains from tensor cores
+# on this backend: from half precision, and in float32 from channels-last (TF32) convolutions.
+# LeNet-5 (0.42M) and the study's nets (at most 2.3M) ran slower in bf16 and NHWC on every bench
+# row, ResNet-18 and -50 (33M, 78M) faster (docs/precision.md).
+TENSOR_CORE_MACS = 10e6
+
 class CUDA(Backend):
     """One NVIDIA GPU through CuPy, its work queued on the device's compute stream."""
 
@@ -72,10 +78,18 @@ class CUDA(Backend):
     def synchronize(self, device: Any) -> None:
         device.stream.synchronize()
 
-    def channels_last(self, compute_dtype: DTypeLike, requested: bool | None) -> bool:
-        """`requested` if given, else where it was measured faster: in 2-byte types, whose tensor-core
-        convolutions are NHWC kernels (cuDNN transposes NCHW around them)."""
-        return bool(requested) if requested is not None else np.dtype(compute_dtype).itemsize == 2
+    def channels_last(self, compute_dtype: DTypeLike, requested: bool | None, macs: float = 0.0) -> bool:
+        """`requested` if given, else where it was measured faster: in 2-byte types, and in float32
+        for a model of TENSOR_CORE_MACS or more (its TF32 convolutions are NHWC kernels too: cuDNN
+        transposes NCHW around them); a smaller float32 model keeps NCHW, which minidl's direct
+        kernels read."""
+        if requested is not None:
+            return bool(requested)
+        return np.dtype(compute_dtype).itemsize == 2 or macs >= TENSOR_CORE_MACS
+
+    def half_pays(self, macs: float) -> bool:
+        """From TENSOR_CORE_MACS multiply-adds an image: below, kernel launches bound the model."""
+        return macs >= TENSOR_CORE_MACS
 
     def is_out_of_memory(self, device: Any, exc: BaseException) -> bool:
         """CuPy's, the CUDA runtime's or cuDNN's words for it."""

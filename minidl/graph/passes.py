@@ -197,6 +197,18 @@ def cast(g: Graph, compute: DTypeLike, base: DTypeLike = "float32") -> Graph:
     return g
 
 
+def macs_per_image(nodes: Sequence[Node]) -> float:
+    """Multiply-adds of one image through the convolutions and dense layers among `nodes` (a model's or a
+    graph's; K oH oW C kH kW for a conv, out x in for a dense layer): what the device weighs when it
+    decides whether half precision and channels-last pay for a model (Device.half_pays, .channels_last)."""
+    total = 0.0
+    for node in nodes:
+        if node.kind in ("conv2d", "dense"):
+            kH, kW = getattr(node.layer, "ksize", (1, 1))
+            total += float(np.prod(node.shape[1:])) * node.parents[0].shape[1] * kH * kW
+    return total
+
+
 def last_reads(steps: Sequence[tuple[Sequence[int], int]], outputs: Collection[int]) -> list[list[int]]:
     """For steps [(input ids, output id)], the ids each step is the last to read (not outputs).
 

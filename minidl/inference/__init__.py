@@ -69,7 +69,7 @@ def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | D
         device = model.device if device is None else device
     policy = _precision.policy(precision)
     lowered, stats = lower(model, device, probabilities, dtype, policy, channels_last)
-    return InferenceModel(lowered, probabilities, stats, direct and not stats.get("channels_last"), policy.name,
+    return InferenceModel(lowered, probabilities, stats, direct and not stats.get("channels_last"), stats["precision"],
                           takes_images(model))
 
 
@@ -85,8 +85,10 @@ def lower(model: Model, device: str | Device = "cpu", probabilities: bool = Fals
     dev = get_device(device, dtype=dtype)
     dev = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
     graph = passes.inference(Graph.of(model, weights=weights), probabilities)
-    if dev.channels_last(policy.compute, channels_last):
+    macs = passes.macs_per_image(graph.nodes)
+    policy = _precision.where_it_pays(policy, dev.half_pays(macs))      # fp32 where half cannot pay
+    if dev.channels_last(policy.compute, channels_last, macs):
         graph = passes.channels_last(graph)
     graph = passes.cast(graph, policy.compute, policy.param)
     lowered = Model.of_graph(graph, dev, name=model.name, weights=graph.weights)
-    return lowered, {"layers": len(model.layers), "nodes": len(lowered.nodes), **graph.stats}
+    return lowered, {"layers": len(model.layers), "nodes": len(lowered.nodes), "precision": policy.name, **graph.stats}

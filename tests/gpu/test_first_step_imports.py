@@ -18,6 +18,7 @@ import numpy as np
 import minidl as dl
 from minidl import models, optim
 from minidl.optim import schedules
+from minidl.precision import policy
 from cupy.cuda import compiler
 
 rng = np.random.default_rng(0)
@@ -27,7 +28,7 @@ runs = ((None, "fp32"), (schedules.cosine(12), "fp16"), (schedules.warmup(3, sch
         (schedules.step_decay(4), "fp32"), (schedules.warmup(2, schedules.inverse_time(0.1)), "fp32"))
 for i, (schedule, precision) in enumerate(runs):
     opt = optim.SGD(lr=0.01, schedule=schedule)
-    trainer = dl.Trainer(models.get("lenet", device=dev), opt, precision=precision, progress=False, log=lambda s: None)
+    trainer = dl.Trainer(models.get("lenet", device=dev), opt, precision=policy(precision, always=True), progress=False, log=lambda s: None)
     trainer.fit((images, labels), steps=6, batch_size=32, monitor=6)
     trainer.evaluate((images, labels), batch_size=64)
     if i == 0:     # CuPy's fingerprints, one per option set (its own half kernels add theirs later)

@@ -38,7 +38,7 @@ def train(model_name, device, precision, graph, steps=4):
     model = MODELS[model_name](dl.get_device(device, seed=0))
     w0 = model.flat.copy()
     trainer = dl.Trainer(model, optim.Momentum(0.02), seed=0, graph=graph, progress=False, log=lambda s: None,
-                         precision=precision)
+                         precision=policy(precision, always=True))      # the half paths, however small the net
     result = trainer.fit(data(), steps=steps, batch_size=32, monitor=steps)
     return model.device.to_host(model.flat), model.device.to_host(w0), result, trainer
 
@@ -77,7 +77,7 @@ def spiky_net(device):
 def test_fp16_loss_scaling_skips_an_injected_overflow_inside_the_captured_step():
     model = spiky_net(dl.get_device("cuda"))
     trainer = dl.Trainer(model, optim.Adam(lr=1e-3), progress=False, log=lambda s: None, graph=True,
-                         precision=policy("fp16", loss_scale=LossScale(init=2.0 ** 10, interval=3)))
+                         precision=policy("fp16", loss_scale=LossScale(init=2.0 ** 10, interval=3), always=True))
     spike = trainer._step.net.layer("spike").factor
     trainer.fit(data(), steps=2, batch_size=32)
     assert trainer._step._captured
@@ -107,8 +107,8 @@ def test_half_precision_inference_agrees_with_fp32_on_mnist(trained_lenet, preci
     model, test = trained_lenet
     fp32 = inference.compile(model, device="cuda")
     before = dict(cudnn.calls)
-    half = inference.compile(model, device="cuda", precision=precision)
-    loader = Loader(*test, 1000, model.device, shuffle=False, drop_last=False)
+    half = inference.compile(model, device="cuda", precision=policy(precision, always=True))
+    loader = Loader(*test, 1000, model.device, shuffle=False, drop_last=False, normalize=False)   # [0, 1]
     same = correct = 0
     for x, y in loader:
         p32, p = fp32.predict(x).argmax(1), half.predict(x)

@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 import minidl as dl
-from minidl import callbacks, distributed, layers as L, models, optim
+from minidl import callbacks, distributed, layers as L, models, optim, precision
 from minidl.trainer import TrainingStopped
 
 
@@ -128,7 +128,8 @@ def main(*argv):
         flat = device.to_host(model.flat)
         model.flat[...] = device.xp.asarray(np.nextafter(flat, np.inf, dtype=flat.dtype))
     trainer = dl.Trainer(model, opt, seed=0, world=world, graph=not args.eager, shift=args.shift, flip=args.flip,
-                         grad_reduce=args.grad_reduce, precision=args.precision)
+                         grad_reduce=args.grad_reduce,
+                         precision=precision.policy(args.precision, always=True))   # however small the net
     if args.drop_bucket is not None and trainer.reducer:
         _drop_bucket(trainer.reducer.buckets, args.drop_bucket)
     trainer._step.net.releases = args.mode != "dropout"      # keep the dropout mask for the test to read
