@@ -197,14 +197,17 @@ class Direct(Protocol):
         """relu(conv(x, w) + b), stride 1; config: the GPU kernel's launch choice."""
     def conv2d_bias_relu_maxpool2x2_fprop(self, x: Array, w: Array, b: Array | None, pads: int | Sequence[int] = 0,
                                           relu: bool = True, out: Array | None = None,
-                                          config: Sequence[int] | None = None) -> Array:
-        """maxpool2x2(relu(conv(x, w) + b))."""
+                                          config: Sequence[int] | None = None,
+                                          x_affine: tuple[Array, Array] | None = None) -> Array:
+        """maxpool2x2(relu(conv(x, w) + b)); x_affine (a, b) (C,): x read as a x + b per channel inside
+        the zero padding (a Normalize before the conv, inference/schedule.py)."""
     def mlp_fprop(self, x: Array, ws: Sequence[Array], bs: Sequence[Array | None], relus: Sequence[bool],
                   out: Array | None = None) -> Array:
         """A chain of dense layers."""
     def chain_fprop(self, x: Array, stages: Sequence[tuple], out: Array | None = None,
-                    blocks: int | None = None) -> Array:
-        """Conv stages, a flatten, dense stages in one call; blocks: the GPU kernel's grid."""
+                    blocks: int | None = None, x_affine: tuple[Array, Array] | None = None) -> Array:
+        """Conv stages, a flatten, dense stages in one call; blocks: the GPU kernel's grid; x_affine: as
+        the conv's, before the first conv stage."""
     def add_relu_fprop(self, xs: Sequence[Array], out: Array | None = None) -> Array: """max(sum of xs, 0)."""
     def bias_act_fprop(self, y: Array, b: Array | None, relu: bool, out: Array | None = None) -> Array:
         """y + b, then max(., 0) if relu."""

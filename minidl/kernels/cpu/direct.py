@@ -31,7 +31,8 @@ from .mlp import add_relu_fprop, bias_act_fprop, mlp_fprop
 # The dtypes the family computes in (Device.dtype_problem reads it): its GPU twin's CUDA is float32, and the
 # inference schedule plans alike on both devices, so other dtypes run one layer a step everywhere.
 DTYPES = ("float32",)
+X_AFFINE = True          # the conv+pool and chain functions take a Normalize as x_affine=
 
-__all__ = ["DTYPES", "add_relu_fprop", "bias_act_fprop", "chain_fprop", "conv2d_bias_relu_fprop",
+__all__ = ["DTYPES", "X_AFFINE", "add_relu_fprop", "bias_act_fprop", "chain_fprop", "conv2d_bias_relu_fprop",
            "conv2d_bias_relu_maxpool2x2_fprop", "conv_geometry", "mlp_fprop", "pads4", "supported_chain",
            "supported_conv"]

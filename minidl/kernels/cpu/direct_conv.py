@@ -32,11 +32,21 @@ def conv2d_bias_relu_fprop(x: Array, w: Array, b: Array | None, pads: int | Sequ
     return emit(y, out)
 
 
+def affine(x: Array, x_affine: tuple[Array, Array] | None) -> Array:
+    """x, or a x + b per channel (a Normalize the direct kernels apply as they read x)."""
+    if x_affine is None:
+        return x
+    a, b = (v.reshape((-1,) + (1,) * (x.ndim - 2)) for v in x_affine)
+    return (x * a + b).astype(x.dtype, copy=False)
+
+
 def conv2d_bias_relu_maxpool2x2_fprop(x: Array, w: Array, b: Array | None, pads: int | Sequence[int] = 0,
                                       relu: bool = True, out: Array | None = None,
-                                      config: Sequence[int] | None = None) -> Array:
-    """y = maxpool2x2(relu(conv(x, w) + b)), stride-1 conv, floor pool.   -> (N, K, oH // 2, oW // 2)."""
-    y = conv2d_bias_relu_fprop(x, w, b, pads, relu)
+                                      config: Sequence[int] | None = None,
+                                      x_affine: tuple[Array, Array] | None = None) -> Array:
+    """y = maxpool2x2(relu(conv(x', w) + b)), stride-1 conv, floor pool.   -> (N, K, oH // 2, oW // 2).
+    x' = x, or a x + b per channel with x_affine = (a, b) (C,), before the zero padding."""
+    y = conv2d_bias_relu_fprop(affine(x, x_affine), w, b, pads, relu)
     plan = _pool.pool2d_plan(y.shape, 2, 2, 0)
     return emit(_pool.maxpool2d_fprop(plan, y), out)
 

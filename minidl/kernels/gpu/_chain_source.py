@@ -43,9 +43,10 @@ def _chain_kt(C, K, kH, kW, P, npos, vec2):
     return best[1]
 
 
-def chain_source(x_shape, stages, shapes, R):
+def chain_source(x_shape, stages, shapes, R, affine=False):
     """The chain kernel's CUDA source and dynamic shared bytes for these stages and R first-layer rows
-    a block. Conv weights are staged in shared memory transposed to [c][i][j][k] and the input
+    a block; `affine`: the kernel takes xa, xb (C,) after x and stages x as xa[c] x + xb[c] (a
+    Normalize before the first conv; its zero padding stays zero). Conv weights are staged in shared memory transposed to [c][i][j][k] and the input
     zero-padded for the first conv; dense weights that fit the shared-memory budget are copied there
     with cp.async (this block's first-layer rows with the input, the later layers as a second group
     that lands while the convs run); the rest are read from global memory."""
@@ -79,6 +80,10 @@ def chain_source(x_shape, stages, shapes, R):
                 reserve((i, "b"), rows)
 
     args, stage_in, copies_a, copies_b = ["const float* __restrict__ x"], [], [], []
+    if affine:
+        args += ["const float* __restrict__ xa", "const float* __restrict__ xb"]
+    xv = "__ldg(x + (size_t)n * {size} + (c * {H0} + hh) * {W0} + ww)"
+    xv = f"fmaf({xv}, __ldg(xa + c), __ldg(xb + c))" if affine else xv
     ptr = {}
     for i, st in enumerate(stages):
         args += [f"const float* __restrict__ w{i}", f"const float* __restrict__ b{i}"]
@@ -109,9 +114,11 @@ def chain_source(x_shape, stages, shapes, R):
         x_load = f"""#pragma unroll 4
     for (int j = threadIdx.x; j < {size_in}; j += NT) {{            // x, zero-padded to ({C0}, {in_h}, {in_w})
         const int c = j / {in_h * in_w}, rem = j - c * {in_h * in_w}, hh = rem / {in_w} - {t0}, ww = rem % {in_w} - {l0};
-        cur[j] = ((unsigned)hh < {H0}u && (unsigned)ww < {W0}u) ? __ldg(x + (size_t)n * {size} + (c * {H0} + hh) * {W0} + ww) : 0.f;
+        cur[j] = ((unsigned)hh < {H0}u && (unsigned)ww < {W0}u) ? {xv.format(size=size, H0=H0, W0=W0)} : 0.f;
     }}"""
     else:
+        if affine:
+            raise ValueError("chain: x_affine needs a conv stage first")
         copies_a.insert(0, f"copy_async(cur, x + (size_t)n * {size}, {size});")
         x_load = ""
     body = copies_a + ["cp_async_commit();"] + copies_b + ["cp_async_commit();", x_load] + stage_in + \

@@ -55,13 +55,19 @@ def _chain_key(x_shape, stages):
     return tuple(key)
 
 
-def chain_fprop(x: Array, stages: Sequence[tuple], out: Array | None = None, blocks: int | None = None) -> Array:
+def chain_fprop(x: Array, stages: Sequence[tuple], out: Array | None = None, blocks: int | None = None,
+                x_affine: tuple[Array, Array] | None = None) -> Array:
     """conv stages, a flatten and a dense chain in one kernel (see the module docstring).
 
     x (N, *sample shape) -> y (N, D). stages: ("conv", w, b, pads, pool, relu) then ("dense", w, b, relu)
     tuples (b may be None). blocks: blocks per sample (the first dense layer's split), else chosen.
+    x_affine: (a, b) float32 (C,): the input is staged as a x + b per channel (a Normalize), inside
+    the first conv's zero padding.
     """
     check_f32("x", x)
+    if x_affine is not None:
+        for a in x_affine:
+            check_f32("x_affine", a, 1)
     if not supported_chain(x.shape[1:], stages):
         raise ValueError(f"chain: the stages do not fit the chain kernel for inputs {x.shape[1:]}")
     for st in stages:
@@ -79,10 +85,11 @@ def chain_fprop(x: Array, stages: Sequence[tuple], out: Array | None = None, blo
     G = max(1, min(int(blocks or chain_blocks(N, D1)), D1))
     R = -(-D1 // G)
     G = -(-D1 // R)
-    key = ("chain", _chain_key(x.shape[1:], stages), R)
-    kern, smem = raw_kernel(key, lambda: chain_source(x.shape[1:], stages, shapes, R), "direct_chain")
+    key = ("chain", _chain_key(x.shape[1:], stages), R, x_affine is not None)
+    kern, smem = raw_kernel(key, lambda: chain_source(x.shape[1:], stages, shapes, R, x_affine is not None),
+                            "direct_chain")
     h1, tickets = _chain_scratch(key, N, D1)
-    args = [x]
+    args = [x] + list(x_affine or ())
     for st in stages:
         args += [st[1], st[1] if st[2] is None else st[2]]
     args += [y, h1, tickets, np.int32(R)]

@@ -19,7 +19,8 @@ from .direct_conv import choose_conv, conv2d_bias_relu_fprop, conv2d_bias_relu_m
 from .mlp import MLP_CHAIN_MAX, add_relu_fprop, bias_act_fprop, mlp_fprop
 
 DTYPES = SINGLE          # hand-written float CUDA (Device.dtype_problem reads it)
+X_AFFINE = True          # the conv+pool and chain kernels stage their input through a Normalize (x_affine=)
 
-__all__ = ["CHAIN_THREADS", "DTYPES", "MLP_CHAIN_MAX", "add_relu_fprop", "bias_act_fprop", "chain_blocks",
+__all__ = ["CHAIN_THREADS", "DTYPES", "X_AFFINE", "MLP_CHAIN_MAX", "add_relu_fprop", "bias_act_fprop", "chain_blocks",
            "chain_fprop", "choose_conv", "conv2d_bias_relu_fprop", "conv2d_bias_relu_maxpool2x2_fprop",
            "conv_geometry", "mlp_fprop", "pads4", "supported_chain", "supported_conv"]

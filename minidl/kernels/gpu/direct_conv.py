@@ -21,7 +21,7 @@ from ._util import LOAD_K, check_f32, defines, out_array, raw_kernel, round_up, 
 _CONV = r"""
 extern "C" __global__ void __launch_bounds__(NT, MINB)
 direct_conv(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-            float* __restrict__ y, int N)
+            float* __restrict__ y, int N, const float* __restrict__ xa, const float* __restrict__ xb)
 {
     // x (N, C, H, W), w (K, C, KH, KW), b (K,) -> y (N, K, POH, POW) = maxpool_PxP(relu(conv(x, w) + b))
     extern __shared__ float4 smem4[];
@@ -43,6 +43,8 @@ direct_conv(const float* __restrict__ x, const float* __restrict__ w, const floa
         float v = 0.f;
         if (q < WP && hh >= 0 && hh < H && ww >= 0 && ww < W)
             v = __ldg(x + ((size_t)n0 * C + sc) * (H * W) + hh * W + ww);
+        if (XAFF && q < WP && hh >= 0 && hh < H && ww >= 0 && ww < W)      // a Normalize: padding stays 0
+            v = fmaf(v, __ldg(xa + sc % C), __ldg(xb + sc % C));
         sx[i] = v;
     }
     __syncthreads();
@@ -149,8 +151,11 @@ def choose_conv(N: int, C: int, K: int, kH: int, kW: int, P: int, pH: int, pW: i
     return best[1]     # type: ignore[index]  # S = 1 fits shared memory within supported_conv's limits
 
 
-def _conv_direct(x, w, b, pads, pool, relu, out, config):
+def _conv_direct(x, w, b, pads, pool, relu, out, config, x_affine=None):
     check_f32("x", x, 4)
+    if x_affine is not None:
+        for a in x_affine:
+            check_f32("x_affine", a, 1)
     check_f32("w", w, 4)
     if b is not None:
         check_f32("b", b, 1)
@@ -168,29 +173,33 @@ def _conv_direct(x, w, b, pads, pool, relu, out, config):
     MINB = minb[0] if minb else _min_blocks(KT, pool, NT)
     WS, KTP = round_up(cols, 2), round_up(KT, 4)
     vec2 = pool == 2 and (kW + 1) % 2 == 0
-    key = ("conv", C, H, W, K, kH, kW, t, l, pool, pH, pW, bool(relu), b is not None, KT, S, NT, MINB)
+    key = ("conv", C, H, W, K, kH, kW, t, l, pool, pH, pW, bool(relu), b is not None, KT, S, NT, MINB,
+           x_affine is not None)
 
     def source():
         smem = 4 * (C * kH * kW * KTP + KTP + S * C * rows * WS)
         src = defines(C=C, H=H, W=W, K=K, KH=kH, KW=kW, PT=t, PL=l, P=pool, POH=pH, POW=pW, RELU=relu,
-                      HASB=b is not None, KT=KT, KTP=KTP, S=S, NT=NT, MINB=MINB, HP=rows, WP=cols, WS=WS, VEC2=vec2,
+                      HASB=b is not None, XAFF=x_affine is not None, KT=KT, KTP=KTP, S=S, NT=NT, MINB=MINB, HP=rows, WP=cols, WS=WS, VEC2=vec2,
                       ) + LOAD_K + _CONV.replace("@CUNROLL@", str(C if C * kH * kW <= 50 else 1))
         return src, smem
     kern, smem = raw_kernel(key, source, "direct_conv")
-    kern((-(-N // S), -(-K // KT)), (NT,), (x, w, w if b is None else b, y, np.int32(N)), shared_mem=smem)
+    xa, xb = x_affine or (w, w)                      # unread without XAFF
+    kern((-(-N // S), -(-K // KT)), (NT,), (x, w, w if b is None else b, y, np.int32(N), xa, xb), shared_mem=smem)
     return y
 
 
 def conv2d_bias_relu_maxpool2x2_fprop(x: Array, w: Array, b: Array | None, pads: int | Sequence[int] = 0,
                                       relu: bool = True, out: Array | None = None,
-                                      config: Sequence[int] | None = None) -> Array:
+                                      config: Sequence[int] | None = None,
+                                      x_affine: tuple[Array, Array] | None = None) -> Array:
     """y = maxpool2x2(relu(conv(x, w) + b)), stride-1 conv, floor pool, one kernel.
 
     x (N, C, H, W), w (K, C, kH, kW), b (K,) or None -> y (N, K, oH // 2, oW // 2); pads an int,
     a pair or (top, bottom, left, right); config (KT, S, threads[, min blocks per SM]) overrides
-    the per-N choice (choose_conv).
+    the per-N choice (choose_conv); x_affine (a, b) float32 (C,): x staged as a x + b per channel
+    inside the zero padding (a Normalize before the conv).
     """
-    return _conv_direct(x, w, b, pads, 2, relu, out, config)
+    return _conv_direct(x, w, b, pads, 2, relu, out, config, x_affine)
 
 
 def conv2d_bias_relu_fprop(x: Array, w: Array, b: Array | None, pads: int | Sequence[int] = 0, relu: bool = True,
