@@ -13,7 +13,7 @@ from . import callbacks as cb, checkpoint as ckpt, distributed
 from ._types import Array
 from .backend import Device, DeviceError, get_device
 from .callbacks import TrainingDiverged, TrainingStopped  # noqa: F401 (re-exported: minidl.TrainingDiverged)
-from .data.loader import Loader
+from .data.loader import Loader, check_normalization, normalization
 from .metrics import Mean, Score
 from .step import TrainStep
 if TYPE_CHECKING:
@@ -76,6 +76,9 @@ class Trainer:
         self._step = TrainStep(model, optimizer, self.metrics, self.reducer, policy=precision, loss=loss,
                                smoothing=label_smoothing, shift=shift, flip=flip, channels_last=channels_last)
         self.precision, self.channels_last = self._step.policy, self._step.channels_last
+        if self.precision is not self._step.requested:
+            log(f"precision {self._step.requested.name}: {model.name} is too small for half precision to pay here "
+                f"(docs/precision.md): it computes in fp32")
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
         # eager); dropout's counter-based generator advances on the device, so it is captured too.
         self.graph = graph and self.device.can_capture
@@ -109,6 +112,7 @@ class Trainer:
     def _train_loader(self, data, batch_size):
         """The training loader; one per dataset and batch size, kept so captured graphs stay valid."""
         if isinstance(data, Loader):
+            check_normalization(self.model, data, "fit")
             return data
         key = (id(data[0]), id(data[1]), batch_size)
         if key not in self._loaders:
@@ -118,6 +122,7 @@ class Trainer:
     def _loader(self, data, batch_size, shuffle, drop_last):
         if isinstance(data, Loader):
             self._check_fits(data.y)
+            check_normalization(self.model, data, "fit or evaluate")
             return data
         try:
             images, labels = data
@@ -126,7 +131,7 @@ class Trainer:
         self._check_fits(labels)
         return Loader(images, labels, batch_size, self.device, shuffle=shuffle, seed=self.seed,
                       drop_last=drop_last, classes=self.model.outputs[0].shape[-1], rank=self.world.rank,
-                      world=self.world.size)
+                      world=self.world.size, normalize=normalization(self.model))   # the model's Normalize
 
     def _check_fits(self, labels):
         """The model's output must be (N, classes) with a class for every label the data holds."""

@@ -213,7 +213,7 @@ def test_summary_prints_every_layer_and_the_totals(capsys):
     assert out[-1] == "total params: 61,706 trainable, 0 non-trainable"
     assert any(l.split()[:2] == ["layer", "(type)"] for l in out)
     rows = {l.split()[0]: l for l in out if "(" in l and not l.startswith(("layer", "total"))}
-    assert list(rows) == ["conv2d", "relu", "pool", "conv2d_1", "relu_1", "pool_1", "flatten",
+    assert list(rows) == ["normalize", "conv2d", "relu", "pool", "conv2d_1", "relu_1", "pool_1", "flatten",
                           "dense", "relu_2", "dense_1", "relu_3", "dense_2", "softmax"]
     assert rows["dense"].split()[-1] == "48,120" and "(N, 120)" in rows["dense"]
     assert "(N, 16, 10, 10)" in rows["conv2d_1"]

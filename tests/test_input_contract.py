@@ -126,7 +126,6 @@ def test_predict_forward_inference_and_onnx_agree_on_uint8_and_float_images(lene
             np.testing.assert_allclose(session.run(None, {"input": x})[0], probs, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.xfail(reason="Model.forward calls images_in (graph/api.py) once graph/model.py does: issue 29's note")
 def test_forward_divides_uint8_images_by_255():
     model = models.lenet5(seed=1)
     u8 = _uint8(4, (1, 28, 28))[0]

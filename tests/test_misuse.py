@@ -44,7 +44,7 @@ def test_fit_arguments_are_checked(kw, what):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int64, np.uint8])
 def test_input_batches_of_other_dtypes_are_cast_to_the_models(dtype):
-    model = models.lenet5()
+    model = models.lenet5(preprocess=False)          # a model that takes normalised numbers (the zoo's take images)
     x = np.random.default_rng(0).integers(0, 3, (2, 1, 28, 28)).astype(dtype)
     y = model.forward(x)
     assert y.dtype == np.float32
@@ -52,7 +52,7 @@ def test_input_batches_of_other_dtypes_are_cast_to_the_models(dtype):
 
 
 def test_non_numeric_input_is_rejected():
-    with pytest.raises(ValueError, match="dtype <U1, expected numbers"):
+    with pytest.raises(ValueError, match="dtype <U1, expected "):
         models.lenet5().forward(np.full((1, 1, 28, 28), "a"))
 
 

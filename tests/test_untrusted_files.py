@@ -129,7 +129,7 @@ def test_artifact_with_object_arrays_or_zero_stride_is_rejected_fast(tmp_path):
     path = tmp_path / "a.npz"
     inference.compile(models.lenet5()).save(path)
     info, arrays = checkpoint.read_npz(path, "artifact")
-    info["model"]["layers"][0]["config"]["stride"] = 0
+    info["model"]["layers"][1]["config"]["stride"] = 0          # the first conv (after the Normalize)
     arrays["__meta__"] = np.frombuffer(json.dumps(info).encode(), np.uint8)
     np.savez(tmp_path / "stride.npz", **arrays)
     t0 = time.perf_counter()

@@ -31,6 +31,8 @@ def pixel_scale(images: np.ndarray, where: str = "images") -> int:
         return 255
     if not np.issubdtype(images.dtype, np.floating):
         raise DataError(f"{where}: dtype {images.dtype}, expected {CONTRACT}")
+    if images.size == 0:                # no values to range: the caller names the empty batch
+        return 1
     lo, hi = float(np.nanmin(images)), float(np.nanmax(images))     # one pass each, on the host
     if lo < 0 or hi > 1:
         why = ("infinite values" if np.isinf(lo) or np.isinf(hi) else

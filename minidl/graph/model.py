@@ -162,7 +162,7 @@ class Model(FamiliarAPI):
             c.refresh(self.flat)
         values, deaths = {}, self._deaths or liveness.forward_deaths(self.nodes, self.outputs)
         for i, (node, x) in enumerate(zip(self.inputs, xs)):
-            values[id(node)] = self.prepare_input(x, i)
+            values[id(node)] = self.prepare_input(self.images_in(x, i), i)    # uint8 / 255 (docs/input.md)
         for node, dead in zip(self.nodes, deaths):
             values[id(node)] = node.layer.forward([values[id(p)] for p in node.parents], training)
             for v in dead if self.releases else ():
