@@ -8,7 +8,7 @@ Flags it does not know are `python -m minidl.train`'s, and describe the run. Eac
 because CuPy reads CUPY_CACHE_DIR when it is imported: --cold gives a child fresh MINIDL_CACHE and
 CUPY_CACHE_DIR folders, --warm then reuses the last cold run's (or --cache-dir's); a --variant is one
 more cold run with extra environment variables. The child builds what minidl.train builds
-(minidl.warmup.build_trainer) on synthetic images and times: imports, get_device, the model, the
+(minidl.cli.warmup.build_trainer) on synthetic images and times: imports, get_device, the model, the
 Trainer, the first step (split into NVRTC compiles waited for on the main thread, cuDNN graph builds,
 engine choice and timing, the CUDA-graph capture, the rest), the first evaluation batch, then
 steady steps. --cli times a whole command instead (wall time, and the first step it reports).
@@ -64,7 +64,8 @@ FE_METHODS = ("validate", "build_operation_graph", "create_execution_plans", "de
 def child(argv, result_path, top):
     t_start = time.time()
     t0 = time.perf_counter()
-    from minidl import backend, train, warmup
+    from minidl import backend
+    from minidl.cli import train, warmup
     ok, why = backend.cuda_status()
     if not ok:
         print(f"profile_startup: needs CuPy and a usable CUDA GPU: {why}", file=sys.stderr)

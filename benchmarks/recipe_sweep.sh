@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Candidate recipes for the GPU rows, each as flags added to the bare command, under several seeds:
-# the evidence the defaults in minidl/recipes.py are chosen from (docs/results.md, The default recipes: targets and evidence).
+# the evidence the defaults in minidl/cli/recipes.py are chosen from (docs/results.md, The default recipes: targets and evidence).
 #   bash benchmarks/recipe_sweep.sh                (logs in $OUT, default /tmp/minidl-sweep)
 #   SEEDS="0 1 2" ONLY=r50 bash benchmarks/recipe_sweep.sh     (ONLY: r50, r18 or fashion)
 # Prints one table row per command and candidate: the accuracy of each seed, their mean and minimum.

@@ -7,7 +7,7 @@ inference lowering, or the training lowering) and counts from the nodes' shapes:
 
 - arithmetic: 2 x MACs of every convolution and dense layer, forward; training adds wgrad and dgrad (each as much
   as the forward), except the dgrad of a layer fed by the model input (through views), which the step skips
-  (`input_grads=False` in minidl/step.py);
+  (`input_grads=False` in minidl/training/step.py);
 - least memory traffic: the input read once (float32 images); every activation written once and read once in the
   forward, and in training its gradient written once and read once and the activation itself read once more in
   backward (an Add saves nothing); Flatten and a zero Pad2D move nothing (a view; padding a conv applies itself);

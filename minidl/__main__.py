@@ -1,4 +1,4 @@
-"""python -m minidl COMMAND [ARGS]: the same as the `minidl` console script (minidl/cli.py)."""
+"""python -m minidl COMMAND [ARGS]: the same as the `minidl` console script (minidl/cli/__init__.py)."""
 import sys
 
 from minidl.cli import main

@@ -5,7 +5,7 @@ A run picks one policy, by name, once (`--precision`, `Trainer(precision=...)`,
 
     fp32   everything in float32
     bf16   convolutions, dense layers and activations in bfloat16 (fp32 accumulation); no loss scaling
-    fp16   the same in float16, with dynamic loss scaling (minidl.loss_scale)
+    fp16   the same in float16, with dynamic loss scaling (minidl.training.loss_scale)
 
 Under every policy the master weights and the optimizer state stay float32 in the flat arena,
 and the layers that declare `keeps_fp32` (BN statistics, softmax, LRN) and the loss compute in

@@ -188,3 +188,52 @@ def test_no_measurements_with_dates_or_gpus_in_docstrings_and_comments():
     found = [f"{p.relative_to(PKG).as_posix()}:{line}: {m.group(0)!r}" for p in sorted(PKG.rglob("*.py"))
              for line, s in _prose(p) for m in [_DATE.search(s) or _GPU_TIMING.search(s)] if m]
     assert not found, "\n".join(found)
+
+
+# The folders (docs/architecture.md, The rooms): the top level of minidl/ holds the ground every room
+# stands on and the doors of `python -m minidl.<command>`; every other room is a folder.
+ABOVE_THE_GROUND = {"layers", "graph", "optim", "data", "models", "distributed", "files", "training", "inference",
+                    "cli"}
+
+
+def _unit(module):
+    """The room of minidl/'s top level a module counts in: its folder, or itself beside the folders."""
+    return module.split(".")[1]
+
+
+def test_no_two_folders_import_each_other():
+    graph = {}
+    for p in PKG.rglob("*.py"):
+        if _module(p) != "minidl":            # the package's face imports what it hands on
+            graph.setdefault(_unit(_module(p)), set()).update(
+                _unit(n) for n in _imports(p) if n != "minidl" and _unit(n) != _unit(_module(p)))
+    state, stack = {}, []
+
+    def visit(u):
+        state[u] = "open"
+        stack.append(u)
+        for n in sorted(graph.get(u, ())):
+            if state.get(n) == "open":
+                pytest.fail("folders in a circle: " + " -> ".join(stack[stack.index(n):] + [n]))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[u] = "done"
+
+    for u in sorted(graph):
+        if u not in state:
+            visit(u)
+
+
+def test_the_top_level_holds_the_ground_and_the_doors():
+    from minidl import cli
+    for name in cli.COMMANDS:
+        assert (PKG / "cli" / f"{name}.py").is_file(), f"the command {name} lives in minidl/cli/"
+    for p in sorted(PKG.glob("*.py")):
+        if p.stem in ("__init__", "__main__"):
+            continue
+        if p.stem in cli.COMMANDS:            # a door: runs minidl.cli.<command>.main, nothing else
+            assert _imports(p) == {f"minidl.cli.{p.stem}"} and len(p.read_text().splitlines()) <= 10, p.name
+        else:
+            above = {_unit(n) for n in _imports(p) if n != "minidl"} & ABOVE_THE_GROUND
+            assert not above, f"{p.name} stands on the ground floor but imports {sorted(above)}: give it a folder"

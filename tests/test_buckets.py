@@ -1,4 +1,4 @@
-"""Gradient buckets (minidl.buckets) and the reducer's step around them, in one process: the plan
+"""Gradient buckets (minidl.distributed.buckets) and the reducer's step around them, in one process: the plan
 tiles the arena in backward order, each bucket starts once a step when its gradients are final,
 and a reducer whose sum is a second, identical rank trains exactly like one process (the mean is
 folded into the optimizer's update)."""
@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl import buckets, distributed, models, optim
+from minidl.distributed import buckets
+from minidl import distributed, models, optim
 from minidl.graph import passes
 from minidl.losses import softmax_cross_entropy
 from minidl.metrics import Mean
-from minidl.step import TrainStep
+from minidl.training.step import TrainStep
 
 
 def _net(name, depth=None):

@@ -1,4 +1,4 @@
-"""The training loop's seam (minidl.callbacks): hooks called in order at the right steps and epochs,
+"""The training loop's seam (minidl.training.callbacks): hooks called in order at the right steps and epochs,
 a callback ending a run early (saved, its step and score right), a signal stop ending the callbacks
 before its save, and a user callback on every rank under `mpiexec -n 2`. The built-ins' output is
 tests/test_trainer.py's, test_metrics_log.py's, test_cli.py's and test_resume.py's."""
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl import callbacks, layers as L, optim
-from minidl.trainer import TrainingStopped
+from minidl.training import callbacks
+from minidl import layers as L, optim
+from minidl.training.trainer import TrainingStopped
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MPI = shutil.which("mpiexec") is not None and importlib.util.find_spec("mpi4py") is not None

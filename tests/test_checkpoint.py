@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl import checkpoint as ckpt, layers as L, models, optim
-from minidl.checkpoint import CheckpointError
+from minidl.files import checkpoint as ckpt
+from minidl import layers as L, models, optim
+from minidl.files.checkpoint import CheckpointError
 from minidl.files import WriteError
 
 

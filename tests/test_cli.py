@@ -158,18 +158,18 @@ def exits_2(main, args, flag, capsys):
     (["--tensorboard", "a-file"], "--tensorboard"),               # a file where the folder should be
 ])
 def test_train_rejects_bad_values_before_reading_data(args, flag, no_data, capsys):
-    from minidl import train as cli
+    from minidl.cli import train as cli
     exits_2(cli.main, args, flag, capsys)
 
 
 def test_missing_checkpoint_message_names_the_default_path(no_data, capsys):
-    from minidl import train as cli
+    from minidl.cli import train as cli
     err = exits_2(cli.main, ["--resume", "-r", "50"], "--resume", capsys)
     assert os.path.join("checkpoints", "resnet50.npz") in err
 
 
 def test_save_checks_a_writable_folder_and_leaves_no_file(no_data, capsys):
-    from minidl import train as cli
+    from minidl.cli import train as cli
     args = cli.check_args(cli.parser(), cli.parser().parse_args(["-s", "--checkpoint", "new/dir/x.npz"]))
     assert args.save
     assert (no_data / "new" / "dir").is_dir() and not list((no_data / "new" / "dir").iterdir())
@@ -186,12 +186,12 @@ def test_save_checks_a_writable_folder_and_leaves_no_file(no_data, capsys):
     (["--checkpoint", "a-file", "--precision", "half"], "--precision"),
 ])
 def test_infer_rejects_bad_values_before_reading_data(args, flag, no_data, capsys):
-    from minidl import infer as cli
+    from minidl.cli import infer as cli
     exits_2(cli.main, args, flag, capsys)
 
 
 def test_infer_names_no_gpu_module():
-    assert "kernels.gpu" not in (ROOT / "minidl" / "infer.py").read_text()
+    assert "kernels.gpu" not in (ROOT / "minidl" / "cli/infer.py").read_text()
 
 
 @needs_mnist
@@ -204,7 +204,7 @@ def test_cpu_run_does_not_claim_compilation(tmp_path):
 
 
 def test_channels_last_flag_is_on_off_or_the_devices_choice():
-    from minidl import train as cli
+    from minidl.cli import train as cli
     p = cli.parser()
     assert p.parse_args([]).channels_last is None                    # Device.channels_last decides
     assert p.parse_args(["--channels-last"]).channels_last is True
@@ -213,7 +213,7 @@ def test_channels_last_flag_is_on_off_or_the_devices_choice():
 
 def test_tensorboard_without_tensorboardx_is_one_line_before_any_data(no_data, capsys, monkeypatch):
     import importlib.util
-    from minidl import train as cli
+    from minidl.cli import train as cli
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "tensorboardX" else real(name, *a))
@@ -224,7 +224,8 @@ def test_tensorboard_without_tensorboardx_is_one_line_before_any_data(no_data, c
 # -- the zoo by name, and -n against --epochs (issue 29, point 6) ---------------------------------
 
 def test_model_choices_are_the_zoos_names():
-    from minidl import models, train as cli
+    from minidl import models
+    from minidl.cli import train as cli
     choices = next(a.choices for a in cli.parser()._actions if a.dest == "model")
     assert tuple(choices) == models.names()
     assert {"lenet", "resnet", "simplenet", "lenet-caffe", "relunet", "largenet", "resnet50"} <= set(choices)
@@ -232,13 +233,13 @@ def test_model_choices_are_the_zoos_names():
 
 @pytest.mark.parametrize("args", [["-n", "100", "--epochs", "1"], ["--epochs", "1", "-n", "2000"]])
 def test_steps_with_epochs_exit_2_naming_both_before_reading_data(args, no_data, capsys):
-    from minidl import train as cli
+    from minidl.cli import train as cli
     err = exits_2(cli.main, args, "-n", capsys)         # -n at its default value, but given: still refused
     assert "--epochs" in err.strip().splitlines()[-1]
 
 
 def test_steps_left_out_take_the_default_and_epochs_alone_plan_no_steps(no_data):
-    from minidl import recipes, train as cli
+    from minidl.cli import recipes, train as cli
     p = cli.parser()
     assert recipes.plan(cli.check_args(p, p.parse_args([]))).steps == cli.DEFAULT_STEPS == 2000
     plan = recipes.plan(cli.check_args(p, p.parse_args(["--epochs", "2"])))
@@ -249,7 +250,7 @@ def test_steps_left_out_take_the_default_and_epochs_alone_plan_no_steps(no_data)
                                        (["--model", "resnet50", "-r", "18"], "-r"),
                                        (["--model", "vgg"], "--model")])
 def test_model_and_depth_that_disagree_exit_2(args, flag, no_data, capsys):
-    from minidl import train as cli
+    from minidl.cli import train as cli
     exits_2(cli.main, args, flag, capsys)
 
 
@@ -259,7 +260,7 @@ def test_model_and_depth_that_disagree_exit_2(args, flag, no_data, capsys):
                                              (["--model", "resnet50", "-r", "50"], "resnet50", "resnet"),
                                              (["--model", "lenet5"], "lenet5", "lenet")])
 def test_each_name_plans_its_model_checkpoint_and_recipe(argv, tag, family, no_data):
-    from minidl import recipes, train as cli
+    from minidl.cli import recipes, train as cli
     p = cli.parser()
     args = cli.check_args(p, p.parse_args(argv))
     plan = recipes.plan(args)
@@ -270,7 +271,7 @@ def test_each_name_plans_its_model_checkpoint_and_recipe(argv, tag, family, no_d
 @needs_mnist
 @pytest.mark.parametrize("name", ["simplenet", "lenet-caffe", "relunet", "largenet"])
 def test_the_studys_nets_train_by_name(name, tmp_path, monkeypatch, capsys):
-    from minidl import train as cli
+    from minidl.cli import train as cli
     monkeypatch.chdir(tmp_path)
     assert cli.main(["--model", name, "-n", "4", "-m", "2", "-y", "1", "-x", "100", "--device", "cpu", "-s"]) == 0
     out = capsys.readouterr().out.splitlines()

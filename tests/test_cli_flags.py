@@ -1,5 +1,5 @@
 """The command lines' one argument module (issue 28, point 5): shared flags defined once in
-minidl.flags, choices taken from the library, no command importing another, check_args told
+minidl.cli.flags, choices taken from the library, no command importing another, check_args told
 what it needs instead of guessing."""
 import ast
 import contextlib
@@ -9,16 +9,17 @@ import pathlib
 
 import pytest
 
-from minidl import cli, data, distributed, flags, models, optim, precision, recipes
+from minidl import cli, data, distributed, models, optim, precision
+from minidl.cli import flags, recipes
 
-PACKAGE = pathlib.Path(flags.__file__).resolve().parent
+PACKAGE = pathlib.Path(flags.__file__).resolve().parents[1]          # minidl/
 COMMANDS = tuple(cli.COMMANDS)                     # train, infer, export, plot, warmup
 PARSED = ("train", "infer", "warmup")             # the commands that take the shared flags
 SHARED = ("device", "precision", "dataset", "data_dir", "threads", "checkpoint")
 
 
 def parser_of(command):
-    return importlib.import_module(f"minidl.{command}").parser()
+    return importlib.import_module(f"minidl.cli.{command}").parser()
 
 
 def actions(p):
@@ -95,10 +96,16 @@ def test_check_args_is_told_whether_the_command_trains(tmp_path, capsys):
 
 
 def test_check_args_reads_no_private_argparse_state_and_guesses_no_caller():
-    src = (PACKAGE / "flags.py").read_text()
+    src = (PACKAGE / "cli/flags.py").read_text()
     tree = ast.parse(src)
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "_actions"]
     assert '"resume" in a' not in src and "'resume' in a" not in src
+
+
+def _command(dotted):
+    """minidl.train, minidl.cli.train and minidl.cli.train.x all name the command train."""
+    parts = dotted.split(".")[1:]
+    return parts[1] if parts[0] == "cli" and len(parts) > 1 else parts[0]
 
 
 def _imported_modules(path):
@@ -106,24 +113,24 @@ def _imported_modules(path):
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("minidl.")}
+            found |= {_command(a.name) for a in node.names if a.name.startswith("minidl.")}
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
-            if node.level == 1 or module == "minidl" or module.startswith("minidl."):
-                base = module.split(".")[1] if module.startswith("minidl.") else \
+            if node.level == 1 or module in ("minidl", "minidl.cli") or module.startswith("minidl."):
+                base = _command(module) if module.startswith("minidl.") and module != "minidl.cli" else \
                     module.split(".")[0] if node.level == 1 and module else None
                 found |= {base} if base else {a.name for a in node.names}
         elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args:
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and str(arg.value).startswith("minidl."):
-                found.add(str(arg.value).split(".")[1])
+                found.add(_command(str(arg.value)))
     return found
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_no_command_imports_another_command(command):
     others = set(COMMANDS) - {command}
-    assert not _imported_modules(PACKAGE / f"{command}.py") & others
+    assert not _imported_modules(PACKAGE / "cli" / f"{command}.py") & others
     assert "flags" not in COMMANDS
 
 

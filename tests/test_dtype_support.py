@@ -22,7 +22,7 @@ from minidl.backends.cpu import CPU
 from minidl.inference import schedule
 from minidl.kernels.contract import FAMILIES
 from minidl.kernels.gpu import _dtypes
-from minidl.train import run_cli
+from minidl.cli.train import run_cli
 
 KERNELS = pathlib.Path(__file__).resolve().parents[1] / "minidl" / "kernels"
 BOTH = ("float32", "float64")

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl import checkpoint, export, inference, layers as L, models, optim, torch_names
+from minidl.files import checkpoint, torch_names
+from minidl.cli import export
+from minidl import inference, layers as L, models, optim
 from minidl.data import mnist
 from minidl.data.loader import MNIST_MEAN, MNIST_STD
 from tests.helpers import randomize_weights
@@ -22,7 +24,7 @@ def digits():
 
 def onnx_run(model, x, probabilities=False, uint8=False):
     ort = pytest.importorskip("onnxruntime")
-    from minidl.onnx_export import to_onnx
+    from minidl.inference.onnx_export import to_onnx
     proto = to_onnx(model, probabilities, uint8)
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     return proto, np.concatenate([session.run(None, {"input": x[i:i + 500]})[0] for i in range(0, len(x), 500)])
@@ -78,7 +80,7 @@ def test_onnx_starts_with_the_preprocessing_and_takes_uint8_too(name, digits):
 
 def test_onnx_of_a_model_without_the_preprocessing_takes_normalised_floats(digits):
     pytest.importorskip("onnx")
-    from minidl.onnx_export import to_onnx
+    from minidl.inference.onnx_export import to_onnx
     model = randomize_weights(models.lenet5(seed=8, preprocess=False))
     x = ((digits[0][:64] - MNIST_MEAN) / MNIST_STD).astype(np.float32)
     proto, got = onnx_run(model, x)
@@ -90,7 +92,7 @@ def test_onnx_of_a_model_without_the_preprocessing_takes_normalised_floats(digit
 
 def test_onnx_graph_has_opset_17_and_a_dynamic_batch():
     pytest.importorskip("onnx")
-    from minidl.onnx_export import to_onnx
+    from minidl.inference.onnx_export import to_onnx
     proto = to_onnx(models.lenet5())
     assert max(o.version for o in proto.opset_import if o.domain == "") >= 17
     for v in (proto.graph.input[0], proto.graph.output[0]):
@@ -132,7 +134,7 @@ def test_every_node_kind_exports_and_equals_minidl(probabilities):
 
 def test_a_kind_without_onnx_mapping_is_named():
     pytest.importorskip("onnx")
-    from minidl.onnx_export import to_onnx
+    from minidl.inference.onnx_export import to_onnx
 
     class Double(L.ReLU):
         kind, prefix, fusable_activation = "double", "double", None

@@ -7,7 +7,7 @@ from tests.helpers import reference
 from minidl.backend import CounterRNG
 from minidl.kernels.cpu import augment
 from minidl.kernels.cpu.dropout import philox_uniform
-from minidl.step import TrainStep
+from minidl.training.step import TrainStep
 from tests.helpers import resumable
 
 

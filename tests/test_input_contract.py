@@ -119,7 +119,7 @@ def test_predict_forward_inference_and_onnx_agree_on_uint8_and_float_images(lene
     np.testing.assert_allclose(compiled.predict(u8), probs, rtol=1e-4, atol=1e-6)
     if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
         import onnxruntime as ort
-        from minidl.onnx_export import to_onnx
+        from minidl.inference.onnx_export import to_onnx
         for x, uint8 in ((unit, False), (u8, True)):
             session = ort.InferenceSession(to_onnx(model, True, uint8).SerializeToString(),
                                            providers=["CPUExecutionProvider"])
@@ -156,7 +156,8 @@ def test_images_outside_the_contract_are_one_error_naming_the_entry_point(bad, w
 def test_checkpoints_and_artifacts_from_before_the_layer_load_and_take_normalised_floats(tmp_path):
     """A model built without Normalize (what every checkpoint and artifact from before holds) loads as it
     was: compile, artifacts and predict normalise as before; its weights load into today's zoo model too."""
-    from minidl import checkpoint, inference
+    from minidl.files import checkpoint
+    from minidl import inference
     old = models.lenet5(seed=3, preprocess=False)
     path = _quiet(old).save(tmp_path / "old.npz")                 # weights, optimizer state and the run's meta
     art = inference.compile(old).save(tmp_path / "old.artifact.npz")

@@ -8,7 +8,7 @@ from minidl import layers as L
 from minidl import optim
 from minidl.backend import get_device
 from minidl.layers.base import ALL, Layer, record_config
-from minidl.loss_scale import DynamicLossScale
+from minidl.training.loss_scale import DynamicLossScale
 from minidl.precision import LossScale, policy
 
 

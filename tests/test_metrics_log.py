@@ -5,8 +5,9 @@ import os
 
 import pytest
 
-from minidl import metrics_log, plot
-from minidl.metrics_log import MetricsError, MetricsLog
+from minidl.files import metrics_log
+from minidl.cli import plot
+from minidl.files.metrics_log import MetricsError, MetricsLog
 
 
 def write_run(path, steps=(100, 200, 300), offset=0.0):
@@ -82,7 +83,7 @@ def test_plot_bad_files_are_one_error_line_and_exit_2(tmp_path, capsys, content,
 
 def test_open_logs_gives_one_log_for_one_or_both_sinks(tmp_path):
     pytest.importorskip("tensorboardX")
-    from minidl.tensorboard_log import TensorBoardLog
+    from minidl.files.tensorboard_log import TensorBoardLog
     assert metrics_log.open_logs() is None
     assert isinstance(metrics_log.open_logs(tmp_path / "a.jsonl"), MetricsLog)
     assert isinstance(metrics_log.open_logs(tensorboard=tmp_path / "tb0"), TensorBoardLog)

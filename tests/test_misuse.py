@@ -110,7 +110,7 @@ def test_more_threads_than_cpus_warns():
 
 
 def test_cpu_out_of_memory_is_one_line(monkeypatch, capsys):
-    from minidl import train
+    from minidl.cli import train
     model = _tiny()
     trainer = quiet(model)
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl import checkpoint, inference, models, optim
-from minidl.checkpoint import read_npz, write_npz
+from minidl.files import checkpoint
+from minidl import inference, models, optim
+from minidl.files.checkpoint import read_npz, write_npz
 from minidl.data.loader import Loader
 from minidl.precision import BFLOAT16
 
@@ -131,7 +132,7 @@ def test_the_command_lines_take_a_precision(tmp_path):
 
 
 def test_a_plan_saved_before_precision_existed_resumes_as_fp32():
-    from minidl.runplan import RunPlan
+    from minidl.cli.runplan import RunPlan
     plan = RunPlan("lenet5", "mnist", 32, 100, None, "adam", 1e-3, 0.0, "cosine", 0)
     old = {k: v for k, v in plan.to_json().items() if k != "precision"}
     assert plan.precision == "fp32" and plan.differences(old) == []

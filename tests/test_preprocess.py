@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl import checkpoint, inference, layers as L, models
+from minidl.files import checkpoint
+from minidl import inference, layers as L, models
 from minidl.backend import Device
 from minidl.data import DataError, Loader
 from minidl.data import loader as data_loader

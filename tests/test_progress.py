@@ -1,7 +1,7 @@
-"""What a run shows while a cold first step prepares (minidl.progress): the bar's postfix on a
+"""What a run shows while a cold first step prepares (minidl.training.progress): the bar's postfix on a
 terminal, a line in a log at most every 10 s; the CPU has nothing to prepare."""
 import minidl as dl
-from minidl import progress
+from minidl.training import progress
 
 
 class _Bar:

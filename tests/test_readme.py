@@ -60,7 +60,8 @@ def test_readme_command_line_parses(argv):
     if module == "minidl":               # `minidl --version` / `python -m minidl --help`
         assert args and args[0] in ("--version", "-h", "--help"), argv
         return
-    mod = importlib.import_module(module)
+    importlib.import_module(module)                 # the door that `python -m` runs
+    mod = importlib.import_module(module.replace("minidl.", "minidl.cli.", 1))   # the command
     parser = getattr(mod, "parser", None)
     assert parser is not None, f"{module} has no parser() to check the README's flags with"
     p = parser()

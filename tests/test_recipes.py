@@ -3,8 +3,8 @@ the recipe flags are checked before data is read and are part of the run plan.""
 import pytest
 from tests.test_cli import exits_2, lines_of, needs_mnist, no_data, train  # noqa: F401 (a fixture)
 
-from minidl import recipes, train as cli
-from minidl.runplan import RunPlan
+from minidl.cli import recipes, train as cli
+from minidl.cli.runplan import RunPlan
 
 
 def plan(*argv):

@@ -7,9 +7,9 @@ import signal
 import numpy as np
 import pytest
 
-from minidl import checkpoint
-from minidl import train as cli
-from minidl.trainer import Trainer
+from minidl.files import checkpoint
+from minidl.cli import train as cli
+from minidl.training.trainer import Trainer
 
 DATA = os.environ.get("MINIDL_DATA")
 pytestmark = pytest.mark.skipif(not (DATA and os.path.isdir(os.path.join(DATA, "mnist"))),
@@ -80,7 +80,7 @@ def test_an_epoch_planned_run_resumed_across_an_epoch_boundary_is_exact(tmp_path
     """What the CLI does with --epochs (total = epochs x batches an epoch), on 2,000 images."""
     import minidl as dl
     from minidl import models, optim
-    from minidl.runplan import RunPlan
+    from minidl.cli.runplan import RunPlan
 
     data = (mnist_train[0][:2000], mnist_train[1][:2000])
     plan = RunPlan("lenet5", "mnist", 64, None, 3, "adam", 1e-3, 0.0, "cosine", 0)
@@ -104,7 +104,7 @@ def test_an_epoch_planned_run_resumed_across_an_epoch_boundary_is_exact(tmp_path
 
 
 def test_metrics_file_has_one_line_per_interval_and_the_evaluation(tmp_path, monkeypatch):
-    from minidl import metrics_log
+    from minidl.files import metrics_log
     assert run(BASE + ["-n", "20", "-b", "16", "--metrics", "run.jsonl"], tmp_path, monkeypatch) == 0
     intervals, evals = metrics_log.read(tmp_path / "run.jsonl")
     assert [r["step"] for r in intervals] == [5, 10, 15, 20]
@@ -114,7 +114,7 @@ def test_metrics_file_has_one_line_per_interval_and_the_evaluation(tmp_path, mon
 
 def test_tensorboard_gets_the_records_of_the_metrics_file(tmp_path, monkeypatch):
     pytest.importorskip("tensorboardX")
-    from minidl import metrics_log
+    from minidl.files import metrics_log
     argv = BASE + ["-n", "10", "-b", "16", "--metrics", "run.jsonl", "--tensorboard", "tb/run"]
     assert run(argv, tmp_path, monkeypatch) == 0
     intervals, evals = metrics_log.read(tmp_path / "run.jsonl")

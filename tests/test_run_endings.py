@@ -12,7 +12,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from minidl import checkpoint, files, models
+from minidl.files import checkpoint
+from minidl import files, models
 from tests.test_files import CAN_TMPFS, CAN_UNPRIVILEGE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -265,7 +266,7 @@ def test_ctrl_c_during_evaluation_without_s_keeps_the_trained_weights(tmp_path):
 # -- 7. a resumed run and a metrics file whose last line was cut ------------------------------------------------
 @needs_mnist
 def test_a_metrics_file_with_a_cut_last_line_is_repaired_before_appending(tmp_path):
-    from minidl import metrics_log
+    from minidl.files import metrics_log
     (tmp_path / "m.jsonl").write_text('{"step": 2, "epoch": 0, "loss": 1.0}\n{"step": 4, "ep')
     p = train(*FAST, "--metrics", "m.jsonl", cwd=tmp_path)
     assert p.returncode == 0

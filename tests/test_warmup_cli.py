@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from minidl import recipes, warmup
+from minidl.cli import recipes, warmup
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NO_CUPY = importlib.util.find_spec("cupy") is None

@@ -1,7 +1,7 @@
 """mkdocs hook: a line `<!-- cli-help: train -->` in a page becomes `python -m minidl.train --help`.
 
 The command-line reference is then each command's own help text at build time, so it cannot drift
-from the parsers (minidl/train.py, infer.py, export.py, plot.py, warmup.py).
+from the parsers (minidl/cli/train.py, cli/infer.py, cli/export.py, cli/plot.py, cli/warmup.py).
 """
 import contextlib
 import importlib

@@ -231,7 +231,7 @@ class Model(FamiliarAPI):
     def _after_each_layer(self, accumulate: bool, ready: Callable[[Layer], object] | None) -> list[Callable]:
         """The hooks backward calls with (layer, reached) once a layer is done, reached or not, in order:
         an overwriting backward zeroes what it never reached; a releasing model drops what the layer
-        saved (liveness.py); `ready` hears that its gradients are final (buckets.py)."""
+        saved (liveness.py); `ready` hears that its gradients are final (distributed/buckets.py)."""
         hooks: list[Callable[[Layer, bool], object]] = []
         if not accumulate:
             hooks.append(liveness.zero_unreached)

@@ -61,7 +61,7 @@ def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | D
     """
     source = model_or_checkpoint_path
     if isinstance(source, (str, os.PathLike)):
-        from ..checkpoint import load_model
+        from ..files.checkpoint import load_model
         model = load_model(os.fspath(source), device="cpu")          # folding is host work
         device = "auto" if device is None else device
     else:

@@ -26,7 +26,7 @@ class Optimizer:
     constructor's other hyper-parameters, kept as attributes) and `update(lr, t)`.
 
     grad_scale: the gradients enter the update multiplied by it, inside the update kernel; given at
-    `setup` by whoever knows how the gradients arrive: 1/N among N data-parallel ranks (minidl.step: the
+    `setup` by whoever knows how the gradients arrive: 1/N among N data-parallel ranks (minidl.training.step: the
     ranks sum their gradients, the update takes the mean); at 1, one process, the kernels skip the multiply.
     A Python number, so a captured step holds it as it was at the capture.
     """

@@ -25,7 +25,7 @@ import minidl as dl  # noqa: E402
 from minidl import distributed, models, optim  # noqa: E402
 from minidl.kernels.gpu.collectives import ReductionStream  # noqa: E402
 from minidl.metrics import Mean  # noqa: E402
-from minidl.step import TrainStep  # noqa: E402
+from minidl.training.step import TrainStep  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")      # NVLink SHARP off, as on the machines we run on

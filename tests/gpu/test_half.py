@@ -15,7 +15,7 @@ from minidl.backend import CounterRNG, get_device  # noqa: E402
 from minidl.graph import arena  # noqa: E402
 from minidl.kernels.gpu import cudnn_graphs as cudnn  # noqa: E402
 from minidl.layers.base import Parameter  # noqa: E402
-from minidl.loss_scale import DynamicLossScale  # noqa: E402
+from minidl.training.loss_scale import DynamicLossScale  # noqa: E402
 from minidl.precision import LossScale, dtype_of  # noqa: E402
 from tests.helpers.tolerance import close  # noqa: E402
 

@@ -31,8 +31,9 @@ import sys
 import numpy as np
 
 import minidl as dl
-from minidl import callbacks, distributed, layers as L, models, optim, precision
-from minidl.trainer import TrainingStopped
+from minidl.training import callbacks
+from minidl import distributed, layers as L, models, optim, precision
+from minidl.training.trainer import TrainingStopped
 
 
 def data(n=1024, seed=1):

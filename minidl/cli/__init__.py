@@ -9,7 +9,7 @@ import importlib
 import sys
 from typing import Sequence
 
-# command -> one line of help; the module is minidl.<command> (docs/architecture.md: "a command")
+# command -> one line of help; the module is minidl.cli.<command> (docs/architecture.md: "a command")
 COMMANDS = {
     "train": "train a zoo net (LeNet-5, ResNets, the study's nets) on MNIST or Fashion-MNIST, then test it",
     "infer": "run a checkpoint's inference lowering: accuracy, latency, throughput",
@@ -29,7 +29,7 @@ def usage() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch argv[0] to minidl.<command>.main(argv[1:]); returns the exit status."""
+    """Dispatch argv[0] to minidl.cli.<command>.main(argv[1:]); returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
@@ -43,5 +43,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"minidl: unknown command {command!r}; the commands are {', '.join(COMMANDS)} (minidl -h)",
               file=sys.stderr)
         return 2
-    return importlib.import_module(f"minidl.{command}").main(rest)
+    return importlib.import_module(f"minidl.cli.{command}").main(rest)
 

@@ -17,25 +17,25 @@ records the reductions too (on the GPU on their own stream, forked from the step
 A precision policy (minidl.precision) lowers the model with the `cast` pass as well: its layers
 compute on compute-dtype copies of the float32 weights and their gradients end in the float32
 arena. Under fp16 the loss gradient is scaled and the gradients unscaled on the device
-(minidl.loss_scale); a step whose gradients overflow is skipped without lowering `finite`.
+(minidl.training.loss_scale); a step whose gradients overflow is skipped without lowering `finite`.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import precision
-from ._types import Array, DTypeLike
-from .graph import passes
+from .. import precision
+from .._types import Array, DTypeLike
+from ..graph import passes
 from .loss_scale import DynamicLossScale
-from .losses import Loss, SoftmaxCrossEntropy
+from ..losses import Loss, SoftmaxCrossEntropy
 
 if TYPE_CHECKING:
-    from .backend import CapturedCall
-    from .data.loader import Loader
-    from .distributed import Reducer
-    from .graph.model import Model
-    from .metrics import Mean
-    from .optim.base import Optimizer
+    from ..backend import CapturedCall
+    from ..data.loader import Loader
+    from ..distributed import Reducer
+    from ..graph.model import Model
+    from ..metrics import Mean
+    from ..optim.base import Optimizer
 
 
 class TrainStep:

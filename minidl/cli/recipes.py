@@ -8,7 +8,7 @@ import argparse
 import math
 from typing import Any, Callable
 
-from . import distributed, models
+from .. import distributed, models
 from .runplan import RunPlan
 
 # Per model: optimizer, lr, schedule, warm-up steps, weight decay, label smoothing, shift in pixels,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 
-from .files import warn_once
+from . import warn_once
 
 
 class TensorBoardLog:
@@ -29,7 +29,7 @@ class TensorBoardLog:
         try:
             from tensorboardX import SummaryWriter
         except ImportError:
-            from .install_hint import install_hint
+            from ..install_hint import install_hint
             raise ImportError(f"TensorBoard logs need tensorboardX "
                               f"({install_hint('tensorboard', 'tensorboardX')})") from None
         self.logdir, self.failed, self.error, self.writer = str(logdir), False, None, None

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import files
+from .. import files
 
 if TYPE_CHECKING:
-    from .graph.model import Model
-    from .optim.base import Optimizer
+    from ..graph.model import Model
+    from ..optim.base import Optimizer
 
 FORMAT = "minidl-checkpoint-1"
 
@@ -136,8 +136,8 @@ def first_difference(saved: Any, built: dict[str, Any]) -> str | None:
     zoo carries) is what the Loader applied to a model from before it: the two are the same model, so a
     checkpoint from before loads into today's zoo model (and back), with the same weights.
     """
-    from .data.loader import MNIST_MEAN, MNIST_STD
-    from .graph.config import without_preprocessing
+    from ..data.loader import MNIST_MEAN, MNIST_STD
+    from ..graph.config import without_preprocessing
     why = _difference(saved, built)
     if why and isinstance(saved, dict) and _difference(without_preprocessing(saved, MNIST_MEAN, MNIST_STD),
                                                        without_preprocessing(built, MNIST_MEAN, MNIST_STD)) is None:
@@ -239,7 +239,7 @@ def load_model(path: str | os.PathLike, **kwargs: Any) -> Model:
 
     The config is validated and every tensor checked against it before anything is allocated.
     """
-    from .graph import Model
+    from ..graph import Model
     if _is_safetensors(path):
         config, _ = read_safetensors(path)
         try:
@@ -267,7 +267,7 @@ def _is_safetensors(path):
 def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(model config, {PyTorch name: array}) of a .safetensors file written by minidl.export.
 
-    Its tensors carry the PyTorch twin's names (minidl.torch_names); its metadata the architecture.
+    Its tensors carry the PyTorch twin's names (minidl.files.torch_names); its metadata the architecture.
     """
     path = os.fspath(path)
     _check_readable(path, "weights", CheckpointError)

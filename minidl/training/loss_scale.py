@@ -6,7 +6,7 @@ run itself: a step whose gradients overflow (inf or NaN) is skipped (the optimiz
 backs off (x0.5); after `interval` clean steps in a row S grows (x2). State and decisions are 0-d
 device arrays changed in place by array operations, so a captured CUDA graph makes them at every
 replay and the host reads nothing. A skipped step is routine here, not divergence: only a loss
-that is not finite stops training (minidl.step).
+that is not finite stops training (minidl.training.step).
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._types import Array
+from .._types import Array
 
 if TYPE_CHECKING:
-    from .backend import Device
-    from .precision import LossScale
+    from ..backend import Device
+    from ..precision import LossScale
 
 
 class DynamicLossScale:

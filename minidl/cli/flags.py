@@ -18,8 +18,9 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
-from minidl import data, distributed, models, optim, precision, recipes, stops
-from minidl.recipes import DEFAULT_STEPS
+from minidl import data, distributed, models, optim, precision
+from minidl.cli import recipes, stops
+from minidl.cli.recipes import DEFAULT_STEPS
 
 if TYPE_CHECKING:
     from argparse import _ArgumentGroup
@@ -109,7 +110,7 @@ def training_parser(prog: str = "python -m minidl.train", description: str | Non
     """The training command line's flags (minidl.train's, minidl.warmup's); checked by check_args."""
     p = Parser(prog=prog, description=description or (
         "Train a net of minidl's zoo on MNIST / Fashion-MNIST, then score the whole test set. "
-        "Flags left out take the model's default recipe (minidl/recipes.py; each run prints it)."))
+        "Flags left out take the model's default recipe (minidl/cli/recipes.py; each run prints it)."))
     p.add_argument("-b", dest="batch_size", type=positive, default=32, help="batch size (32)")
     # default None: a -n given is told from one left out (refused with --epochs; recipes.steps resolves it)
     p.add_argument("-n", dest="steps", type=positive, default=None,
@@ -172,7 +173,7 @@ def checkpoint_path(args: argparse.Namespace) -> str:
 
 def _saved_plan(path):
     """The plan recorded in a checkpoint, or None (no plan, or a file the run will report on)."""
-    from minidl import checkpoint
+    from minidl.files import checkpoint
     try:
         plan = checkpoint.read(path)[0].get("meta", {}).get("plan")
     except (ValueError, AttributeError):
@@ -256,7 +257,7 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
 def run_cli(run: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:
     """Run a command line's `run(args)`: a known failure is one `error:` line and exit status 1."""
     from minidl.backend import CaptureError, DeviceError
-    from minidl.trainer import TrainingDiverged, TrainingStopped
+    from minidl.training.trainer import TrainingDiverged, TrainingStopped
     try:
         run(args)
     except TrainingStopped as e:

@@ -3,7 +3,7 @@ it was not asked to write is replaced.
 
 SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) alike: during training the handler
 asks the trainer to stop (Trainer.request_stop), which finishes its step, and the callback
-minidl.callbacks.SaveOnStop saves and stops (exit 128 + the signal); a signal during the final save is
+minidl.training.callbacks.SaveOnStop saves and stops (exit 128 + the signal); a signal during the final save is
 honoured after it; one during evaluation keeps the trained weights and says where. A run that was
 not asked to write the checkpoint (no -s, --save-every, --resume) saves at a stop only where no
 file is (fresh_name).
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from minidl import files
 
 if TYPE_CHECKING:
-    from minidl.trainer import Trainer, TrainingStopped
+    from minidl.training.trainer import Trainer, TrainingStopped
 
 
 def claim_outputs(args: argparse.Namespace, path: str) -> str | Callable[[], str]:
@@ -43,7 +43,7 @@ def claim_outputs(args: argparse.Namespace, path: str) -> str | Callable[[], str
 @contextlib.contextmanager
 def hint_resume(path: str) -> Iterator[None]:
     """A stop that saved beside the checkpoint (not asked to write it) says how to resume from there."""
-    from minidl.trainer import TrainingStopped
+    from minidl.training.trainer import TrainingStopped
     try:
         yield
     except TrainingStopped as e:
@@ -55,7 +55,7 @@ def hint_resume(path: str) -> Iterator[None]:
 
 def stopped(signum: int, what: str, saved: str | os.PathLike | None, path: str) -> TrainingStopped:
     """TrainingStopped for a stop outside Trainer.fit, its hint naming how to go on."""
-    from minidl.trainer import TrainingStopped
+    from minidl.training.trainer import TrainingStopped
     e = TrainingStopped(what + (f"; the trained weights are in {saved}" if saved else ""), signum, saved)
     if saved and os.path.abspath(saved) != os.path.abspath(path):
         e.hint = f": -l --checkpoint {saved} starts from them"     # type: ignore[attr-defined]  # read by getattr

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import files, inference
+from .. import files, inference
 
 if TYPE_CHECKING:
     import onnx
 
-    from .graph.model import Model
+    from ..graph.model import Model
 
 OPSET = 17
 BATCH = "N"          # the dynamic batch dimension's name
@@ -149,7 +149,7 @@ def to_onnx(model: Model, probabilities: bool = False, uint8: bool = False) -> o
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from .data.loader import takes_images
+    from ..data.loader import takes_images
     if uint8 and not takes_images(model):
         raise ValueError(f"{model.name} takes normalised floats (it carries no layers.Normalize): a uint8 input "
                          "needs a model that carries its preprocessing")

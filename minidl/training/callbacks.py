@@ -14,10 +14,10 @@ from . import progress
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-    from .data.loader import Loader
-    from .metrics import Score
-    from .metrics_log import Logs, MetricsLog
-    from .tensorboard_log import TensorBoardLog
+    from ..data.loader import Loader
+    from ..metrics import Score
+    from ..files.metrics_log import Logs, MetricsLog
+    from ..files.tensorboard_log import TensorBoardLog
     from .trainer import Trainer
 
 
@@ -153,7 +153,7 @@ class Progress(Callback):
 
 
 class MetricsRecords(Callback):
-    """One record per monitoring interval in `log` (minidl.metrics_log.open_logs: JSON lines,
+    """One record per monitoring interval in `log` (minidl.files.metrics_log.open_logs: JSON lines,
     TensorBoard or both): step, epoch, loss, accuracy (%), lr, images per second since the last."""
 
     def __init__(self, log: MetricsLog | TensorBoardLog | Logs) -> None:
@@ -186,7 +186,7 @@ class SaveOnStop(Callback):
     every rank ends the run after the same step; when it ends, after the other callbacks, this saves
     to `path` (the NaN flag first) and raises TrainingStopped (exit status 128 + the signal).
 
-    path: a checkpoint path, a function returning one (called at the stop: minidl.stops.fresh_name
+    path: a checkpoint path, a function returning one (called at the stop: minidl.cli.stops.fresh_name
     picks a name that is free then), or None (nothing saved). Always fit's last.
     """
 

@@ -6,7 +6,7 @@ MPI starts the ranks and carries control; mpi4py is imported only when the envir
 MPI launcher started this process as one of several (PMI_RANK, OMPI_COMM_WORLD_RANK, ...), so one
 process alone runs exactly as before. Rank r trains on slice r of each global batch of N*b (the
 Loader's `rank`/`world`) on the GPU of its local rank. A `Reducer` sums the flat gradient arena
-over the ranks in buckets while backward runs (minidl.buckets) through the device's communicator
+over the ranks in buckets while backward runs (minidl.distributed.buckets) through the device's communicator
 (`device.communicator`: MPI on the CPU, NCCL on the GPU), and the optimizer's update multiplies by
 1/N (its grad_scale): N ranks at b then train like one process at N*b. Stop requests are agreed
 one step late, with no blocking collective per step (World.agree_stop).
@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ._types import Array
+from .._types import Array
 from .buckets import CAP_MIB, GradientBuckets
 
 if TYPE_CHECKING:
-    from .backend import Device
-    from .graph.model import Model
-    from .layers.base import Layer
-    from .metrics import Mean
+    from ..backend import Device
+    from ..graph.model import Model
+    from ..layers.base import Layer
+    from ..metrics import Mean
 
 _T = TypeVar("_T")
 
@@ -181,7 +181,7 @@ def _mpi_world():
     try:
         from mpi4py import MPI
     except ImportError:
-        from .install_hint import install_hint
+        from ..install_hint import install_hint
         sys.exit(f"error: started by an MPI launcher, but mpi4py is missing ({install_hint('dist', 'mpi4py', 'mpich')})")
     comm = MPI.COMM_WORLD
     host = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)     # the ranks on this host
@@ -225,7 +225,7 @@ class Reducer:
             self.coll.start(view, "sum", wires.get(lo))
         self.buckets = GradientBuckets(net, start, self.bucket_mib)
         if self.grad_reduce == "bf16":           # one bfloat16 twin of the arena, cut as the buckets are
-            from .precision import BFLOAT16
+            from ..precision import BFLOAT16
             twin = self.device.xp.empty(net.grads.size, BFLOAT16)
             wires.update({b.lo: twin[b.lo:b.hi] for b in self.buckets.buckets})
         return self.buckets

@@ -9,28 +9,30 @@ import time
 from numbers import Integral
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from . import callbacks as cb, checkpoint as ckpt, distributed
-from ._types import Array
-from .backend import Device, DeviceError, get_device
+from . import callbacks as cb
+from ..files import checkpoint as ckpt
+from .. import distributed
+from .._types import Array
+from ..backend import Device, DeviceError, get_device
 from .callbacks import TrainingDiverged, TrainingStopped  # noqa: F401 (re-exported: minidl.TrainingDiverged)
-from .data.loader import Loader, check_normalization, normalization
-from .metrics import Mean, Score
+from ..data.loader import Loader, check_normalization, normalization
+from ..metrics import Mean, Score
 from .step import TrainStep
 if TYPE_CHECKING:
     from .callbacks import Callback
-    from .distributed import World
-    from .graph.model import Model
-    from .losses import Loss
-    from .metrics_log import Logs, MetricsLog
-    from .optim.base import Optimizer
-    from .precision import Policy
-    from .tensorboard_log import TensorBoardLog
+    from ..distributed import World
+    from ..graph.model import Model
+    from ..losses import Loss
+    from ..files.metrics_log import Logs, MetricsLog
+    from ..optim.base import Optimizer
+    from ..precision import Policy
+    from ..files.tensorboard_log import TensorBoardLog
 
 
 class Trainer:
     """Trains `model` with `optimizer` on `device` ('auto', 'cpu', 'cuda' or a Device).
 
-    One step (minidl.step): forward in training mode, the loss from the logits, backward, optimizer
+    One step (minidl.training.step): forward in training mode, the loss from the logits, backward, optimizer
     update. Loss and accuracy accumulate on the device and are read (one sync) every `monitor` steps,
     when the C++ trainer's line `step:  100, loss: 0.082, accuracy: 45.188%` is printed.
     Everything after model and optimizer is keyword-only.
@@ -160,8 +162,8 @@ class Trainer:
         save_to: saved at the end, only if training stayed finite. checkpoint: where a stop request
         (request_stop) and every `save_every` steps save (default save_to; for a stop also a function
         returning the path, called at the stop); each save first checks that training stayed finite.
-        metrics_log: a log from minidl.metrics_log.open_logs that gets one record per monitoring interval.
-        callbacks: minidl.callbacks hooks, called after the built-ins (TerminateOnNaN, metrics_log's records,
+        metrics_log: a log from minidl.files.metrics_log.open_logs that gets one record per monitoring interval.
+        callbacks: minidl.training.callbacks hooks, called after the built-ins (TerminateOnNaN, metrics_log's records,
         the bar and line, save_every's Checkpoints) and before SaveOnStop; run.stop ends a run early. What
         every rank must do at the same step stays in the trainer (_interval, _agree_stop), never in a callback.
         """

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import files
+from .. import files
 
 if TYPE_CHECKING:
     from .tensorboard_log import TensorBoardLog
@@ -136,7 +136,7 @@ class Logs:
 def open_logs(path: str | os.PathLike | None = None,
               tensorboard: str | os.PathLike | None = None) -> MetricsLog | TensorBoardLog | Logs | None:
     """The logs of a run as one: a JSON Lines file at `path`, TensorBoard scalars in the folder
-    `tensorboard` (minidl.tensorboard_log), or both; None for neither."""
+    `tensorboard` (minidl.files.tensorboard_log), or both; None for neither."""
     logs: list[MetricsLog | TensorBoardLog] = [MetricsLog(path)] if path else []
     if tensorboard:
         from .tensorboard_log import TensorBoardLog

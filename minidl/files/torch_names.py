@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from ._types import DTypeLike
-    from .graph.model import Model
+    from .._types import DTypeLike
+    from ..graph.model import Model
 
 # node kind -> {minidl parameter: PyTorch parameter or buffer}
 PARAMS = {

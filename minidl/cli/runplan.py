@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .optim.schedules import Schedule
+    from ..optim.schedules import Schedule
 
 # Plan field -> the flag that sets it, for messages.
 FLAGS = {"model": "-r/--model", "dataset": "--dataset", "batch_size": "-b", "steps": "-n", "epochs": "--epochs",

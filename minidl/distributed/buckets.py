@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from ._types import Array
+from .._types import Array
 
 if TYPE_CHECKING:
-    from .graph.model import Model
-    from .layers.base import Layer
+    from ..graph.model import Model
+    from ..layers.base import Layer
 
 CAP_MIB = 8.0        # per bucket: ~12 all-reduces for ResNet-50's 97 MiB, one for LeNet-5's 0.24 MiB
 

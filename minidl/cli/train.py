@@ -1,0 +1,126 @@
+"""python -m minidl.train: train a net of the zoo on MNIST, with the C++ trainer's flags.
+
+    python -m minidl.train -b32 -n500 -m100 -r50      # ResNet-50, 500 steps of batch 32
+    python -m minidl.train --model lenet --epochs 1 -s
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from minidl import distributed
+from minidl.cli import recipes, stops
+from minidl.cli.flags import Parser, check_args, checkpoint_path, run_cli, training_parser
+from minidl.cli.recipes import DEFAULT_STEPS  # noqa: F401 (re-exported: the run's length without -n or --epochs)
+
+if TYPE_CHECKING:
+    from minidl.metrics import Score
+
+
+def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
+    import minidl as dl
+    from minidl import data, models, optim
+    from minidl.files.metrics_log import open_logs
+    from minidl.threads import set_threads
+
+    model_name, depth = recipes.model_of(args)
+    tag = recipes.model_tag(args)
+    path = checkpoint_path(args)
+    world = distributed.init()                   # one process, or rank r of N under mpiexec
+    out = out if world.main else (lambda *a: None)  # rank 0 prints
+    stop_path = stops.claim_outputs(args, path) if world.main else path
+    with stops.Signals() as signals:                  # SIGINT/SIGTERM/SIGHUP: nothing trained is lost
+        threads = set_threads(args.threads)
+        device = dl.get_device(args.device, seed=args.seed, verbose=world.main,
+                               gpu=world.local_rank if world.size > 1 else None)
+        device.set_tf32(args.tf32)
+        device.set_deterministic(not args.nondeterministic)
+
+        out(f"== {args.dataset.upper()} training with minidl ==")
+        plan = recipes.plan(args)
+        out(plan.describe())
+        out("[TRAIN]")
+        paths = world.host_first(lambda: data.find_dataset(args.dataset, args.data_dir))   # one download a host
+        out(f"loading {paths['train-images-idx3-ubyte']}")
+        train = data.load(args.dataset, "train", args.data_dir)
+        out(f"loaded {len(train[0])} items..")
+        test = data.load(args.dataset, "test", args.data_dir)     # checked now, not after the whole run
+
+        model = models.get(model_name, depth=depth, device=device, seed=args.seed)
+        name, lr = plan.optimizer, plan.lr
+        per_epoch = len(train[0]) // (args.batch_size * world.size)   # -b is per rank
+        total = plan.total_steps(per_epoch)            # the run's length: -n / --epochs are totals
+        kw = {"momentum": 0.9} if name == "momentum" else {}
+        opt = optim.get(name, lr=lr, weight_decay=plan.weight_decay,
+                        schedule=plan.schedule_fn(optim.schedules, per_epoch), **kw)
+        trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out,
+                             precision=plan.precision, label_smoothing=plan.label_smoothing, shift=plan.shift,
+                             flip=plan.flip, channels_last=args.channels_last, grad_reduce=args.grad_reduce)
+        trainer.plan = plan.to_json()
+        if args.resume:
+            meta = trainer.resume(path)
+            out(f"resumed from {path} at step {meta.get('step', 0)}")
+        elif args.load:
+            dl.checkpoint.load_weights(path, model)
+            out(f"loaded weights from {path}")
+        mode = f", {threads} thread{'s' * (threads > 1)}" if device.name == "cpu" else \
+            f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}" \
+            f"{', channels-last' if trainer.channels_last else ''}"
+        out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
+            f"{name} lr {lr:g} {plan.schedule}, batch {args.batch_size}"
+            f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")
+
+        log = open_logs(args.metrics, args.tensorboard) if world.main else None      # rank 0 writes
+        trained = trainer.step < total
+        if trained:
+            with signals.deferred(trainer), stops.hint_resume(path):     # a stop: finish the step, save, exit
+                trainer.fit(train, steps=total - trainer.step, batch_size=args.batch_size, monitor=args.monitor,
+                            save_to=path if args.save else None, save_every=args.save_every,
+                            checkpoint=stop_path, metrics_log=log)
+            t = trainer.timing
+            rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
+            how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
+            out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{how}{rest})")
+            if trainer.loss_scale:
+                out("fp16 loss scale {scale:g}, {skipped} steps skipped on overflow".format(**trainer.loss_scale))
+            if args.save:
+                out(f"saved {path}")
+        else:
+            out(f"the run is complete: step {trainer.step} of {total}")
+        kept: str | os.PathLike | None = path if args.save or not trained else None   # where the trained weights are
+        try:
+            signals.check()                    # a stop that came during the final save: honoured now
+            out("[INFERENCE]")
+            out(f"loading {paths['t10k-images-idx3-ubyte']}")
+            out(f"loaded {len(test[0])} items..")
+            score = trainer.evaluate(test, batch_size=args.test_batch, steps=args.test_steps)
+        except stops.Interrupted as e:
+            with signals.deferred(None):
+                kept = kept or trainer.save(stop_path() if callable(stop_path) else stop_path)
+            raise stops.stopped(e.signum, f"stopped after training, at step {trainer.step}", kept, path) from None
+    seen = min(len(test[0]), args.test_batch * args.test_steps * world.size)   # -x is per rank too
+    note = "" if seen == len(test[0]) else f" (first {seen} of {len(test[0])})"
+    out(f"loss: {score.loss:.3f}, accuracy: {score.percent:.3f}%{note}")     # the C++ trainer's line
+    if log is not None:
+        log.evaluation(step=trainer.step, epoch=(trainer.step - 1) // per_epoch, test_loss=score.loss,
+                       test_accuracy=score.percent)
+        log.close()
+    out("Done.")
+    return score
+
+
+def parser() -> Parser:
+    """The training command line's flags; their values are checked by check_args."""
+    return training_parser()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    args = check_args(p, p.parse_args(argv))
+    return run_cli(distributed.init().guard(run), args)   # a failing rank ends every rank
+
+
+if __name__ == "__main__":
+    sys.exit(main())
