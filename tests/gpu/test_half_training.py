@@ -117,4 +117,5 @@ def test_half_precision_inference_agrees_with_fp32_on_mnist(trained_lenet, preci
         correct += int((p.argmax(1) == y).sum())
     assert same / loader.N >= 0.999 and correct / loader.N > 0.97, (same, correct)
     assert cudnn.calls["conv_bias_relu_fprop"] > before.get("conv_bias_relu_fprop", 0)   # fused, in half
-    assert half.chain is None and {st.kind for st in half.steps} <= {"conv2d", "pool", "flatten", "dense", "cast"}
+    assert half.chain is None and {st.kind for st in half.steps} <= {"normalize", "conv2d", "pool", "flatten", "dense",
+                                                                  "cast"}
