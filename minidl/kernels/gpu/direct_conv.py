@@ -36,15 +36,20 @@ direct_conv(const float* __restrict__ x, const float* __restrict__ w, const floa
         sw[cij * KTP + kt] = k0 + kt < K ? __ldg(w + (size_t)(k0 + kt) * (C * KH * KW) + cij) : 0.f;
     }
     if (tid < KT) sb[tid] = (HASB && k0 + tid < K) ? __ldg(b + k0 + tid) : 0.f;
+    __shared__ float sxa[XAFF ? C : 1], sxb[XAFF ? C : 1];   // a Normalize's a, b per channel
+    if (XAFF) {
+        for (int c = tid; c < C; c += NT) { sxa[c] = __ldg(xa + c); sxb[c] = __ldg(xb + c); }
+        __syncthreads();
+    }
     #pragma unroll 8
     for (int i = tid; i < nS * C * HP * WS; i += NT) {
         const int q = i % WS, r = (i / WS) % HP, sc = i / (WS * HP);
         const int hh = r - PT, ww = q - PL;
         float v = 0.f;
-        if (q < WP && hh >= 0 && hh < H && ww >= 0 && ww < W)
+        if (q < WP && hh >= 0 && hh < H && ww >= 0 && ww < W) {
             v = __ldg(x + ((size_t)n0 * C + sc) * (H * W) + hh * W + ww);
-        if (XAFF && q < WP && hh >= 0 && hh < H && ww >= 0 && ww < W)      // a Normalize: padding stays 0
-            v = fmaf(v, __ldg(xa + sc % C), __ldg(xb + sc % C));
+            if (XAFF) v = fmaf(v, sxa[sc % C], sxb[sc % C]);     // the padding stays 0, as a normalised input's
+        }
         sx[i] = v;
     }
     __syncthreads();
