@@ -115,9 +115,9 @@ def plan(model: Model, dk: Kernels | None) -> tuple[list[Step], Step | None]:
 
 
 def _x_affine(pre):
-    """The (a, b) device arrays of a kept Normalize node, y = a x + b per channel (its `affine`)."""
-    dev = pre.layer.device
-    return tuple(dev.asarray(v, dtype=dev.dtype) for v in pre.layer.affine(pre.shape[1]))
+    """The (a, b) of a kept Normalize node, y = a x + b per channel (its `affine`), as host float32 arrays:
+    constants of the call, which a GPU family copies to the device once (a captured call copies nothing)."""
+    return tuple(np.asarray(v, np.float32) for v in pre.layer.affine(pre.shape[1]))
 
 
 def _conv_pool_step(dk, conv, pool, inputs, out, pre=None):

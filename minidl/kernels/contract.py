@@ -199,8 +199,8 @@ class Direct(Protocol):
                                           relu: bool = True, out: Array | None = None,
                                           config: Sequence[int] | None = None,
                                           x_affine: tuple[Array, Array] | None = None) -> Array:
-        """maxpool2x2(relu(conv(x, w) + b)); x_affine (a, b) (C,): x read as a x + b per channel inside
-        the zero padding (a Normalize before the conv, inference/schedule.py)."""
+        """maxpool2x2(relu(conv(x, w) + b)); x_affine (a, b), host float32 arrays (C,): x read as a x + b
+        per channel inside the zero padding (a Normalize before the conv, inference/schedule.py)."""
     def mlp_fprop(self, x: Array, ws: Sequence[Array], bs: Sequence[Array | None], relus: Sequence[bool],
                   out: Array | None = None) -> Array:
         """A chain of dense layers."""

@@ -20,6 +20,7 @@ from ..._types import Array
 from ..shapes import conv_geometry, pads4, supported_chain
 from ._chain_source import CHAIN_THREADS, chain_source
 from ._util import check_f32, out_array, raw_kernel, sm_count
+from .direct_conv import affine_on_device
 
 _scratch: dict[tuple, tuple[Array, Array]] = {}  # (chain key, N) -> (h1 (N, D1) float32, tickets (N,) uint32)
 
@@ -61,13 +62,10 @@ def chain_fprop(x: Array, stages: Sequence[tuple], out: Array | None = None, blo
 
     x (N, *sample shape) -> y (N, D). stages: ("conv", w, b, pads, pool, relu) then ("dense", w, b, relu)
     tuples (b may be None). blocks: blocks per sample (the first dense layer's split), else chosen.
-    x_affine: (a, b) float32 (C,): the input is staged as a x + b per channel (a Normalize), inside
-    the first conv's zero padding.
+    x_affine: (a, b) host float32 arrays (C,): the input is staged as a x + b per channel (a
+    Normalize), inside the first conv's zero padding.
     """
     check_f32("x", x)
-    if x_affine is not None:
-        for a in x_affine:
-            check_f32("x_affine", a, 1)
     if not supported_chain(x.shape[1:], stages):
         raise ValueError(f"chain: the stages do not fit the chain kernel for inputs {x.shape[1:]}")
     for st in stages:
@@ -89,7 +87,7 @@ def chain_fprop(x: Array, stages: Sequence[tuple], out: Array | None = None, blo
     kern, smem = raw_kernel(key, lambda: chain_source(x.shape[1:], stages, shapes, R, x_affine is not None),
                             "direct_chain")
     h1, tickets = _chain_scratch(key, N, D1)
-    args = [x] + list(x_affine or ())
+    args = [x] + ([] if x_affine is None else list(affine_on_device(x_affine)))
     for st in stages:
         args += [st[1], st[1] if st[2] is None else st[2]]
     args += [y, h1, tickets, np.int32(R)]

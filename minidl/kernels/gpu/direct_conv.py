@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import cupy as cp
 import numpy as np
 
 from ..._types import Array
@@ -21,7 +22,8 @@ from ._util import LOAD_K, check_f32, defines, out_array, raw_kernel, round_up, 
 _CONV = r"""
 extern "C" __global__ void __launch_bounds__(NT, MINB)
 direct_conv(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-            float* __restrict__ y, int N, const float* __restrict__ xa, const float* __restrict__ xb)
+            float* __restrict__ y, int N, const float* __restrict__ xa, const float* __restrict__ xb,
+            float xa1, float xb1)
 {
     // x (N, C, H, W), w (K, C, KH, KW), b (K,) -> y (N, K, POH, POW) = maxpool_PxP(relu(conv(x, w) + b))
     extern __shared__ float4 smem4[];
@@ -36,21 +38,24 @@ direct_conv(const float* __restrict__ x, const float* __restrict__ w, const floa
         sw[cij * KTP + kt] = k0 + kt < K ? __ldg(w + (size_t)(k0 + kt) * (C * KH * KW) + cij) : 0.f;
     }
     if (tid < KT) sb[tid] = (HASB && k0 + tid < K) ? __ldg(b + k0 + tid) : 0.f;
-    __shared__ float sxa[XAFF ? C : 1], sxb[XAFF ? C : 1];   // a Normalize's a, b per channel
-    if (XAFF) {
-        for (int c = tid; c < C; c += NT) { sxa[c] = __ldg(xa + c); sxb[c] = __ldg(xb + c); }
-        __syncthreads();
-    }
     #pragma unroll 8
     for (int i = tid; i < nS * C * HP * WS; i += NT) {
         const int q = i % WS, r = (i / WS) % HP, sc = i / (WS * HP);
         const int hh = r - PT, ww = q - PL;
         float v = 0.f;
-        if (q < WP && hh >= 0 && hh < H && ww >= 0 && ww < W) {
-            v = __ldg(x + ((size_t)n0 * C + sc) * (H * W) + hh * W + ww);
-            if (XAFF) v = fmaf(v, sxa[sc % C], sxb[sc % C]);     // the padding stays 0, as a normalised input's
-        }
+        if (q < WP && hh >= 0 && hh < H && ww >= 0 && ww < W)
+            v = XAFF == 1 ? fmaf(__ldg(x + ((size_t)n0 * C + sc) * (H * W) + hh * W + ww), xa1, xb1)   // one channel
+                          : __ldg(x + ((size_t)n0 * C + sc) * (H * W) + hh * W + ww);
         sx[i] = v;
+    }
+    if (XAFF == 2) {        // a Normalize, in place on what this thread staged, inside the image: the padding
+        #pragma unroll 1    // stays 0, as a normalised input's (its own loop: the staging keeps its registers)
+        for (int i = tid; i < nS * C * HP * WS; i += NT) {
+            const int q = i % WS, r = (i / WS) % HP, sc = i / (WS * HP);
+            const int hh = r - PT, ww = q - PL;
+            if (q < WP && hh >= 0 && hh < H && ww >= 0 && ww < W)
+                sx[i] = fmaf(sx[i], __ldg(xa + sc % C), __ldg(xb + sc % C));
+        }
     }
     __syncthreads();
     for (int it = tid; it < nS * POH * POW; it += NT) {
@@ -156,11 +161,21 @@ def choose_conv(N: int, C: int, K: int, kH: int, kW: int, P: int, pH: int, pW: i
     return best[1]     # type: ignore[index]  # S = 1 fits shared memory within supported_conv's limits
 
 
+def affine_on_device(x_affine):
+    """A Normalize's (a, b), host float32 arrays (C,), as device arrays made once per values and GPU: a
+    captured call then copies nothing."""
+    a, b = (np.ascontiguousarray(v, np.float32) for v in x_affine)
+    key = (cp.cuda.runtime.getDevice(), a.tobytes(), b.tobytes())
+    if key not in _AFFINE:
+        _AFFINE[key] = (cp.asarray(a), cp.asarray(b))
+    return _AFFINE[key]
+
+
+_AFFINE: dict = {}
+
+
 def _conv_direct(x, w, b, pads, pool, relu, out, config, x_affine=None):
     check_f32("x", x, 4)
-    if x_affine is not None:
-        for a in x_affine:
-            check_f32("x_affine", a, 1)
     check_f32("w", w, 4)
     if b is not None:
         check_f32("b", b, 1)
@@ -184,12 +199,14 @@ def _conv_direct(x, w, b, pads, pool, relu, out, config, x_affine=None):
     def source():
         smem = 4 * (C * kH * kW * KTP + KTP + S * C * rows * WS)
         src = defines(C=C, H=H, W=W, K=K, KH=kH, KW=kW, PT=t, PL=l, P=pool, POH=pH, POW=pW, RELU=relu,
-                      HASB=b is not None, XAFF=x_affine is not None, KT=KT, KTP=KTP, S=S, NT=NT, MINB=MINB, HP=rows, WP=cols, WS=WS, VEC2=vec2,
+                      HASB=b is not None, XAFF=0 if x_affine is None else 1 if C == 1 else 2, KT=KT, KTP=KTP, S=S, NT=NT, MINB=MINB, HP=rows, WP=cols, WS=WS, VEC2=vec2,
                       ) + LOAD_K + _CONV.replace("@CUNROLL@", str(C if C * kH * kW <= 50 else 1))
         return src, smem
     kern, smem = raw_kernel(key, source, "direct_conv")
-    xa, xb = x_affine or (w, w)                      # unread without XAFF
-    kern((-(-N // S), -(-K // KT)), (NT,), (x, w, w if b is None else b, y, np.int32(N), xa, xb), shared_mem=smem)
+    xa, xb = (w, w) if x_affine is None else affine_on_device(x_affine)     # read by XAFF 2 only
+    a1, b1 = (float(v[0]) for v in x_affine) if x_affine is not None and C == 1 else (1.0, 0.0)   # XAFF 1
+    kern((-(-N // S), -(-K // KT)), (NT,), (x, w, w if b is None else b, y, np.int32(N), xa, xb,
+                                            np.float32(a1), np.float32(b1)), shared_mem=smem)
     return y
 
 
@@ -201,8 +218,8 @@ def conv2d_bias_relu_maxpool2x2_fprop(x: Array, w: Array, b: Array | None, pads:
 
     x (N, C, H, W), w (K, C, kH, kW), b (K,) or None -> y (N, K, oH // 2, oW // 2); pads an int,
     a pair or (top, bottom, left, right); config (KT, S, threads[, min blocks per SM]) overrides
-    the per-N choice (choose_conv); x_affine (a, b) float32 (C,): x staged as a x + b per channel
-    inside the zero padding (a Normalize before the conv).
+    the per-N choice (choose_conv); x_affine (a, b) host float32 arrays (C,): x staged as a x + b
+    per channel inside the zero padding (a Normalize before the conv).
     """
     return _conv_direct(x, w, b, pads, 2, relu, out, config, x_affine)
 
