@@ -48,29 +48,34 @@ def _imports(path):
     return {m for m in found if m in files and m != mod}
 
 
+def _no_circle(graph, what, skip=lambda a, b: False):
+    """Fail naming the first circle of `graph` ({node: nodes it depends on}), found depth first; an edge
+    a -> b that skip(a, b) names is not followed."""
+    state, stack = {}, []
+
+    def visit(a):
+        state[a] = "open"
+        stack.append(a)
+        for b in sorted(graph.get(a, ())):
+            if skip(a, b):
+                continue
+            if state.get(b) == "open":
+                pytest.fail(f"{what}: " + " -> ".join(stack[stack.index(b):] + [b]))
+            if b not in state:
+                visit(b)
+        stack.pop()
+        state[a] = "done"
+
+    for a in sorted(graph):
+        if a not in state:
+            visit(a)
+
+
 def test_no_import_circle_in_the_package():
     graph = {_module(p): _imports(p) for p in PKG.rglob("*.py")}
     # a package's __init__ re-exports its children: the edge parent -> child is not a dependency
     # of the child on the parent, so it is left out of the child's side only
-    state, stack = {}, []
-
-    def visit(m):
-        state[m] = "open"
-        stack.append(m)
-        for n in graph.get(m, ()):
-            if n.startswith(m + "."):
-                continue                 # a package importing its own submodule
-            if state.get(n) == "open":
-                cycle = stack[stack.index(n):] + [n]
-                pytest.fail("import circle: " + " -> ".join(cycle))
-            if n not in state:
-                visit(n)
-        stack.pop()
-        state[m] = "done"
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m)
+    _no_circle(graph, "import circle", skip=lambda m, n: n.startswith(m + "."))   # a package and its own child
 
 
 def test_cupy_and_cudnn_are_named_only_in_kernels_gpu_and_the_cuda_backend():
@@ -207,22 +212,7 @@ def test_no_two_folders_import_each_other():
         if _module(p) != "minidl":            # the package's face imports what it hands on
             graph.setdefault(_unit(_module(p)), set()).update(
                 _unit(n) for n in _imports(p) if n != "minidl" and _unit(n) != _unit(_module(p)))
-    state, stack = {}, []
-
-    def visit(u):
-        state[u] = "open"
-        stack.append(u)
-        for n in sorted(graph.get(u, ())):
-            if state.get(n) == "open":
-                pytest.fail("folders in a circle: " + " -> ".join(stack[stack.index(n):] + [n]))
-            if n not in state:
-                visit(n)
-        stack.pop()
-        state[u] = "done"
-
-    for u in sorted(graph):
-        if u not in state:
-            visit(u)
+    _no_circle(graph, "folders in a circle")
 
 
 def test_the_top_level_holds_the_ground_and_the_doors():
