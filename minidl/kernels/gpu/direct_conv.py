@@ -161,7 +161,7 @@ def choose_conv(N: int, C: int, K: int, kH: int, kW: int, P: int, pH: int, pW: i
     return best[1]     # type: ignore[index]  # S = 1 fits shared memory within supported_conv's limits
 
 
-def affine_on_device(x_affine):
+def affine_on_device(x_affine: tuple[Array, Array]) -> tuple[Array, Array]:
     """A Normalize's (a, b), host float32 arrays (C,), as device arrays made once per values and GPU: a
     captured call then copies nothing."""
     a, b = (np.ascontiguousarray(v, np.float32) for v in x_affine)
@@ -171,7 +171,7 @@ def affine_on_device(x_affine):
     return _AFFINE[key]
 
 
-_AFFINE: dict = {}
+_AFFINE: dict[tuple[int, bytes, bytes], tuple[Array, Array]] = {}
 
 
 def _conv_direct(x, w, b, pads, pool, relu, out, config, x_affine=None):
