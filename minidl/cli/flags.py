@@ -18,14 +18,14 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
-from minidl import data, distributed, models, optim, precision
+from minidl import backends, data, distributed, models, optim, precision
 from minidl.cli import recipes, stops
 from minidl.cli.recipes import DEFAULT_STEPS
 
 if TYPE_CHECKING:
     from argparse import _ArgumentGroup
 
-DEVICES = ("auto", "cpu", "cuda")                   # minidl.get_device's specs
+DEVICES = ("auto", *backends.names())              # minidl.get_device's specs: auto, or a registered backend
 # Split sizes, known without reading a file, so that flags are checked before any data is loaded.
 IMAGES = dict(data.datasets.SIZES)                  # MNIST and Fashion-MNIST alike
 MAX_RUNS = 1_000_000                                # infer --runs: beyond this a typo, not a benchmark
