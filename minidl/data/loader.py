@@ -1,7 +1,7 @@
 """Mini-batches of a whole dataset held on the device, reshuffled every epoch by a seeded generator."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -11,11 +11,20 @@ from .errors import DataError
 if TYPE_CHECKING:
     from .._types import Array
     from ..backend import Device
-    from ..graph.model import Model
 
 # MNIST's pixel mean and standard deviation after scaling to [0, 1] (the usual torchvision values)
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 CONTRACT = "uint8 in [0, 255] or floating point in [0, 1] (docs/input.md)"
+
+
+class Model(Protocol):
+    """What the Loader reads of a model (a graph.Model; data sits below the graph, so it names no more)."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def inputs(self) -> Sequence[Any]: ...
+    @property
+    def nodes(self) -> Sequence[Any]: ...
 
 
 def pixel_scale(images: np.ndarray, where: str = "images") -> int:
