@@ -11,8 +11,9 @@ after another, about half a second each), so:
 - every CuPy compile holds a file lock beside CuPy's kernel cache (a stripe chosen by the source's
   hash), so ranks of one host never compile one module twice: the second waits and reads the
   first's result from the cache. MINIDL_COMPILE_LOCK=0 turns the lock off.
-- MINIDL_NVRTC_PCH=1 lets NVRTC precompile the headers its sources share (CuPy's `--pch`, NVRTC
-  12.8 and later); off unless asked.
+- MINIDL_NVRTC_PCH=1 lets NVRTC precompile the headers its sources share (CuPy's `--pch`, which
+  CuPy passes only to NVRTC 12.8 and later); off unless asked: it shortens the many small compiles
+  of a small model's first step but lengthened a ResNet-50's (docs/cold-start.md).
 - `progress` counts what is compiled and timed before a first step and reports it as one line.
 """
 from __future__ import annotations
