@@ -89,7 +89,7 @@ def plan(model: Model, dk: Kernels | None) -> tuple[list[Step], Step | None]:
     steps, i = [], 0
     while i < len(nodes):
         node = nodes[i]
-        if dk is not None and getattr(dk, "X_AFFINE", False) and node.kind == "normalize" and sole(i) \
+        if dk is not None and dk.X_AFFINE and node.kind == "normalize" and sole(i) \
                 and nodes[i + 1].kind == "conv2d" and sole(i + 1) and nodes[i + 2].kind == "pool" \
                 and _conv_pool_ok(dk, nodes[i + 1], nodes[i + 2]):          # normalised as the input is staged
             steps.append(_conv_pool_step(dk, nodes[i + 1], nodes[i + 2], ins[i], n_in + i + 2, node))

@@ -181,7 +181,9 @@ class Cast(Protocol):
 
 
 class Direct(Protocol):
-    """Fused inference kernels for small shapes (inference/schedule.py); float32."""
+    """Fused inference kernels for small shapes (inference/schedule.py); float32. X_AFFINE: whether the
+    conv+pool and chain functions take `x_affine` (a model's Normalize read as they stage x)."""
+    X_AFFINE: bool
     def pads4(self, pads: int | Sequence[int]) -> tuple[int, int, int, int]: """(top, bottom, left, right)."""
     def conv_geometry(self, x_shape: Sequence[int], w_shape: Sequence[int], pads: int | Sequence[int],
                       pool: int) -> tuple[tuple[int, int], tuple[int, int]]:
