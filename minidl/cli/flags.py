@@ -146,8 +146,8 @@ def training_parser(prog: str = "python -m minidl.train", description: str | Non
     p.add_argument("--no-graph", dest="graph", action="store_false",
                    help="GPU: run each step eagerly instead of replaying it as one CUDA graph")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
-                   help="GPU: convolutions write channels-last (NHWC) activations (default: in bf16/fp16, "
-                        "where it is faster)")
+                   help="GPU: convolutions write channels-last (NHWC) activations (default: where it is faster: "
+                        "in bf16/fp16, and in fp32 for models of 10M multiply-adds an image or more)")
     tf = p.add_mutually_exclusive_group()
     p.note(tf.add_argument("--tf32", dest="tf32", action="store_true", default=True,
                            help="GPU: allow TF32 tensor cores in FP32 convolutions (the default)"))
