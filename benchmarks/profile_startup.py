@@ -95,7 +95,6 @@ def child(argv, result_path, top):
     for m in FE_METHODS:
         if hasattr(cudnn._fe.pygraph, m):
             tm.wrap(cudnn._fe.pygraph, m, "fe." + m)
-    compiles = _log_compiles(cupy)
     data = warmup.synthetic(4 * args.batch_size)
     prof = None
     if top:
@@ -105,7 +104,8 @@ def child(argv, result_path, top):
     t = time.perf_counter()
     trainer.fit(data, steps=1, batch_size=args.batch_size, monitor=1)
     r["first_step"] = time.perf_counter() - t
-    r["compiles"] = [[thread, round(start - t, 2), round(dt, 2), label] for thread, start, dt, label in compiles]
+    r["compiles"] = [["main" if main else "pool", round(start - t, 2), round(dt, 2), name]
+                     for main, start, dt, name in list(_cuda.progress.compiles)]     # start < 0: before the step
     r["ready_wall"] = time.time() - t_start
     if prof is not None:
         prof.disable()
@@ -129,24 +129,6 @@ def child(argv, result_path, top):
         import pstats
         pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(top)
     return 0
-
-
-def _log_compiles(cupy):
-    """A list that fills with (thread, start, seconds, first kernel's name) of every NVRTC compile."""
-    program, log = cupy.cuda.compiler._NVRTCProgram, []
-    compile_program = program.compile
-
-    def logged(self, *a, **k):
-        t = time.perf_counter()
-        try:
-            return compile_program(self, *a, **k)
-        finally:
-            if self.src.strip():
-                m = re.search(r"__global__\s+void\s+(\w+)", self.src)
-                thread = "main" if threading.current_thread() is threading.main_thread() else "pool"
-                log.append((thread, t, time.perf_counter() - t, (m.group(1) if m else "?") + f" {len(self.src)}B"))
-    program.compile = logged
-    return log
 
 
 def run_child(cmd, env, timeout):

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Collection, Sequence
 
 import numpy as np
 
+from .. import precision
 from .._types import DTypeLike
 from ..layers.cast import Cast          # the one layer the graph itself inserts
 from ..layers.node import Node
 
 if TYPE_CHECKING:
+    from ..backend import Device
     from .ir import Graph
 
 
@@ -207,6 +209,16 @@ def macs_per_image(nodes: Sequence[Node]) -> float:
             kH, kW = getattr(node.layer, "ksize", (1, 1))
             total += float(np.prod(node.shape[1:])) * node.parents[0].shape[1] * kH * kW
     return total
+
+
+def precision_and_layout(nodes: Sequence[Node], device: Device, policy: precision.Policy,
+                         channels_last: bool | None) -> tuple[precision.Policy, bool]:
+    """(the policy a model of these nodes runs under on `device`, whether its convolutions go
+    channels-last): both decided by the device from the model's multiply-adds an image, so the
+    training and the inference lowering decide alike (precision.where_it_pays, Device.channels_last)."""
+    macs = macs_per_image(nodes)
+    runs = precision.where_it_pays(policy, device.half_pays(macs))
+    return runs, device.channels_last(runs.compute, channels_last, macs)
 
 
 def last_reads(steps: Sequence[tuple[Sequence[int], int]], outputs: Collection[int]) -> list[list[int]]:

@@ -85,9 +85,8 @@ def lower(model: Model, device: str | Device = "cpu", probabilities: bool = Fals
     dev = get_device(device, dtype=dtype)
     dev = dev if dev.dtype == np.dtype(dtype) else dev.with_dtype(dtype)
     graph = passes.inference(Graph.of(model, weights=weights), probabilities)
-    macs = passes.macs_per_image(graph.nodes)
-    policy = _precision.where_it_pays(policy, dev.half_pays(macs))      # fp32 where half cannot pay
-    if dev.channels_last(policy.compute, channels_last, macs):
+    policy, cl = passes.precision_and_layout(graph.nodes, dev, policy, channels_last)    # fp32 where half cannot pay
+    if cl:
         graph = passes.channels_last(graph)
     graph = passes.cast(graph, policy.compute, policy.param)
     lowered = Model.of_graph(graph, dev, name=model.name, weights=graph.weights)

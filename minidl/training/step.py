@@ -74,9 +74,9 @@ class TrainStep:
         # a model too small for half precision to pay on its device trains in fp32 (precision.where_it_pays);
         # logits out; ReLUs fused into BN and Add; convolutions channels-last where the device prefers it
         # (channels_last: None asks it); casts where the policy's compute dtype begins and ends
-        macs = passes.macs_per_image(model.nodes)
-        self.policy = policy = precision.where_it_pays(self.requested, model.device.half_pays(macs))
-        self.channels_last = model.device.channels_last(policy.compute, channels_last, macs)
+        self.policy, self.channels_last = passes.precision_and_layout(model.nodes, model.device, self.requested,
+                                                                      channels_last)
+        policy = self.policy
         layout = passes.channels_last if self.channels_last else (lambda g: g)
         self.net = model.lower(lambda g: passes.cast(layout(passes.training(g)), policy.compute, policy.param))
         self.net.releases = True             # each value let go after its last reader (graph/liveness.py)

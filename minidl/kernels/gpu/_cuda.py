@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -117,11 +118,14 @@ class Module:
 class Progress:
     """What a first step prepares: NVRTC compiles done (and known to come) in this process, cuDNN
     convolutions timed. `listen(fn)` calls fn(line) on the main thread as counts change, at most
-    twice a second; `line()` is "preparing: compiling 3/7 kernels, timing 4 convolutions"."""
+    twice a second; `line()` is "preparing: compiling 3/7 kernels, timing 4 convolutions".
+    `compiles`: (on the main thread?, start, seconds, first kernel's name) of each NVRTC compile, for
+    benchmarks/profile_startup.py."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.compiled, self.compile_s, self.queued = 0, 0.0, 0   # compile_s: summed over threads
+        self.compiles: list[tuple[bool, float, float, str]] = []
         self.timed, self.timing_s, self.to_time = 0, 0.0, None   # to_time: convolutions, where known
         self.listeners, self._said = [], 0.0
 
@@ -230,7 +234,11 @@ def _install_hooks():
             return compile_program(self, *args, **kw)
         finally:
             if self.src.strip():
-                progress.add(compiled=1, compile_s=time.perf_counter() - t)
+                dt = time.perf_counter() - t
+                name = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)", self.src)
+                progress.compiles.append((threading.current_thread() is threading.main_thread(), t, dt,
+                                          name.group(1) if name else "?"))
+                progress.add(compiled=1, compile_s=dt)
 
     def locked(source, options=(), **kw):
         if fcntl is None or not _flag("MINIDL_COMPILE_LOCK", "1") or _flag("CUPY_CACHE_IN_MEMORY", "0"):
