@@ -3,7 +3,8 @@ CuPy and hand-written CUDA), NCCL collectives, CUDA graphs.
 
 CuPy is imported when a cuda Device is made (`start`), never at import, so `import minidl` works
 without it; `start` also sets cuBLAS up (`gpu/_cublas.prepare`) and begins compiling the kernel
-modules in the background (`gpu/_cuda.prefetch`).
+modules in the background (`gpu/_cuda.prefetch`, with worker processes on empty caches:
+`gpu/compile_workers.py`) and the elementwise kernels a training step calls (`gpu/ahead.py`).
 """
 from __future__ import annotations
 
@@ -55,7 +56,10 @@ class CUDA(Backend):
         cp = _import_cupy()
         if gpu is not None:              # a data-parallel rank: the GPU of its local rank
             _use_gpu(cp, gpu)
-        _gpu("_cuda").prefetch()         # modules compile meanwhile
+        if gpu in (None, 0):             # on empty caches, worker processes compile (one set a host),
+            _gpu("compile_workers").start(cp.cuda.runtime.getDevice())
+        _gpu("_cuda").prefetch()         # the modules load meanwhile,
+        _gpu("ahead").training()         # and the elementwise kernels a training step calls
         stream = _gpu("stream").compute_stream()
         _gpu("_cublas").prepare()        # its one-time setup
         return cp, stream

@@ -5,6 +5,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -41,8 +42,9 @@ def test_a_second_process_on_the_same_caches_compiles_and_times_nothing(tmp_path
 
 
 def test_two_processes_on_one_empty_cache_compile_each_module_once(tmp_path):
-    alone, _, _ = _warmup(tmp_path / "alone")
-    procs = [_warmup(tmp_path / "shared", wait=False) for _ in range(2)]
+    # counted in the processes themselves: without compile workers, which would compile for them
+    alone, _, _ = _warmup(tmp_path / "alone", MINIDL_COMPILE_WORKERS="0")
+    procs = [_warmup(tmp_path / "shared", wait=False, MINIDL_COMPILE_WORKERS="0") for _ in range(2)]
     together = sum(_counts(p)[0] for p in procs)
     assert together <= alone + 2, (alone, together)     # +2: a module both asked for at the same moment
 
@@ -92,3 +94,31 @@ def test_progress_listeners_hear_the_main_thread_and_can_stop():
     _cuda.progress._said = 0.0
     _cuda.progress.add(timed=0)
     assert len(heard) == 1 and heard[0].startswith("preparing:")
+
+
+_WORKERS = """
+import sys
+from minidl import backend
+from minidl.kernels.gpu import _cuda
+backend.get_device("cuda")
+workers = list(_cuda._workers)
+codes = [w.wait() for w in workers]
+print("workers", len(workers), "codes", codes)
+"""
+
+
+def test_compile_workers_fill_an_empty_cache_once(tmp_path):
+    # on empty caches a cuda Device starts worker processes, which compile every Module and rehearsal
+    # into the cache and stamp it; a process on that cache starts none and finds the kernels there
+    env = dict(os.environ, MINIDL_CACHE=str(tmp_path / "minidl"), CUPY_CACHE_DIR=str(tmp_path / "cupy"),
+               MINIDL_COMPILE_WORKERS="3")
+    first = subprocess.run([sys.executable, "-c", _WORKERS], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert "workers 3 codes [0, 0, 0]" in first.stdout, first.stdout + first.stderr
+    deadline = time.time() + 30                 # the stamp follows the last worker (a thread of the first)
+    while not list((tmp_path / "cupy" / "minidl-locks").glob("workers-*.done")) and time.time() < deadline:
+        time.sleep(0.2)
+    assert list((tmp_path / "cupy" / "minidl-locks").glob("workers-*.done"))
+    second = subprocess.run([sys.executable, "-c", _WORKERS], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert "workers 0 codes []" in second.stdout, second.stdout + second.stderr
+    compiled, timed, out = _warmup(tmp_path)      # the rehearsals' kernels and every Module: found compiled
+    assert compiled <= 3, out

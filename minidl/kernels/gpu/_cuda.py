@@ -5,12 +5,20 @@ Imports nothing of minidl.
 Compiling is most of a first run on a machine whose caches are empty (CuPy's NVRTC compiles, one
 after another, about half a second each), so:
 - `prefetch()` compiles every `Module` whose names are known in a thread pool, ahead of first use
-  (NVRTC releases the GIL while it compiles); it starts when a cuda Device is made (or the first
+  and beside the main thread's work; it starts when a cuda Device is made (or the first
   Module kernel or cuDNN handle is asked for), and a Module made later (its family imported after)
   joins the pool at once. MINIDL_PARALLEL_COMPILE=0: each compiles when first used.
-- every CuPy compile holds a file lock beside CuPy's kernel cache (a stripe chosen by the source's
-  hash), so ranks of one host never compile one module twice: the second waits and reads the
-  first's result from the cache. MINIDL_COMPILE_LOCK=0 turns the lock off.
+- `ahead(fn)` runs fn on the same pool before any Module waiting there: a rehearsal that calls CuPy
+  elementwise kernels on tiny arrays (gpu/ahead.py), whose code depends on the dtypes of a call and
+  so cannot be named as a Module's can; the first step then finds them compiled.
+- NVRTC compiles one program at a time in a process (threads add little: 16 small kernels took
+  0.99 s in 8 threads and 1.11 s in one), so on empty caches a cuda Device first starts worker
+  processes (gpu/compile_workers.py, listed in `_workers`) that compile the Modules and run the
+  rehearsals into CuPy's disk cache side by side; the pool's threads wait for them and load what
+  they wrote, and this process compiles itself only what it needs before they get to it.
+- every CuPy compile holds a file lock beside CuPy's kernel cache (gpu/_nvrtc.py), so processes of
+  one host (ranks, workers) never compile one source twice: the second waits and reads the first's
+  result from the cache. MINIDL_COMPILE_LOCK=0 turns the lock off.
 - MINIDL_NVRTC_PCH=1 lets NVRTC precompile the headers its sources share (CuPy's `--pch`, which
   CuPy passes only to NVRTC 12.8 and later); off unless asked: it shortens the many small compiles
   of a small model's first step but lengthened a ResNet-50's (docs/cold-start.md).
@@ -19,21 +27,16 @@ after another, about half a second each), so:
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
+import heapq
+import itertools
 import os
-import re
 import threading
 import time
 from typing import Any
 
 import cupy as cp
 
-from . import _dtypes
-
-try:
-    import fcntl
-except ImportError:            # not on Linux: no lock between processes
-    fcntl = None               # type: ignore[assignment]
+from . import _dtypes, _nvrtc
 
 # The 2-byte types of a precision policy, for RawKernels that read them as float (HALF_CODE's Acc).
 HALF_CTYPES = _dtypes.HALF_CTYPES
@@ -115,6 +118,19 @@ class Module:
         return mod.get_function(name)
 
 
+class Split:
+    """One source whose kernels compile in parts, each a Module of its own (`groups` of names), so the
+    compile workers build the parts side by side: a source of 30 instantiations took one NVRTC call of
+    2-3 s, on the first step's critical path. `get(name)` as a Module's."""
+
+    def __init__(self, code, groups):
+        self.parts = [Module(code, names) for names in groups]
+        self._part = {n: m for m in self.parts for n in m.names}
+
+    def get(self, name):
+        return self._part[name].get(name)
+
+
 class Progress:
     """What a first step prepares: NVRTC compiles done (and known to come) in this process, cuDNN
     convolutions timed. `listen(fn)` calls fn(line) on the main thread as counts change, at most
@@ -155,7 +171,11 @@ progress = Progress()
 _registry: list[Module] = []          # every Module with its names known, for prefetch
 _pool: list[Any] = []              # the prefetch's executor and its futures, once started
 _pool_device: list[int] = []       # the GPU it compiles for
-_STRIPES = 256          # lock files beside CuPy's cache: modules of different stripes compile at once
+_tasks: list[tuple[int, int, Any]] = []      # (priority, order, task): each pool job runs the first
+_tasks_lock, _order = threading.Lock(), itertools.count()
+_rehearsals: list[threading.Event] = []      # set as each `ahead` rehearsal ends
+_workers: list[Any] = []                      # the compile worker processes (subprocess.Popen), if started
+AHEAD, MODULE = 0, 1                          # priorities: rehearsals first (each is short)
 
 
 def _flag(name, default):
@@ -174,15 +194,30 @@ def prefetch():
         _submit(m)
 
 
+def _queue(priority, task):
+    """Run task(dev) on the pool: each job the pool takes runs the queued task of first priority."""
+    with _tasks_lock:
+        heapq.heappush(_tasks, (priority, next(_order), task))
+    _pool.append(_pool[0].submit(_run_first, _pool_device[0]))
+
+
+def _run_first(dev):
+    with _tasks_lock:
+        task = heapq.heappop(_tasks)[2]
+    task(dev)
+
+
 def _submit(m):
     """Queue Module m on the prefetch's pool, where it runs (the families import after a Device starts it)."""
     if _pool:
         progress.add(queued=1)
-        _pool.append(_pool[0].submit(_background, m, _pool_device[0]))
+        _queue(MODULE, lambda dev: _background(m, dev))
 
 
 def _background(m, dev):
     try:
+        for w in _workers:               # they compile it into the disk cache: load it from there
+            w.wait()
         m._compile(None, m.names, dev)
     except Exception:                   # noqa: BLE001  get() compiles it again and raises there
         pass
@@ -190,69 +225,45 @@ def _background(m, dev):
         progress.add(queued=-1)
 
 
+def ahead(fn):
+    """Run fn() on the compile pool before the Modules queued there, on the pool's GPU and on a stream
+    of its own; an error is dropped (the real call meets it again). Nothing without the pool, nor
+    where compile workers run (they rehearse gpu/ahead.py's list themselves)."""
+    if not _pool or _workers:
+        return
+    done = threading.Event()
+    _rehearsals.append(done)
+
+    def rehearse(dev):
+        try:
+            with cp.cuda.Device(dev):
+                stream = cp.cuda.Stream(non_blocking=True)
+                with stream:
+                    fn()
+                stream.synchronize()
+        except Exception:               # noqa: BLE001  the first step calls it again and raises there
+            pass
+        finally:
+            done.set()
+    _queue(AHEAD, rehearse)
+
+
+def wait_ahead():
+    """Block until every `ahead` rehearsal has run: before a CUDA graph capture, which no other
+    thread's allocation may interrupt."""
+    for done in list(_rehearsals):
+        done.wait()
+
+
 def wait():
     """Block until every compile `prefetch` started has finished."""
     concurrent.futures.wait(_pool[1:])
 
 
-class _StripeLock:
-    """An exclusive lock on one of _STRIPES files in `folder`: between processes (flock) and, as
-    each holder opens the file itself, between threads of one process."""
-
-    def __init__(self, folder, key):
-        self.path = os.path.join(folder, f"stripe-{int(hashlib.sha1(key).hexdigest(), 16) % _STRIPES:03d}.lock")
-        self.f = None
-
-    def __enter__(self):
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self.f = open(self.path, "a")
-            fcntl.flock(self.f, fcntl.LOCK_EX)
-        except OSError:                 # a read-only cache folder: compile without the lock
-            self.__exit__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.f is not None:
-            self.f.close()              # closing releases the flock
-            self.f = None
+def lock_folder():
+    """Where the compile locks (and the compile workers' stamps) live: beside CuPy's kernel cache."""
+    return os.path.join(os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache"),
+                        "minidl-locks")
 
 
-def _install_hooks():
-    """Count NVRTC compiles (progress; not CuPy's empty-file compile, its compiler fingerprint), lock
-    each CuPy compile across processes, and set NVRTC's precompiled headers as MINIDL_NVRTC_PCH
-    says; once per process."""
-    from cupy.cuda import compiler
-    program = compiler._NVRTCProgram
-    if getattr(program.compile, "minidl", False):
-        return
-    compile_program, compile_module = program.compile, compiler._compile_module_with_cache
-
-    def counted(self, *args, **kw):
-        t = time.perf_counter()
-        try:
-            return compile_program(self, *args, **kw)
-        finally:
-            if self.src.strip():
-                dt = time.perf_counter() - t
-                name = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)", self.src)
-                progress.compiles.append((threading.current_thread() is threading.main_thread(), t, dt,
-                                          name.group(1) if name else "?"))
-                progress.add(compiled=1, compile_s=dt)
-
-    def locked(source, options=(), **kw):
-        if fcntl is None or not _flag("MINIDL_COMPILE_LOCK", "1") or _flag("CUPY_CACHE_IN_MEMORY", "0"):
-            return compile_module(source, options, **kw)
-        folder = os.path.join(os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache"),
-                              "minidl-locks")
-        key = repr((source, options, kw.get("name_expressions"), kw.get("arch"))).encode()
-        with _StripeLock(folder, key):
-            return compile_module(source, options, **kw)
-
-    counted.minidl = True
-    program.compile, compiler._compile_module_with_cache = counted, locked
-    if "CUPY_NVRTC_USE_PCH" not in os.environ:
-        compiler._use_pch = _flag("MINIDL_NVRTC_PCH", "0")
-
-
-_install_hooks()
+_nvrtc.install(progress, _flag, lock_folder)

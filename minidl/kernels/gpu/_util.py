@@ -8,7 +8,7 @@ import numpy as np
 
 from ..._types import Array
 from . import _vec
-from ._cuda import HALF_CODE, HALF_CTYPES, OPTIONS, Module, sm_count  # noqa: F401  (the families import them from here)
+from ._cuda import HALF_CODE, HALF_CTYPES, OPTIONS, Module, Split, sm_count  # noqa: F401  (the families import them from here)
 from ._dtypes import CTYPES, ITYPES  # noqa: F401  (the families import them from here)
 
 # Warp and block sums used by the RawKernels; a block has at most 32 warps.

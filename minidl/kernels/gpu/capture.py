@@ -68,7 +68,9 @@ class CapturedCall:
             raise ValueError(f"at least one warm-up run is needed (kernels compile there), got {warmup}")
         cp = device.xp
         self.device, self.stream, self.name = device, device.stream, getattr(fn, "__name__", "fn")
+        from . import _cuda
         from .planned_memory import PlannedMemory      # CuPy itself: imported only where a GPU is used
+        _cuda.wait_ahead()                # the pool's rehearsals allocate: none may run into a capture
         self.memory = PlannedMemory(self.stream, cp.cuda.MemoryPool())
         weakref.finalize(self, self.memory.retire)
         _LIVE.add(self)

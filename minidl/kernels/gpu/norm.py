@@ -33,7 +33,7 @@ from . import cudnn_graphs as _cd
 from ._dtypes import FLOAT_DOUBLE, SINGLE_AND_HALF_CTYPES
 from ._norm_cuda import BN_SOURCE
 from ._norm_nhwc_cuda import BN_NHWC_SPLIT_SOURCE
-from ._util import (CTYPES, RELU, RELU_BPROP, Module, astype, channels_last, empty, in_order,
+from ._util import (CTYPES, RELU, RELU_BPROP, Split, astype, channels_last, empty, in_order,
                     lies_in, memory, out_array, out_arrays, pointwise, sm_count)
 
 DTYPES = FLOAT_DOUBLE     # the RawKernels in both; cuDNN's graphs for large float32 channels
@@ -43,9 +43,9 @@ _RS = (4, 8, 16)                # values a thread may keep in registers (a kerne
 _PER_THREAD = 2                 # values a thread the block size aims at (at most 512 threads)
 _ROW = 8                        # contiguous values a block's rows aim at when S is small (power of two, <= 32)
 
-# One module a type (a run needs one: the compile pool builds each on its own thread, and a first step waits for
-# its own type's kernels only)
-_MOD = {t: Module(BN_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd", "bn_bwd") for r in _RS + (0,)])
+# One module a type and kernel (a run needs one type: the compile workers build the parts side by side, and a
+# first step waits for its own type's kernels only)
+_MOD = {t: Split(BN_SOURCE, [[f"{k}<{t}, {r}>" for r in _RS + (0,)] for k in ("bn_fwd", "bn_bwd")])
         for t in CTYPES.values()}
 
 _NHWC_RS = (1, 2, 4, 8, 16)      # rows a thread of the channels-last kernels keeps (32 rows of threads a block)
@@ -54,9 +54,9 @@ _NHWC_TYPES = SINGLE_AND_HALF_CTYPES
 _NHWC_ONE_BLOCK_M = 256          # one block a channel up to here (faster than the split kernels there)
 _CUDNN_FWD = (256, 4096)         # C, M from which cuDNN's NHWC forward is faster
 _NHWC_SPLIT_MAX_M = 1 << 20      # values a channel up to which the RawKernels run (above: cuDNN)
-_NHWC = {t: Module(BN_NHWC_SPLIT_SOURCE, [f"{k}<{t}, {r}>" for k in ("bn_fwd_nhwc", "bn_bwd_nhwc", "bn_stats_nhwc",
-                                                                      "bn_norm_nhwc", "bn_bwd_sums_nhwc", "bn_bwd_dx_nhwc")
-                                          for r in _NHWC_RS]) for t in _NHWC_TYPES.values()}
+_NHWC = {t: Split(BN_NHWC_SPLIT_SOURCE, [[f"{k}<{t}, {r}>" for r in _NHWC_RS] for k in (
+    "bn_fwd_nhwc", "bn_bwd_nhwc", "bn_stats_nhwc", "bn_norm_nhwc", "bn_bwd_sums_nhwc", "bn_bwd_dx_nhwc")])
+          for t in _NHWC_TYPES.values()}
 
 
 def _nhwc_rows(x, gamma, forward=False):

@@ -1,0 +1,81 @@
+"""How minidl hooks CuPy's compiles (`install`, once per process, from _cuda): each NVRTC compile is
+counted and recorded in `progress` (with its thread, start and seconds, for profile_startup), each
+compile into CuPy's disk cache holds a file lock, so that processes of one host (ranks, compile
+workers) never compile one source twice: the second waits and reads the first's result from the
+cache; and NVRTC's precompiled headers are set as MINIDL_NVRTC_PCH says. Imports nothing of minidl.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+import time
+
+try:
+    import fcntl
+except ImportError:            # not on Linux: no lock between processes
+    fcntl = None               # type: ignore[assignment]
+
+_STRIPES = 4096         # lock files beside CuPy's cache: sources of different stripes compile at once
+
+
+class _StripeLock:
+    """An exclusive lock on one of _STRIPES files in `folder`: between processes (flock) and, as
+    each holder opens the file itself, between threads of one process."""
+
+    def __init__(self, folder, key):
+        self.path = os.path.join(folder, f"stripe-{int(hashlib.sha1(key).hexdigest(), 16) % _STRIPES:04d}.lock")
+        self.f = None
+
+    def __enter__(self):
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self.f = open(self.path, "a")
+            fcntl.flock(self.f, fcntl.LOCK_EX)
+        except OSError:                 # a read-only cache folder: compile without the lock
+            self.__exit__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.f is not None:
+            self.f.close()              # closing releases the flock
+            self.f = None
+
+
+def install(progress, flag, lock_folder):
+    """Count NVRTC compiles (progress; not CuPy's empty-file compile, its compiler fingerprint), lock
+    each CuPy compile across processes, and set NVRTC's precompiled headers as MINIDL_NVRTC_PCH
+    says; once per process."""
+    from cupy.cuda import compiler
+    program = compiler._NVRTCProgram
+    if getattr(program.compile, "minidl", False):
+        return
+    compile_program, compile_module = program.compile, compiler._compile_module_with_cache
+
+    def counted(self, *args, **kw):
+        t = time.perf_counter()
+        try:
+            return compile_program(self, *args, **kw)
+        finally:
+            if self.src.strip():
+                dt = time.perf_counter() - t
+                name = re.search(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)", self.src)
+                progress.compiles.append((threading.current_thread() is threading.main_thread(), t, dt,
+                                          name.group(1) if name else "?"))
+                progress.add(compiled=1, compile_s=dt)
+
+    def locked(source, options=(), **kw):
+        if fcntl is None or not flag("MINIDL_COMPILE_LOCK", "1") or flag("CUPY_CACHE_IN_MEMORY", "0"):
+            return compile_module(source, options, **kw)
+        folder = lock_folder()
+        key = repr((source, options, kw.get("name_expressions"), kw.get("arch"))).encode()
+        with _StripeLock(folder, key):
+            return compile_module(source, options, **kw)
+
+    counted.minidl = True
+    program.compile, compiler._compile_module_with_cache = counted, locked
+    if "CUPY_NVRTC_USE_PCH" not in os.environ:
+        compiler._use_pch = flag("MINIDL_NVRTC_PCH", "0")
+
+

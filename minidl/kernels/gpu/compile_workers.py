@@ -1,0 +1,129 @@
+"""Compile workers: the processes a cuda Device starts (`start`) to fill CuPy's disk cache.
+
+    python -m minidl.kernels.gpu.compile_workers GPU CLAIMS      (one worker; `start` runs them)
+
+NVRTC compiles one program at a time in a process, so the first step's compiles run side by side
+only in processes of their own. A worker imports every kernel family (so their Modules register,
+with the same sources as the process that started it), lists gpu/ahead.py's rehearsals and then the
+Modules, the largest first, in an order every worker computes alike, and takes job after job: job i
+is its own when it creates the file CLAIMS/i first. A rehearsal calls its kernels on tiny arrays, a
+Module compiles. What it compiles lands in CuPy's cache, under `_cuda`'s file locks, where the
+training process loads it; a kernel that process compiled first is a cache hit here. A worker ends
+when no job is left; any error ends it quietly (the training process compiles what is missing).
+
+MINIDL_COMPILE_WORKERS of them (default: a core each but one, at most 8; 0: none). None start where
+the caches already hold their work (a stamp file the last run's workers left, named by the GPU, the
+CUDA and CuPy versions and the kernel sources), where a GPU takes one process only (its compute mode),
+or where CuPy's cache lives in memory. Each worker makes a CUDA context of its own on the GPU while it
+runs, a few hundred MB.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+
+
+def start(dev):
+    """Start the workers for GPU `dev` (none: see above), listed in `_cuda._workers`, where the compile
+    pool's threads wait for them before loading what they compiled; after `_cuda.prefetch`."""
+    import cupy as cp
+    from . import _cuda
+    n = int(os.environ.get("MINIDL_COMPILE_WORKERS", min(8, (os.cpu_count() or 2) - 1)))
+    exclusive = cp.cuda.Device(dev).attributes.get("ComputeMode", 0) != 0
+    stamp = stamp_path(dev)
+    if n < 1 or exclusive or os.environ.get("CUPY_CACHE_IN_MEMORY", "0") not in ("0", "") or os.path.exists(stamp):
+        return
+    claims = tempfile.mkdtemp(prefix="minidl-compile-")
+    cmd = [sys.executable, "-m", __name__, str(dev), claims]
+    env = dict(os.environ, MINIDL_PARALLEL_COMPILE="0", MINIDL_COMPILE_WORKERS="0")   # no workers of their own
+    procs = []
+    for _ in range(n):
+        try:
+            procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))
+        except OSError:                 # no processes to spare: the training process compiles the rest
+            break
+    threading.Thread(target=_finish, args=(procs, claims, stamp, _cuda.lock_folder()), daemon=True).start()
+    _cuda._workers.extend(procs)
+
+
+def _finish(procs, claims, stamp, folder):
+    """When every worker has ended: drop the claims, and stamp the cache if all of them succeeded."""
+    codes = [p.wait() for p in procs]
+    shutil.rmtree(claims, ignore_errors=True)
+    if procs and not any(codes):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(stamp + ".tmp", "w") as f:
+                f.write("compiled\n")
+            os.replace(stamp + ".tmp", stamp)
+        except OSError:                 # a read-only cache: the next run starts workers again
+            pass
+
+
+def stamp_path(dev):
+    """The file that says this GPU's caches hold every job of these kernel sources."""
+    import cupy as cp
+    from . import _cuda
+    h = hashlib.sha1(repr((cp.__version__, cp.cuda.runtime.runtimeGetVersion(),
+                           cp.cuda.Device(dev).compute_capability)).encode())
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + f.read())
+    return os.path.join(_cuda.lock_folder(), f"workers-{h.hexdigest()[:16]}.done")
+
+
+def jobs(registry, rehearsals):
+    """The shared work list: the rehearsals (the first step needs them first), then the Modules, those
+    of most kernels first, then by the hash of their source and names (the same order in every
+    worker, whatever imported first)."""
+    def key(m):
+        return -len(m.names), hashlib.sha1(repr((m.code, m.names)).encode()).hexdigest()
+    return list(rehearsals) + [(lambda m=m: m._compile(None, m.names)) for m in sorted(registry, key=key)]
+
+
+def claim(folder, i):
+    """Whether job i is this worker's: it made folder/i first."""
+    try:
+        os.close(os.open(os.path.join(folder, str(i)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
+def main(argv):
+    dev, claims = int(argv[0]), argv[1]
+    import cupy as cp
+    cp.cuda.Device(dev).use()
+    import importlib
+    from minidl.kernels.contract import KERNEL_FAMILIES
+    from minidl.kernels.gpu import _cuda, ahead
+    for family in KERNEL_FAMILIES:               # every family: its Modules register
+        try:
+            importlib.import_module(f"minidl.kernels.gpu.{family}")
+        except ModuleNotFoundError:              # a family this backend lacks
+            pass
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        for i, job in enumerate(jobs(_cuda._registry, ahead.REHEARSALS)):
+            if claim(claims, i):
+                try:
+                    job()
+                except Exception:                # noqa: BLE001  the training process meets it itself
+                    pass
+    stream.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except Exception:                            # noqa: BLE001  quiet: see the docstring
+        sys.exit(1)

@@ -1,0 +1,47 @@
+"""The compile workers' shared work list and claims (minidl/kernels/gpu/compile_workers.py): plain
+Python, checked without a GPU; tests/gpu/test_cold_start.py runs them for real."""
+import importlib.util
+import pathlib
+import threading
+import types
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("compile_workers", ROOT / "minidl/kernels/gpu/compile_workers.py")
+workers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(workers)        # not through minidl.kernels.gpu, whose package imports CuPy
+
+
+def _module(code, names):
+    return types.SimpleNamespace(code=code, names=names, compiled=[], _compile=lambda key, names: None)
+
+
+def test_jobs_put_the_rehearsals_first_then_the_largest_modules_in_one_order():
+    small, large, mid = _module("a", ["k<float>"]), _module("b", ["x<1>", "x<2>", "x<3>"]), _module("c", ["y<1>", "y<2>"])
+    ran = []
+    rehearsals = [lambda: ran.append("r1"), lambda: ran.append("r2")]
+    for m in (small, large, mid):
+        m._compile = lambda key, names, m=m: ran.append(m.code)
+    one = workers.jobs([small, large, mid], rehearsals)
+    other = workers.jobs([mid, small, large], rehearsals)     # another import order, the same list
+    for job in one:
+        job()
+    assert ran == ["r1", "r2", "b", "c", "a"]
+    ran.clear()
+    for job in other:
+        job()
+    assert ran == ["r1", "r2", "b", "c", "a"]
+
+
+def test_each_job_is_claimed_by_one_worker_only(tmp_path):
+    won = []
+    barrier = threading.Barrier(8)
+
+    def worker():
+        barrier.wait()
+        won.extend(i for i in range(50) if workers.claim(str(tmp_path), i))
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won) == list(range(50))
