@@ -56,8 +56,8 @@ class CUDA(Backend):
         cp = _import_cupy()
         if gpu is not None:              # a data-parallel rank: the GPU of its local rank
             _use_gpu(cp, gpu)
-        workers = _gpu("compile_workers")    # on empty caches worker processes compile, one set a host:
-        (workers.start if gpu in (None, 0) else workers.follow)(cp.cuda.runtime.getDevice())   # the first rank's
+        if gpu in (None, 0):             # on empty caches, worker processes compile (one set a host),
+            _gpu("compile_workers").start(cp.cuda.runtime.getDevice())
         _gpu("_cuda").prefetch()         # the modules load meanwhile,
         _gpu("ahead").training()         # and the elementwise kernels a training step calls
         stream = _gpu("stream").compute_stream()

@@ -26,30 +26,18 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-
-STAMP_WAIT_S = 120      # a host's other ranks wait this long at most for the first rank's workers
-
-
-def _wanted(dev):
-    """(how many workers, the stamp) where workers should compile for GPU dev, else None (see above)."""
-    import cupy as cp
-    n = int(os.environ.get("MINIDL_COMPILE_WORKERS", min(8, (os.cpu_count() or 2) - 1)))
-    exclusive = cp.cuda.Device(dev).attributes.get("ComputeMode", 0) != 0
-    if n < 1 or exclusive or os.environ.get("CUPY_CACHE_IN_MEMORY", "0") not in ("0", ""):
-        return None
-    stamp = stamp_path(dev)
-    return None if os.path.exists(stamp) else (n, stamp)
 
 
 def start(dev):
     """Start the workers for GPU `dev` (none: see above), listed in `_cuda._workers`, where the compile
-    pool's threads wait for them before loading what they compiled; before `_cuda.prefetch`."""
+    pool's threads wait for them before loading what they compiled; after `_cuda.prefetch`."""
+    import cupy as cp
     from . import _cuda
-    wanted = _wanted(dev)
-    if wanted is None:
+    n = int(os.environ.get("MINIDL_COMPILE_WORKERS", min(8, (os.cpu_count() or 2) - 1)))
+    exclusive = cp.cuda.Device(dev).attributes.get("ComputeMode", 0) != 0
+    stamp = stamp_path(dev)
+    if n < 1 or exclusive or os.environ.get("CUPY_CACHE_IN_MEMORY", "0") not in ("0", "") or os.path.exists(stamp):
         return
-    n, stamp = wanted
     claims = tempfile.mkdtemp(prefix="minidl-compile-")
     cmd = [sys.executable, "-m", __name__, str(dev), claims]
     env = dict(os.environ, MINIDL_PARALLEL_COMPILE="0", MINIDL_COMPILE_WORKERS="0")   # no workers of their own
@@ -62,27 +50,6 @@ def start(dev):
             break
     threading.Thread(target=_finish, args=(procs, claims, stamp, _cuda.lock_folder()), daemon=True).start()
     _cuda._workers.extend(procs)
-
-
-class _Stamp:
-    """The workers of another process (a host's first rank's), waited for through the stamp they leave."""
-
-    def __init__(self, path, timeout_s=STAMP_WAIT_S):
-        self.path, self.timeout_s = path, timeout_s
-
-    def wait(self):
-        deadline = time.monotonic() + self.timeout_s
-        while not os.path.exists(self.path) and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-
-def follow(dev):
-    """A rank after its host's first: where that rank starts workers (on empty caches), this process
-    leaves the compiling to them as the first does, waiting for their stamp (at most STAMP_WAIT_S)."""
-    from . import _cuda
-    wanted = _wanted(dev)
-    if wanted is not None:
-        _cuda._workers.append(_Stamp(wanted[1]))
 
 
 def _finish(procs, claims, stamp, folder):
