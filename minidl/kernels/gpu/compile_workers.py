@@ -1,6 +1,6 @@
 """Compile workers: the processes a cuda Device starts (`start`) to fill CuPy's disk cache.
 
-    python -m minidl.kernels.gpu.compile_workers GPU CLAIMS      (one worker; `start` runs them)
+    python -m minidl.kernels.gpu.compile_workers GPU CLAIMS N STAMP    (one worker; `start` runs N)
 
 NVRTC compiles one program at a time in a process, so the first step's compiles run side by side
 only in processes of their own. A worker imports every kernel family (so their Modules register,
@@ -25,12 +25,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 
 
 def start(dev):
     """Start the workers for GPU `dev` (none: see above), listed in `_cuda._workers`, where the compile
-    pool's threads wait for them before loading what they compiled; after `_cuda.prefetch`."""
+    pool's threads wait for them before loading what they compiled; before `_cuda.prefetch`."""
     import cupy as cp
     from . import _cuda
     n = int(os.environ.get("MINIDL_COMPILE_WORKERS", min(8, (os.cpu_count() or 2) - 1)))
@@ -39,7 +38,7 @@ def start(dev):
     if n < 1 or exclusive or os.environ.get("CUPY_CACHE_IN_MEMORY", "0") not in ("0", "") or os.path.exists(stamp):
         return
     claims = tempfile.mkdtemp(prefix="minidl-compile-")
-    cmd = [sys.executable, "-m", __name__, str(dev), claims]
+    cmd = [sys.executable, "-m", __name__, str(dev), claims, str(n), stamp]
     env = dict(os.environ, MINIDL_PARALLEL_COMPILE="0", MINIDL_COMPILE_WORKERS="0")   # no workers of their own
     procs = []
     for _ in range(n):
@@ -48,22 +47,22 @@ def start(dev):
                                           stderr=subprocess.DEVNULL))
         except OSError:                 # no processes to spare: the training process compiles the rest
             break
-    threading.Thread(target=_finish, args=(procs, claims, stamp, _cuda.lock_folder()), daemon=True).start()
     _cuda._workers.extend(procs)
 
 
-def _finish(procs, claims, stamp, folder):
-    """When every worker has ended: drop the claims, and stamp the cache if all of them succeeded."""
-    codes = [p.wait() for p in procs]
-    shutil.rmtree(claims, ignore_errors=True)
-    if procs and not any(codes):
+def _finished(claims, n, stamp):
+    """A worker is done: the last of the n to finish stamps the cache and drops the claims (a worker
+    that failed never gets here, so the cache stays unstamped and the next run tries again)."""
+    os.close(os.open(os.path.join(claims, f"done-{os.getpid()}"), os.O_CREAT | os.O_WRONLY))
+    if sum(f.startswith("done-") for f in os.listdir(claims)) == n and claim(claims, "stamp"):
         try:
-            os.makedirs(folder, exist_ok=True)
+            os.makedirs(os.path.dirname(stamp), exist_ok=True)
             with open(stamp + ".tmp", "w") as f:
                 f.write("compiled\n")
             os.replace(stamp + ".tmp", stamp)
         except OSError:                 # a read-only cache: the next run starts workers again
             pass
+        shutil.rmtree(claims, ignore_errors=True)
 
 
 def stamp_path(dev):
@@ -99,7 +98,7 @@ def claim(folder, i):
 
 
 def main(argv):
-    dev, claims = int(argv[0]), argv[1]
+    dev, claims, n, stamp = int(argv[0]), argv[1], int(argv[2]), argv[3]
     import cupy as cp
     cp.cuda.Device(dev).use()
     import importlib
@@ -119,6 +118,7 @@ def main(argv):
                 except Exception:                # noqa: BLE001  the training process meets it itself
                     pass
     stream.synchronize()
+    _finished(claims, n, stamp)
     return 0
 
 
