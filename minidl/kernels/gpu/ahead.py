@@ -116,7 +116,7 @@ REHEARSALS = (_loader, _snapshot, _flags_and_metrics, _learning_rate, _updates, 
               _layers(True))
 
 
-def training():
+def training() -> None:
     """Queue every rehearsal on the compile pool (once per process; nothing without the pool)."""
     if not _done:
         _done.append(True)

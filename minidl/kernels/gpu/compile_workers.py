@@ -25,9 +25,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
-def start(dev):
+def start(dev: int) -> None:
     """Start the workers for GPU `dev` (none: see above), listed in `_cuda._workers`, where the compile
     pool's threads wait for them before loading what they compiled; before `_cuda.prefetch`."""
     import cupy as cp
@@ -65,7 +67,7 @@ def _finished(claims, n, stamp):
         shutil.rmtree(claims, ignore_errors=True)
 
 
-def stamp_path(dev):
+def stamp_path(dev: int) -> str:
     """The file that says this GPU's caches hold every job of these kernel sources."""
     import cupy as cp
     from . import _cuda
@@ -79,7 +81,7 @@ def stamp_path(dev):
     return os.path.join(_cuda.lock_folder(), f"workers-{h.hexdigest()[:16]}.done")
 
 
-def jobs(registry, rehearsals):
+def jobs(registry: Sequence[Any], rehearsals: Sequence[Callable[[], None]]) -> list[Callable[[], None]]:
     """The shared work list: the rehearsals (the first step needs them first), then the Modules, those
     of most kernels first, then by the hash of their source and names (the same order in every
     worker, whatever imported first)."""
@@ -88,7 +90,7 @@ def jobs(registry, rehearsals):
     return list(rehearsals) + [(lambda m=m: m._compile(None, m.names)) for m in sorted(registry, key=key)]
 
 
-def claim(folder, i):
+def claim(folder: str, i: int | str) -> bool:
     """Whether job i is this worker's: it made folder/i first."""
     try:
         os.close(os.open(os.path.join(folder, str(i)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -97,7 +99,7 @@ def claim(folder, i):
         return False
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> int:
     dev, claims, n, stamp = int(argv[0]), argv[1], int(argv[2]), argv[3]
     import cupy as cp
     cp.cuda.Device(dev).use()
