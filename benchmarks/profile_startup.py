@@ -11,7 +11,9 @@ more cold run with extra environment variables. The child builds what minidl.tra
 (minidl.cli.warmup.build_trainer) on synthetic images and times: imports, get_device, the model, the
 Trainer, the first step (split into NVRTC compiles waited for on the main thread, cuDNN graph builds,
 engine choice and timing, the CUDA-graph capture, the rest), the first evaluation batch, then
-steady steps. --cli times a whole command instead (wall time, and the first step it reports).
+steady steps. --cli times a whole command instead (wall time, and the first step it reports). The
+compiles listed are this process's: the compile workers' (minidl/kernels/gpu/compile_workers.py) run in
+processes of their own.
 Without CuPy and a GPU it says so in one line and exits with status 2.
 """
 import argparse
