@@ -45,3 +45,14 @@ def test_each_job_is_claimed_by_one_worker_only(tmp_path):
     for t in threads:
         t.join()
     assert sorted(won) == list(range(50))
+
+
+def test_the_last_worker_to_finish_stamps_the_cache_and_drops_the_claims(tmp_path):
+    claims, stamp = tmp_path / "claims", tmp_path / "cache" / "minidl-locks" / "workers-x.done"
+    claims.mkdir()
+    assert workers.claim(str(claims), 0)
+    for me in (11, 12):
+        workers.finished(str(claims), 3, str(stamp), me=me)
+        assert not stamp.exists() and claims.exists()        # two of three: no stamp yet
+    workers.finished(str(claims), 3, str(stamp), me=13)
+    assert stamp.read_text() == "compiled\n" and not claims.exists()

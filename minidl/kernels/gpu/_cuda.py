@@ -176,6 +176,7 @@ _tasks_lock, _order = threading.Lock(), itertools.count()
 _rehearsals: list[threading.Event] = []      # set as each `ahead` rehearsal ends
 _workers: list[Any] = []                      # the compile worker processes (subprocess.Popen), if started
 AHEAD, MODULE = 0, 1                          # priorities: rehearsals first (each is short)
+WORKER_WAIT_S = 120                           # the longest the pool waits for a compile worker
 
 
 def _flag(name, default):
@@ -217,7 +218,7 @@ def _submit(m):
 def _background(m, dev):
     try:
         for w in _workers:               # they compile it into the disk cache: load it from there
-            w.wait()
+            w.wait(WORKER_WAIT_S)        # (a worker stuck longer: get() compiles it when asked)
         m._compile(None, m.names, dev)
     except Exception:                   # noqa: BLE001  get() compiles it again and raises there
         pass

@@ -52,10 +52,10 @@ def start(dev: int) -> None:
     _cuda._workers.extend(procs)
 
 
-def _finished(claims, n, stamp):
-    """A worker is done: the last of the n to finish stamps the cache and drops the claims (a worker
-    that failed never gets here, so the cache stays unstamped and the next run tries again)."""
-    os.close(os.open(os.path.join(claims, f"done-{os.getpid()}"), os.O_CREAT | os.O_WRONLY))
+def finished(claims: str, n: int, stamp: str, me: int | None = None) -> None:
+    """Worker `me` (its pid) is done: the last of the n to finish stamps the cache and drops the claims
+    (a worker that failed never gets here, so the cache stays unstamped and the next run tries again)."""
+    os.close(os.open(os.path.join(claims, f"done-{os.getpid() if me is None else me}"), os.O_CREAT | os.O_WRONLY))
     if sum(f.startswith("done-") for f in os.listdir(claims)) == n and claim(claims, "stamp"):
         try:
             os.makedirs(os.path.dirname(stamp), exist_ok=True)
@@ -120,7 +120,7 @@ def main(argv: Sequence[str]) -> int:
                 except Exception:                # noqa: BLE001  the training process meets it itself
                     pass
     stream.synchronize()
-    _finished(claims, n, stamp)
+    finished(claims, n, stamp)
     return 0
 
 
