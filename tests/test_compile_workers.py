@@ -56,3 +56,26 @@ def test_the_last_worker_to_finish_stamps_the_cache_and_drops_the_claims(tmp_pat
         assert not stamp.exists() and claims.exists()        # two of three: no stamp yet
     workers.finished(str(claims), 3, str(stamp), me=13)
     assert stamp.read_text() == "compiled\n" and not claims.exists()
+
+
+_LINE = """
+import sys, types
+from unittest import mock
+for name in ("cupy", "cupy.cuda", "cupy.cuda.compiler"):
+    sys.modules[name] = mock.MagicMock(name=name)      # _cuda's module-level CuPy calls get stand-ins
+from minidl.kernels.gpu import _cuda
+print(_cuda.progress.line())
+_cuda._workers[:] = [types.SimpleNamespace(poll=lambda code=code: code) for code in (None, None, 0)]
+_cuda.progress.add(compiled=3, queued=4, timed=5)
+print(_cuda.progress.line())
+"""
+
+
+def test_the_preparing_line_names_the_worker_processes_still_compiling():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _LINE], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "preparing: compiling 0 kernels, timing 0 convolutions",
+        "preparing: compiling 3/7 kernels (and 2 worker processes), timing 5 convolutions"]

@@ -158,8 +158,10 @@ class Progress:
 
     def line(self):
         k = f"{self.compiled}/{self.compiled + self.queued}" if self.queued else f"{self.compiled}"
+        busy = sum(w.poll() is None for w in _workers)        # their compiles are counted in their processes
+        by = f" (and {busy} worker process{'es' * (busy > 1)})" if busy else ""
         t = f"{self.timed}/{self.to_time}" if self.to_time else f"{self.timed}"
-        return f"preparing: compiling {k} kernels, timing {t} convolutions"
+        return f"preparing: compiling {k} kernels{by}, timing {t} convolutions"
 
     def listen(self, fn):
         """Call fn(line) as preparation goes on; returns a function that stops it."""
