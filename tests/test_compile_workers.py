@@ -79,3 +79,16 @@ def test_the_preparing_line_names_the_worker_processes_still_compiling():
     assert out.stdout.splitlines() == [
         "preparing: compiling 0 kernels, timing 0 convolutions",
         "preparing: compiling 3/7 kernels (and 2 worker processes), timing 5 convolutions"]
+
+
+def test_the_worker_count_comes_from_the_environment_or_the_cores(monkeypatch):
+    import os
+
+    import pytest
+    monkeypatch.delenv("MINIDL_COMPILE_WORKERS", raising=False)
+    assert workers.count() == min(8, (os.cpu_count() or 2) - 1)
+    monkeypatch.setenv("MINIDL_COMPILE_WORKERS", "3")
+    assert workers.count() == 3
+    monkeypatch.setenv("MINIDL_COMPILE_WORKERS", "many")
+    with pytest.raises(ValueError, match="MINIDL_COMPILE_WORKERS must be a whole number.*'many'"):
+        workers.count()

@@ -11,8 +11,9 @@ Module compiles. What it compiles lands in CuPy's cache, under `_cuda`'s file lo
 training process loads it; a kernel that process compiled first is a cache hit here. A worker ends
 when no job is left; any error ends it quietly (the training process compiles what is missing).
 
-MINIDL_COMPILE_WORKERS of them (default: a core each but one, at most 8; 0: none). None start where
-the caches already hold their work (a stamp file the last run's workers left, named by the GPU, the
+MINIDL_COMPILE_WORKERS of them (default: a core each but one, at most 8; 0: none), started by a
+host's first rank only (backends/cuda.py). None start with MINIDL_PARALLEL_COMPILE=0, where the
+caches already hold their work (a stamp file the last run's workers left, named by the GPU, the
 CUDA and CuPy versions and the kernel sources), where a GPU takes one process only (its compute mode),
 or where CuPy's cache lives in memory. Each worker makes a CUDA context of its own on the GPU while it
 runs, a few hundred MB.
@@ -34,10 +35,13 @@ def start(dev: int) -> None:
     pool's threads wait for them before loading what they compiled; before `_cuda.prefetch`."""
     import cupy as cp
     from . import _cuda
-    n = int(os.environ.get("MINIDL_COMPILE_WORKERS", min(8, (os.cpu_count() or 2) - 1)))
-    exclusive = cp.cuda.Device(dev).attributes.get("ComputeMode", 0) != 0
+    n = count()
+    off = (n < 1 or os.environ.get("MINIDL_PARALLEL_COMPILE", "1") in ("0", "")
+           or os.environ.get("CUPY_CACHE_IN_MEMORY", "0") not in ("0", ""))
+    if off or cp.cuda.Device(dev).attributes.get("ComputeMode", 0) != 0:     # one process a GPU: none
+        return
     stamp = stamp_path(dev)
-    if n < 1 or exclusive or os.environ.get("CUPY_CACHE_IN_MEMORY", "0") not in ("0", "") or os.path.exists(stamp):
+    if os.path.exists(stamp):           # the caches hold every job already
         return
     claims = tempfile.mkdtemp(prefix="minidl-compile-")
     cmd = [sys.executable, "-m", __name__, str(dev), claims, str(n), stamp]
@@ -50,6 +54,17 @@ def start(dev: int) -> None:
         except OSError:                 # no processes to spare: the training process compiles the rest
             break
     _cuda._workers.extend(procs)
+
+
+def count() -> int:
+    """MINIDL_COMPILE_WORKERS, or its default: a core each but one, at most 8."""
+    v = os.environ.get("MINIDL_COMPILE_WORKERS")
+    if v is None:
+        return min(8, (os.cpu_count() or 2) - 1)
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"MINIDL_COMPILE_WORKERS must be a whole number of processes (0: none), got {v!r}") from None
 
 
 def finished(claims: str, n: int, stamp: str, me: int | None = None) -> None:
