@@ -36,8 +36,7 @@ def start(dev: int) -> None:
     import cupy as cp
     from . import _cuda
     n = count()
-    off = (n < 1 or os.environ.get("MINIDL_PARALLEL_COMPILE", "1") in ("0", "")
-           or os.environ.get("CUPY_CACHE_IN_MEMORY", "0") not in ("0", ""))
+    off = n < 1 or not _cuda._flag("MINIDL_PARALLEL_COMPILE", "1") or _cuda._flag("CUPY_CACHE_IN_MEMORY", "0")
     if off or cp.cuda.Device(dev).attributes.get("ComputeMode", 0) != 0:     # one process a GPU: none
         return
     stamp = stamp_path(dev)
