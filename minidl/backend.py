@@ -122,6 +122,12 @@ class Device:
         """Copy a host array (or scalar) to this device."""
         return self.xp.asarray(a, dtype=dtype)
 
+    def fill(self, a: Array, value: Any) -> None:
+        """a[...] = value, copied from the host. A fill kernel is compiled once per dtype, 0.1 s each on
+        an empty cache (docs/cold-start.md); a copy compiles nothing. For the small arrays of a
+        run's counters and flags."""
+        self.xp.copyto(a, self.xp.asarray(np.full(a.shape, value, a.dtype)))
+
     def to_host(self, a: Array) -> np.ndarray:
         """A NumPy copy of a device array (asked of the backend that holds it: a NumPy array is its own)."""
         return backends.of_array(a).to_host(a)

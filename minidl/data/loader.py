@@ -151,9 +151,9 @@ class Loader:
         # the device's dtype. astype copies, so the in-place steps below never touch the caller's array
         if scale == 1 and images.dtype != device.dtype:
             images = images.astype(device.dtype)
-        x = xp.asarray(images).reshape(shape).astype(device.dtype)  # (N, C, H, W)
-        if scale != 1:
-            x /= scale
+        x = xp.asarray(images).reshape(shape)                        # (N, C, H, W)
+        # one kernel converts and scales (astype and then /= compiled two on a cold cache)
+        x = x.astype(device.dtype) if scale == 1 else xp.divide(x, device.dtype.type(scale), dtype=device.dtype)
         self.blank = 0.0  # what a 0 (background) pixel becomes: the fill of shifted images
         self.normalize = normalize
         if normalize is not False:

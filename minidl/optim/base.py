@@ -138,7 +138,7 @@ class Optimizer:
         if self.model is None:
             self._t = int(t)
         else:
-            self._t_dev.fill(int(t))
+            self.device.fill(self._t_dev, int(t))
 
     @property
     def lr(self) -> float:
@@ -151,7 +151,7 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}: lr must be a finite number >= 0, got {lr!r}")
         self._lr = float(lr)
         if self.model is not None:
-            self._lr_dev.fill(self._lr)
+            self.device.fill(self._lr_dev, self._lr)
             if self._lr_table is not None:       # in place: a captured step keeps reading this very table
                 schedule = self._lr_fn[0]
                 self._lr_table[...] = self.xp.asarray(self._tabulate(schedule, schedule.horizon))

@@ -26,11 +26,11 @@ class DynamicLossScale:
     so far): device arrays for one run under `config` (a precision.LossScale)."""
 
     def __init__(self, device: Device, config: LossScale) -> None:
-        self.xp, self.config = device.xp, config
-        self.scale = self.xp.full((), config.init, dtype=np.float32)
+        self.xp, self.config, self.device = device.xp, config, device
+        self.scale = device.asarray(config.init, dtype=np.float32)
         self.clean = self.xp.zeros((), dtype=np.int64)
         self.skipped = self.xp.zeros((), dtype=np.int64)
-        self.gate = self.xp.ones((), dtype=bool)       # this step's update goes ahead
+        self.gate = device.asarray(True)       # this step's update goes ahead
 
     def scale_grad(self, gz: Array) -> None:
         """gz *= scale, in place: the loss gradient that starts backward."""
@@ -70,6 +70,5 @@ class DynamicLossScale:
         if not ok:
             raise ValueError(f"loss scale state must be {{'scale': float > 0, 'clean': int, 'skipped': int}}, "
                              f"got {state!r}"[:200])
-        self.scale.fill(state["scale"])
-        self.clean.fill(state["clean"])
-        self.skipped.fill(state["skipped"])
+        for name in ("scale", "clean", "skipped"):
+            self.device.fill(getattr(self, name), state[name])

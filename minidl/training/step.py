@@ -87,13 +87,13 @@ class TrainStep:
             reducer.watch(self.net)
         self.overwrite = self.net.overwrites_grads           # backward overwrites: no zero_grad
         xp = self.device.xp
-        self.finite, self.good_steps = xp.ones((), bool), xp.zeros((), "int64")
+        self.finite, self.good_steps = self.device.asarray(True), xp.zeros((), "int64")
         self._gz: Array | None = None
         self._captured: dict[int, tuple[Array, CapturedCall]] = {}
 
     def reset_flag(self) -> None:
         """A new run: the loss is finite again and no step counted."""
-        self.finite.fill(True)
+        self.device.fill(self.finite, True)
         self.good_steps.fill(0)
 
     def divergence(self) -> int | None:
@@ -165,7 +165,7 @@ class TrainStep:
         if captured is None:
             captured = self._captured[id(loader)] = self._capture(loader)
         idx, call = captured
-        idx[...] = loader.indices(epoch, k)
+        self.device.xp.copyto(idx, loader.indices(epoch, k))     # a memcpy
         call.replay()
         self.metrics.count += loader.batch_size
 
@@ -175,8 +175,8 @@ class TrainStep:
         Per step the host then issues one device-to-device copy of the indices and one launch.
         """
         xp, model = self.device.xp, self.net
-        idx = xp.zeros(loader.batch_size, dtype=loader.indices(0, 0).dtype)
-        idx[...] = loader.indices(0, 0)
+        idx = xp.empty_like(loader.indices(0, 0))
+        xp.copyto(idx, loader.indices(0, 0))
 
         def step():
             x = xp.take(loader.x, idx, axis=0)
@@ -190,10 +190,12 @@ class TrainStep:
         state = [model.flat, model.state_flat, self.metrics.loss, self.metrics.correct, self.finite,
                  self.good_steps, self.device.rng.offset] + self.optimizer.device_arrays()
         state += self.scaler.device_arrays() if self.scaler is not None else []
-        saved = [a.copy() for a in state]
+        saved = [xp.empty_like(a) for a in state]
+        for a, b in zip(saved, state):       # copyto: a memcpy, where copy() and a[...] = b compile a kernel per dtype
+            xp.copyto(a, b)
         call = self.device.capture(step, warmup=2)
         for a, b in zip(state, saved):
-            a[...] = b
+            xp.copyto(a, b)
         return idx, call
 
     def forget_captures(self) -> None:

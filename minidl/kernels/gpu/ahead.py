@@ -22,7 +22,6 @@ from . import _cuda, augment, optim, pad, pool
 from ..shapes import pool2d_plan
 
 F32, F64, I32, I64, U64 = np.float32, np.float64, np.int32, np.int64, np.uint64
-_STATE = (F32, F64, I64, np.bool_, U64)    # the dtypes of what a step changes (training/step.py's snapshot)
 
 
 def _images(cl, dtype=F32):
@@ -32,9 +31,9 @@ def _images(cl, dtype=F32):
 
 
 def _loader():
-    """data/loader.py: uint8 images to the compute dtype, scaled and normalised in place; batches taken."""
-    x = cp.zeros((2, 1, 4, 4), np.uint8).astype(F32)
-    x /= 255
+    """data/loader.py: uint8 images to the compute dtype and scaled in one kernel, normalised in place;
+    batches taken."""
+    x = cp.divide(cp.zeros((2, 1, 4, 4), np.uint8), F32(255), dtype=F32)
     x -= 0.5
     x /= 0.5
     idx = cp.zeros(2, I64)
@@ -42,18 +41,9 @@ def _loader():
     cp.take(cp.zeros(4, I32), idx, axis=0)
 
 
-def _snapshot():
-    """training/step.py's capture: what a step changes, copied before the warm-up runs and put back."""
-    for dtype in _STATE:
-        a = cp.ones((2,) if dtype is F32 else (), dtype)
-        b = a.copy()
-        a[...] = b
-        a.fill(1)
-
-
 def _flags_and_metrics():
     """training/step.py's NaN flag and good-step count, metrics.py's sums, rng.py's offset."""
-    finite, loss = cp.ones((), bool), cp.zeros((), F32)
+    finite, loss = cp.zeros((), bool), cp.zeros((), F32)
     cp.logical_and(finite, cp.isfinite(loss), out=finite)
     good = cp.zeros((), I64)
     good += finite
@@ -67,17 +57,17 @@ def _flags_and_metrics():
 def _learning_rate():
     """optim/base.py: the step count gated by the flag, and a tabulated schedule read at min(t, last)."""
     t, table = cp.zeros((), F64), cp.zeros(4, F64)
-    t += cp.ones((), bool)
+    t += cp.zeros((), bool)
     cp.take(table, cp.minimum(t, 3).astype(I64))
 
 
 def _updates():
     """kernels/gpu/optim.py: each update on flat buffers, lr and t as 0-d float64, the flag 0-d bool."""
-    p, lr, t, ok = cp.zeros(4, F32), cp.zeros((), F64), cp.ones((), F64), cp.ones((), bool)
+    p, lr, t, ok = cp.zeros(4, F32), cp.zeros((), F64), cp.zeros((), F64), cp.zeros((), bool)
     for scale in (1.0, 0.5):                   # 0.5: ranks' summed gradients averaged inside the update
         optim.sgd_update(p, p, lr, 0.0, ok, scale)
-        optim.momentum_update(p, p, p.copy(), lr, 0.9, 0.0, False, ok, scale)
-        optim.adam_update(p, p, p.copy(), p.copy(), lr, 0.9, 0.999, 1e-8, 0.0, t, ok, scale)
+        optim.momentum_update(p, p, cp.zeros(4, F32), lr, 0.9, 0.0, False, ok, scale)
+        optim.adam_update(p, p, cp.zeros(4, F32), cp.zeros(4, F32), lr, 0.9, 0.999, 1e-8, 0.0, t, ok, scale)
 
 
 class _Draws:
@@ -112,7 +102,7 @@ def _layers(cl):
     return run
 
 
-REHEARSALS = (_loader, _snapshot, _flags_and_metrics, _learning_rate, _updates, _augment, _layers(False),
+REHEARSALS = (_loader, _flags_and_metrics, _learning_rate, _updates, _augment, _layers(False),
               _layers(True))
 
 
