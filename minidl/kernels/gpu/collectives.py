@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import threading
 from typing import TYPE_CHECKING
 
 import cupy as cp
@@ -101,9 +102,34 @@ class Communicator(ReductionStream):
     def __init__(self, mpi_comm: MPI.Comm) -> None:
         uid = nccl.get_unique_id() if mpi_comm.rank == 0 else None
         uid = mpi_comm.bcast(uid, root=0)           # rank 0's id reaches every rank over MPI
-        self.comm = nccl.NcclCommunicator(mpi_comm.size, uid, mpi_comm.rank)
         super().__init__()
+        self.comm: nccl.NcclCommunicator | None = None
+        self._setup_error: BaseException | None = None
+        self._setup = threading.Thread(target=self._connect, args=(mpi_comm.size, uid, mpi_comm.rank,
+                                                                   cp.cuda.Device().id), daemon=True)
+        self._setup.start()
         atexit.register(self.close)                 # a communicator left alive hangs the exit
+
+    def _connect(self, size, uid, rank, dev):
+        """Create the communicator and run one small all-reduce, in a thread of its own: NCCL connects
+        the ranks at their first collective, and both together took 1-3 s of a cold start, which the
+        model's build and the first step's compiles now cover (docs/cold-start.md)."""
+        try:
+            with cp.cuda.Device(dev):
+                self.comm = nccl.NcclCommunicator(size, uid, rank)
+                one = cp.zeros(1, cp.float32)
+                self.comm.allReduce(one.data.ptr, one.data.ptr, 1, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, self.stream.ptr)
+                self.stream.synchronize()
+        except BaseException as e:                  # noqa: BLE001  raised where the communicator is first used
+            self._setup_error = e
+
+    def _ready(self):
+        """The communicator, once its set-up thread is done (its error, if it failed)."""
+        if self._setup.is_alive():
+            self._setup.join()
+        if self._setup_error is not None:
+            raise self._setup_error
+        return self.comm
 
     def allreduce(self, a: Array, op: str) -> None:
         """a <- op over the ranks of a, on the current stream (recorded when it is capturing)."""
@@ -116,12 +142,12 @@ class Communicator(ReductionStream):
             a, op = a.view(cp.uint8), "min"
         if not a.flags.c_contiguous:
             raise ValueError(f"NCCL all-reduce needs a contiguous array, got strides {a.strides}")
-        self.comm.allReduce(a.data.ptr, a.data.ptr, a.size, _TYPES[a.dtype.name], _OPS[op], stream.ptr)
+        self._ready().allReduce(a.data.ptr, a.data.ptr, a.size, _TYPES[a.dtype.name], _OPS[op], stream.ptr)
 
     def broadcast(self, a: Array, root: int = 0) -> None:
         """a <- rank `root`'s a, on the current stream."""
         stream = cp.cuda.get_current_stream()
-        self.comm.bcast(a.data.ptr, a.size, _TYPES[a.dtype.name], root, stream.ptr)
+        self._ready().bcast(a.data.ptr, a.size, _TYPES[a.dtype.name], root, stream.ptr)
 
     def close(self) -> None:
         """Destroy the communicator (once), its work done: the ranks then exit without hanging.
@@ -129,6 +155,7 @@ class Communicator(ReductionStream):
         NCCL's destroy waits until every CUDA graph that recorded this communicator's collectives is
         destroyed (NCCL 2.28's commDestroySync counts them), so the graphs go first: release_all(),
         and a collection for any held only by reference cycles. Captured steps cannot replay after."""
+        self._setup.join()
         if self.comm is not None:
             self.stream.synchronize()
             cp.cuda.get_current_stream().synchronize()

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 
@@ -115,27 +115,47 @@ def claim(folder: str, i: int | str) -> bool:
 
 def main(argv: Sequence[str]) -> int:
     dev, claims, n, stamp = int(argv[0]), argv[1], int(argv[2]), argv[3]
+    unbind()
     import cupy as cp
     cp.cuda.Device(dev).use()
     import importlib
-    from minidl.kernels.contract import KERNEL_FAMILIES
     from minidl.kernels.gpu import _cuda, ahead
-    for family in KERNEL_FAMILIES:               # every family: its Modules register
-        try:
-            importlib.import_module(f"minidl.kernels.gpu.{family}")
-        except ModuleNotFoundError:              # a family this backend lacks
-            pass
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
-        for i, job in enumerate(jobs(_cuda._registry, ahead.REHEARSALS)):
-            if claim(claims, i):
-                try:
-                    job()
-                except Exception:                # noqa: BLE001  the training process meets it itself
-                    pass
+        # the rehearsals first, before the other families load: the first step needs them first
+        work(claims, enumerate(ahead.REHEARSALS))
+        from minidl.kernels.contract import KERNEL_FAMILIES
+        for family in KERNEL_FAMILIES:           # every family: its Modules register
+            try:
+                importlib.import_module(f"minidl.kernels.gpu.{family}")
+            except ModuleNotFoundError:          # a family this backend lacks
+                pass
+        work(claims, list(enumerate(jobs(_cuda._registry, ahead.REHEARSALS)))[len(ahead.REHEARSALS):])
     stream.synchronize()
     finished(claims, n, stamp)
     return 0
+
+
+def unbind() -> None:
+    """Run on any core of the machine. An MPI launcher may bind each rank to one core (Open MPI does
+    for two ranks), and the workers a rank starts inherit that binding: eight of them then shared
+    the rank's one core with it, and its start took four times longer. A worker lives for the first
+    seconds of a run only."""
+    if hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, range(os.cpu_count() or 1))
+        except OSError:                          # a cgroup that forbids it: stay where we are
+            pass
+
+
+def work(claims: str, numbered: Iterable[tuple[int, Callable[[], None]]]) -> None:
+    """Run each job (i, job) that this worker claims first."""
+    for i, job in numbered:
+        if claim(claims, i):
+            try:
+                job()
+            except Exception:                    # noqa: BLE001  the training process meets it itself
+                pass
 
 
 if __name__ == "__main__":
