@@ -191,7 +191,9 @@ def prefetch():
     if _pool or not _flag("MINIDL_PARALLEL_COMPILE", "1"):
         return
     workers = max(1, min(8, (os.cpu_count() or 2) - 1))
-    _pool.append(concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="minidl-compile"))
+    from .compile_workers import unbind          # an MPI rank bound to one core: its helpers are not
+    _pool.append(concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="minidl-compile",
+                                                       initializer=unbind))
     _pool_device.append(cp.cuda.runtime.getDevice())
     for m in _registry:
         _submit(m)

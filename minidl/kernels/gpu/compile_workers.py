@@ -137,10 +137,10 @@ def main(argv: Sequence[str]) -> int:
 
 
 def unbind() -> None:
-    """Run on any core of the machine. An MPI launcher may bind each rank to one core (Open MPI does
-    for two ranks), and the workers a rank starts inherit that binding: eight of them then shared
-    the rank's one core with it, and its start took four times longer. A worker lives for the first
-    seconds of a run only."""
+    """Run on any core of the machine (this thread, on Linux). An MPI launcher may bind each rank to
+    one core (Open MPI does for two ranks), and the workers a rank starts, and its compile pool's
+    threads, inherit that binding: eight workers then shared the rank's one core with it, and its
+    start took four times longer. Both live for the first seconds of a run only."""
     if hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(0, range(os.cpu_count() or 1))
