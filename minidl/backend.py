@@ -126,7 +126,8 @@ class Device:
         """a[...] = value, copied from the host. A fill kernel is compiled once per dtype, 0.1 s each on
         an empty cache (docs/cold-start.md); a copy compiles nothing. For the small arrays of a
         run's counters and flags."""
-        self.xp.copyto(a, self.xp.asarray(np.full(a.shape, value, a.dtype)))
+        host = np.full(a.shape or (1,), value, a.dtype)     # CuPy fills a 0-d array it is given
+        self.xp.copyto(a, self.xp.asarray(host).reshape(a.shape))
 
     def to_host(self, a: Array) -> np.ndarray:
         """A NumPy copy of a device array (asked of the backend that holds it: a NumPy array is its own)."""

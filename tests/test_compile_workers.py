@@ -1,9 +1,12 @@
 """The compile workers' shared work list and claims (minidl/kernels/gpu/compile_workers.py): plain
 Python, checked without a GPU; tests/gpu/test_cold_start.py runs them for real."""
 import importlib.util
+import os
 import pathlib
 import threading
 import types
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("compile_workers", ROOT / "minidl/kernels/gpu/compile_workers.py")
@@ -92,3 +95,28 @@ def test_the_worker_count_comes_from_the_environment_or_the_cores(monkeypatch):
     monkeypatch.setenv("MINIDL_COMPILE_WORKERS", "many")
     with pytest.raises(ValueError, match="MINIDL_COMPILE_WORKERS must be a whole number.*'many'"):
         workers.count()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2, reason="needs Linux and 2 cores")
+def test_a_worker_started_from_a_rank_bound_to_one_core_runs_on_every_core():
+    """Open MPI binds each of two ranks to one core; a worker it starts must not share that core."""
+    import subprocess
+    import sys
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        os.sched_setaffinity(child.pid, {0})                 # as it inherits it from a bound rank
+        workers.unbind(child.pid)
+        assert os.sched_getaffinity(child.pid) == set(range(os.cpu_count()))
+    finally:
+        child.communicate(b"")
+    seen = []
+
+    def pool_thread():                                      # a pool thread of a bound rank: itself only
+        os.sched_setaffinity(0, {0})
+        workers.unbind()
+        seen.append(os.sched_getaffinity(0))
+    t = threading.Thread(target=pool_thread)
+    t.start()
+    t.join()
+    assert seen == [set(range(os.cpu_count()))]
+    assert os.sched_getaffinity(0) == set(range(os.cpu_count()))       # the thread's binding was its own

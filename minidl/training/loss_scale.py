@@ -27,10 +27,12 @@ class DynamicLossScale:
 
     def __init__(self, device: Device, config: LossScale) -> None:
         self.xp, self.config, self.device = device.xp, config, device
-        self.scale = device.asarray(config.init, dtype=np.float32)
+        self.scale = self.xp.empty((), dtype=np.float32)
         self.clean = self.xp.zeros((), dtype=np.int64)
         self.skipped = self.xp.zeros((), dtype=np.int64)
-        self.gate = device.asarray(True)       # this step's update goes ahead
+        self.gate = self.xp.empty((), dtype=bool)       # this step's update goes ahead
+        device.fill(self.scale, config.init)
+        device.fill(self.gate, True)
 
     def scale_grad(self, gz: Array) -> None:
         """gz *= scale, in place: the loss gradient that starts backward."""

@@ -87,7 +87,8 @@ class TrainStep:
             reducer.watch(self.net)
         self.overwrite = self.net.overwrites_grads           # backward overwrites: no zero_grad
         xp = self.device.xp
-        self.finite, self.good_steps = self.device.asarray(True), xp.zeros((), "int64")
+        self.finite, self.good_steps = xp.empty((), bool), xp.zeros((), "int64")
+        self.device.fill(self.finite, True)
         self._gz: Array | None = None
         self._captured: dict[int, tuple[Array, CapturedCall]] = {}
 

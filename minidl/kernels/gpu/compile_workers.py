@@ -50,6 +50,7 @@ def start(dev: int) -> None:
         try:
             procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))
+            unbind(procs[-1].pid)          # before its imports: they alone are a second of CPU
         except OSError:                 # no processes to spare: the training process compiles the rest
             break
     _cuda._workers.extend(procs)
@@ -115,7 +116,6 @@ def claim(folder: str, i: int | str) -> bool:
 
 def main(argv: Sequence[str]) -> int:
     dev, claims, n, stamp = int(argv[0]), argv[1], int(argv[2]), argv[3]
-    unbind()
     import cupy as cp
     cp.cuda.Device(dev).use()
     import importlib
@@ -136,14 +136,14 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def unbind() -> None:
-    """Run on any core of the machine (this thread, on Linux). An MPI launcher may bind each rank to
-    one core (Open MPI does for two ranks), and the workers a rank starts, and its compile pool's
-    threads, inherit that binding: eight workers then shared the rank's one core with it, and its
-    start took four times longer. Both live for the first seconds of a run only."""
+def unbind(pid: int = 0) -> None:
+    """Let process `pid` (0: this thread, on Linux) run on any core of the machine. An MPI launcher may
+    bind each rank to one core (Open MPI does for two ranks), and the workers a rank starts, and its
+    compile pool's threads, inherit that binding: eight workers then shared the rank's one core with
+    it, and its start took four times longer. Both live for the first seconds of a run only."""
     if hasattr(os, "sched_setaffinity"):
         try:
-            os.sched_setaffinity(0, range(os.cpu_count() or 1))
+            os.sched_setaffinity(pid, range(os.cpu_count() or 1))
         except OSError:                          # a cgroup that forbids it: stay where we are
             pass
 
