@@ -12,6 +12,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("compile_workers", ROOT / "minidl/kernels/gpu/compile_workers.py")
 workers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(workers)        # not through minidl.kernels.gpu, whose package imports CuPy
+_spec = importlib.util.spec_from_file_location("affinity", ROOT / "minidl/kernels/gpu/affinity.py")
+affinity = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(affinity)
 
 
 def _module(code, names):
@@ -105,7 +108,7 @@ def test_a_worker_started_from_a_rank_bound_to_one_core_runs_on_every_core():
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         os.sched_setaffinity(child.pid, {0})                 # as it inherits it from a bound rank
-        workers.unbind(child.pid)
+        affinity.unbind(child.pid)
         assert os.sched_getaffinity(child.pid) == set(range(os.cpu_count()))
     finally:
         child.communicate(b"")
@@ -113,7 +116,7 @@ def test_a_worker_started_from_a_rank_bound_to_one_core_runs_on_every_core():
 
     def pool_thread():                                      # a pool thread of a bound rank: itself only
         os.sched_setaffinity(0, {0})
-        workers.unbind()
+        affinity.unbind()
         seen.append(os.sched_getaffinity(0))
     t = threading.Thread(target=pool_thread)
     t.start()

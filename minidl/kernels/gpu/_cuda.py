@@ -36,7 +36,7 @@ from typing import Any
 
 import cupy as cp
 
-from . import _dtypes, _nvrtc
+from . import _dtypes, _nvrtc, affinity
 
 # The 2-byte types of a precision policy, for RawKernels that read them as float (HALF_CODE's Acc).
 HALF_CTYPES = _dtypes.HALF_CTYPES
@@ -191,9 +191,8 @@ def prefetch():
     if _pool or not _flag("MINIDL_PARALLEL_COMPILE", "1"):
         return
     workers = max(1, min(8, (os.cpu_count() or 2) - 1))
-    from .compile_workers import unbind          # an MPI rank bound to one core: its helpers are not
     _pool.append(concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="minidl-compile",
-                                                       initializer=unbind))
+                                                       initializer=affinity.unbind))   # not an MPI rank's one core
     _pool_device.append(cp.cuda.runtime.getDevice())
     for m in _registry:
         _submit(m)

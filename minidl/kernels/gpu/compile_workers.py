@@ -35,6 +35,7 @@ def start(dev: int) -> None:
     pool's threads wait for them before loading what they compiled; before `_cuda.prefetch`."""
     import cupy as cp
     from . import _cuda
+    from .affinity import unbind
     n = count()
     off = n < 1 or not _cuda._flag("MINIDL_PARALLEL_COMPILE", "1") or _cuda._flag("CUPY_CACHE_IN_MEMORY", "0")
     if off or cp.cuda.Device(dev).attributes.get("ComputeMode", 0) != 0:     # one process a GPU: none
@@ -134,18 +135,6 @@ def main(argv: Sequence[str]) -> int:
     stream.synchronize()
     finished(claims, n, stamp)
     return 0
-
-
-def unbind(pid: int = 0) -> None:
-    """Let process `pid` (0: this thread, on Linux) run on any core of the machine. An MPI launcher may
-    bind each rank to one core (Open MPI does for two ranks), and the workers a rank starts, and its
-    compile pool's threads, inherit that binding: eight workers then shared the rank's one core with
-    it, and its start took four times longer. Both live for the first seconds of a run only."""
-    if hasattr(os, "sched_setaffinity"):
-        try:
-            os.sched_setaffinity(pid, range(os.cpu_count() or 1))
-        except OSError:                          # a cgroup that forbids it: stay where we are
-            pass
 
 
 def work(claims: str, numbered: Iterable[tuple[int, Callable[[], None]]]) -> None:
