@@ -60,6 +60,17 @@ class _TwinArray(np.ndarray):
     pass
 
 
+@pytest.mark.parametrize("shape,dtype,value", [((), bool, True), ((), np.float64, 0.25), ((3, 2), np.int64, 7)])
+def test_device_fill_sets_every_element_in_place(shape, dtype, value):
+    """Device.fill: a run's counters and flags set from the host (on the GPU: no fill kernel to compile)."""
+    dev = get_device("cpu")
+    a = np.zeros(shape, dtype)
+    before = a.__array_interface__["data"][0]
+    dev.fill(a, value)
+    assert a.__array_interface__["data"][0] == before and a.dtype == dtype and a.shape == shape
+    np.testing.assert_array_equal(a, np.full(shape, value, dtype))
+
+
 def test_a_backend_registered_from_outside_runs_a_model(monkeypatch):
     monkeypatch.setattr(backends, "_REGISTRY", dict(backends._REGISTRY))    # the registration ends with the test
     twin = backends.register(_Twin())
