@@ -27,6 +27,7 @@ after another, about half a second each), so:
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import heapq
 import itertools
 import os
@@ -268,6 +269,19 @@ def lock_folder():
     """Where the compile locks (and the compile workers' stamps) live: beside CuPy's kernel cache."""
     return os.path.join(os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache"),
                         "minidl-locks")
+
+
+def stamp_path(dev: int) -> str:
+    """The file that says this GPU's caches hold every job of the compile workers (gpu/compile_workers.py)
+    and the rehearsals (gpu/ahead.py) for these kernel sources."""
+    h = hashlib.sha1(repr((cp.__version__, cp.cuda.runtime.runtimeGetVersion(),
+                           cp.cuda.Device(dev).compute_capability)).encode())
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + f.read())
+    return os.path.join(lock_folder(), f"workers-{h.hexdigest()[:16]}.done")
 
 
 _nvrtc.install(progress, _flag, lock_folder)

@@ -15,6 +15,8 @@ compute dtype and both memory orders (a small model runs NCHW, a large one chann
 """
 from __future__ import annotations
 
+import os
+
 import cupy as cp
 import numpy as np
 
@@ -107,9 +109,16 @@ REHEARSALS = (_loader, _flags_and_metrics, _learning_rate, _updates, _augment, _
 
 
 def training() -> None:
-    """Queue every rehearsal on the compile pool (once per process; nothing without the pool)."""
+    """Queue every rehearsal on the compile pool (once per process; nothing without the pool, nor where
+    the compile workers' stamp says CuPy's cache holds their kernels already).
+
+    Rehearsing on a warm cache compiles nothing, and it cost the run's speed: every CUDA graph of runs
+    that had rehearsed replayed 7% slower, LeNet-5's and ResNet-50's training steps alike (H200,
+    docs/cold-start.md), where one rehearsal alone did not."""
     if not _done:
         _done.append(True)
+        if os.path.exists(_cuda.stamp_path(cp.cuda.runtime.getDevice())):
+            return
         for fn in REHEARSALS:
             _cuda.ahead(fn)
 

@@ -40,7 +40,7 @@ def start(dev: int) -> None:
     off = n < 1 or not _cuda._flag("MINIDL_PARALLEL_COMPILE", "1") or _cuda._flag("CUPY_CACHE_IN_MEMORY", "0")
     if off or cp.cuda.Device(dev).attributes.get("ComputeMode", 0) != 0:     # one process a GPU: none
         return
-    stamp = stamp_path(dev)
+    stamp = _cuda.stamp_path(dev)
     if os.path.exists(stamp):           # the caches hold every job already
         return
     claims = tempfile.mkdtemp(prefix="minidl-compile-")
@@ -81,20 +81,6 @@ def finished(claims: str, n: int, stamp: str, me: int | None = None) -> None:
         except OSError:                 # a read-only cache: the next run starts workers again
             pass
         shutil.rmtree(claims, ignore_errors=True)
-
-
-def stamp_path(dev: int) -> str:
-    """The file that says this GPU's caches hold every job of these kernel sources."""
-    import cupy as cp
-    from . import _cuda
-    h = hashlib.sha1(repr((cp.__version__, cp.cuda.runtime.runtimeGetVersion(),
-                           cp.cuda.Device(dev).compute_capability)).encode())
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as f:
-                h.update(name.encode() + f.read())
-    return os.path.join(_cuda.lock_folder(), f"workers-{h.hexdigest()[:16]}.done")
 
 
 def jobs(registry: Sequence[Any], rehearsals: Sequence[Callable[[], None]]) -> list[Callable[[], None]]:
