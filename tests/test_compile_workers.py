@@ -1,8 +1,11 @@
 """The compile workers' shared work list and claims (minidl/kernels/gpu/compile_workers.py): plain
 Python, checked without a GPU; tests/gpu/test_cold_start.py runs them for real."""
 import importlib.util
+import json
 import os
 import pathlib
+import subprocess
+import sys
 import threading
 import types
 
@@ -123,3 +126,32 @@ def test_a_worker_started_from_a_rank_bound_to_one_core_runs_on_every_core():
     t.join()
     assert seen == [set(range(os.cpu_count()))]
     assert os.sched_getaffinity(0) == set(range(os.cpu_count()))       # the thread's binding was its own
+
+
+_REHEARSE = """
+import json, os, sys
+from unittest import mock
+for name in ("cupy", "cupy.cuda", "cudnn"):
+    sys.modules[name] = mock.MagicMock(name=name)      # module-level calls return stand-ins
+from minidl.kernels.gpu import _cuda, ahead
+stamp, queued = sys.argv[1], []
+_cuda.stamp_path = lambda dev: stamp
+_cuda.ahead = queued.append
+ahead.training()                      # the stamp is there: CuPy's cache holds every rehearsal's kernels
+warm = len(queued)
+os.remove(stamp)
+ahead._done.clear()
+ahead.training()
+print(json.dumps({"warm": warm, "cold": queued == list(ahead.REHEARSALS)}))
+"""
+
+
+def test_the_rehearsals_run_only_where_the_workers_stamp_is_missing(tmp_path):
+    """On a warm cache they would compile nothing, and runs that rehearsed replayed their CUDA graphs 7%
+    slower (docs/cold-start.md). In a child process with CuPy stood in, so no other test sees it."""
+    stamp = tmp_path / "workers-x.done"
+    stamp.write_text("")
+    run = subprocess.run([sys.executable, "-c", _REHEARSE, str(stamp)], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.splitlines()[-1]) == {"warm": 0, "cold": True}
