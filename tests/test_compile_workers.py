@@ -1,5 +1,6 @@
-"""The compile workers' shared work list and claims (minidl/kernels/gpu/compile_workers.py): plain
-Python, checked without a GPU; tests/gpu/test_cold_start.py runs them for real."""
+"""The compile workers' shared work list and claims (minidl/kernels/gpu/compile_workers.py), and where the
+pool's rehearsals run (gpu/ahead.py): plain Python, checked without a GPU; tests/gpu/test_cold_start.py
+runs them for real."""
 import importlib.util
 import json
 import os
