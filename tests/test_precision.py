@@ -205,6 +205,36 @@ def test_a_channels_last_convolution_trains_on_filters_lying_k_kh_kw_c():
     assert np.abs(outs[1][2]).sum() > 0
 
 
+def test_a_model_built_channels_last_keeps_its_filters_k_kh_kw_c_in_its_own_arena():
+    """An inference lowering's channels-last convolutions are built as such: their 3x3 filters lie
+    K, kH, kW, C in the model's own arena (cuDNN would transpose them at every call), 1x1 ones as
+    they are; the weights read and written keep their (K, C, kH, kW) meaning, and a half-precision
+    copy of such a master is taken as it lies."""
+    def build(cl):
+        x = L.Input((3, 6, 6))
+        y = L.Conv2D(4, (1, 1), channels_last=cl)(L.Conv2D(5, (3, 3), padding=1, channels_last=cl)(x))
+        return dl.Model(x, L.Dense(2)(L.Flatten()(y)), device="cpu", seed=0)
+    plain, cl = build(False), build(True)
+    cl.set_weights(plain.get_weights())
+    w3, w1 = (l.w for l in cl.layers if l.kind == "conv2d")
+    p3 = next(l.w for l in plain.layers if l.kind == "conv2d")
+    assert w3.data.transpose(0, 2, 3, 1).flags.c_contiguous and not w3.data.flags.c_contiguous
+    assert w3.grad.strides == w3.data.strides and w1.data.flags.c_contiguous
+    o, n = w3.offset, w3.size
+    assert np.array_equal(cl.flat[o:o + n], p3.data.transpose(0, 2, 3, 1).ravel())
+    assert all(np.array_equal(a, b) for a, b in zip(cl.get_weights().values(), plain.get_weights().values()))
+    v = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    for net in (plain, cl):
+        net.zero_grad()
+        net.forward(v, training=True)
+        net.backward(np.ones((2, 2), np.float32), input_grads=False)
+    assert np.array_equal(cl.forward(v), plain.forward(v))
+    assert all(np.array_equal(a, b) for a, b in zip(cl.get_grads().values(), plain.get_grads().values()))
+    half = cl.lower(lambda g: passes.cast(passes.training(g), BF16))
+    half.forward(v)
+    assert np.array_equal(next(l.w for l in half.layers if l.kind == "conv2d").data, w3.data.astype(BF16))
+
+
 def test_a_model_with_half_precision_weights_of_its_own_is_not_trained_by_hand():
     x = L.Input((5,))
     model = dl.Model(x, L.Dense(3)(L.Cast("bfloat16")(x)))

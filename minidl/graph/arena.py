@@ -12,11 +12,12 @@ checkpoints and the gradient all-reduce see only the float32 arenas.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 import numpy as np
 
 from .._types import Array
+from ..kernels.shapes import filter_view
 
 if TYPE_CHECKING:
     from ..backend import Device
@@ -37,11 +38,15 @@ def _layout(params, itemsize):
     return offsets, end
 
 
-def allocate(xp: ModuleType, dtype: np.dtype, params: Sequence[Parameter]) -> Arenas:
+def allocate(xp: ModuleType, dtype: np.dtype, params: Sequence[Parameter], krsc: Collection[Parameter] = ()
+             ) -> Arenas:
     """(flat, grads, state_flat) in `dtype` for `params`; every Parameter gets its views and offset.
 
     The gaps between tensors hold zeros with zero gradients, which every optimizer leaves at zero.
+    The (K, C, kH, kW) filters in `krsc` lie K, kH, kW, C in their range (a channels-last convolution
+    built as such, an inference lowering's: cuDNN would otherwise transpose them at every call).
     """
+    permuted = {id(p) for p in krsc}
     trainable = [p for p in params if p.trainable]
     frozen = [p for p in params if not p.trainable]
     (t_off, t_end), (f_off, f_end) = _layout(trainable, dtype.itemsize), _layout(frozen, dtype.itemsize)
@@ -49,7 +54,8 @@ def allocate(xp: ModuleType, dtype: np.dtype, params: Sequence[Parameter]) -> Ar
     grads = xp.zeros_like(flat)
     state_flat = xp.zeros(f_end, dtype=dtype)
     for p, o in zip(trainable, t_off):
-        p.data, p.grad, p.offset = flat[o:o + p.size].reshape(p.shape), grads[o:o + p.size].reshape(p.shape), o
+        view = (lambda a: filter_view(a, p.shape, True)) if id(p) in permuted else (lambda a: a.reshape(p.shape))
+        p.data, p.grad, p.offset = view(flat[o:o + p.size]), view(grads[o:o + p.size]), o
     for p, o in zip(frozen, f_off):
         p.data, p.grad, p.offset = state_flat[o:o + p.size].reshape(p.shape), None, o
     return flat, grads, state_flat
@@ -76,7 +82,7 @@ class Copies:
             copy.data, copy.grad = (self.kernels.filter_view(a[o:o + n], copy.shape, True) if cl
                                     else a[o:o + n].reshape(copy.shape) for a in (self.flat, self.grads))
             copy.offset = o
-            if cl:
+            if cl and master.data.flags.c_contiguous:        # a master lying K, kH, kW, C is copied as it lies
                 permuted.append((o,) + tuple(copy.shape))
             else:
                 mask[o:o + n] = True
@@ -102,14 +108,23 @@ class Copies:
         self.grads.fill(0)
 
 
-def allocate_by_dtype(xp: ModuleType, main: np.dtype, params: Mapping[str, Parameter], dtypes: Mapping[str, np.dtype]
-                      ) -> tuple[Arenas, dict[np.dtype, Arenas]]:
+def allocate_by_dtype(xp: ModuleType, main: np.dtype, params: Mapping[str, Parameter], dtypes: Mapping[str, np.dtype],
+                      krsc: Collection[str] = ()) -> tuple[Arenas, dict[np.dtype, Arenas]]:
     """((flat, grads, state_flat) in `main`, {dtype: the same} for the parameters of layers computing
-    in other dtypes): the arenas of a model built afresh. params, dtypes: {key: Parameter}, {key: dtype}."""
+    in other dtypes): the arenas of a model built afresh. params, dtypes: {key: Parameter}, {key: dtype};
+    krsc: the keys of the filters that lie K, kH, kW, C (krsc_keys)."""
     groups: dict[np.dtype, list[Parameter]] = {}
     for k, p in params.items():
         groups.setdefault(dtypes[k], []).append(p)
-    return allocate(xp, main, groups.pop(main, [])), {dt: allocate(xp, dt, ps) for dt, ps in groups.items()}
+    filters = [params[k] for k in krsc]
+    return (allocate(xp, main, groups.pop(main, []), filters),
+            {dt: allocate(xp, dt, ps, filters) for dt, ps in groups.items()})
+
+
+def krsc_keys(model: Model) -> set[str]:
+    """The 'layer/param' keys of the filters `model`'s layers read lying K, kH, kW, C (their
+    `channels_last_params`: a channels-last convolution's)."""
+    return {f"{layer.name}/{k}" for layer in model.layers for k in layer.channels_last_params}
 
 
 def share(lowered: Model, model: Model) -> list[Copies]:
@@ -117,7 +132,7 @@ def share(lowered: Model, model: Model) -> list[Copies]:
     Parameter, or a trainable copy of it in another dtype. The copies of the parameters its layers
     declare `channels_last_params` lie K, kH, kW, C."""
     params, dtypes = lowered.params, lowered._dtypes
-    channels_last = {f"{layer.name}/{k}" for layer in lowered.layers for k in layer.channels_last_params}
+    channels_last = krsc_keys(lowered)
     pairs: dict[np.dtype, list[tuple[Parameter, Parameter, bool]]] = {}
     for k, p in params.items():
         master = model.params.get(k)

@@ -129,7 +129,7 @@ class Model(FamiliarAPI):
     def _allocate(self):
         """The arenas (graph/arena.py): one in the device's dtype, one more per other dtype layers compute in."""
         (self.flat, self.grads, self.state_flat), self.side_arenas = arena.allocate_by_dtype(
-            self.device.xp, self.device.dtype, self.params, self._dtypes)
+            self.device.xp, self.device.dtype, self.params, self._dtypes, arena.krsc_keys(self))
 
     def init_weights(self, seed: int = 0) -> None:
         """Draw every parameter from its initializer with one seeded host generator."""

@@ -2,6 +2,9 @@
 Outputs lie in their input's memory order (NCHW or channels-last); channels-last arrays run as their
 dense NHWC views with the channel innermost, so neighbouring threads read neighbouring values.
 
+Channels-last max pooling over 16-byte groups of channels runs vectorised (_pool_vec.py), with the
+same results.
+
 Backward kernels gather rather than scatter, so they need no zeroing and no atomics. Max pooling
 routes the gradient to the first maximum of each window in row-major order (as PyTorch); padded
 positions never win. Average pooling divides by kH*kW, padding included (PyTorch's default).
@@ -16,6 +19,7 @@ import numpy as np
 
 from ..._types import Array
 from ..shapes import PoolPlan, pool2d_plan  # noqa: F401  plans are shape arithmetic: one definition
+from . import _pool_vec as _vec
 from ._dtypes import ELEMENTWISE
 from ._util import ACC, NHWC, channels_last, in_order, memory, out_array
 
@@ -139,7 +143,11 @@ def _run(kernel, arrays, out, geometry_of):
 
 def maxpool2d_fprop(plan: PoolPlan, x: Array, out: Array | None = None) -> Array:
     """y = max over each window.   x (N, C, H, W) -> y (N, C, oH, oW), in x's memory order."""
-    y = out_array(out, _y_shape(plan, x.shape), x.dtype, cl=channels_last(x))
+    cl = channels_last(x)
+    y = out_array(out, _y_shape(plan, x.shape), x.dtype, cl=cl)
+    if cl and _vec.takes(views := [memory(x, True), y.transpose(NHWC)], x.shape[1]):
+        _vec.maxpool_fprop(plan, *views)
+        return y
     return _run("max_f", [x], y, (plan, x.shape[1], x.shape))
 
 
@@ -147,6 +155,9 @@ def maxpool2d_bprop(plan: PoolPlan, x: Array, y: Array, gy: Array, out: Array | 
     """gx = gy routed to each window's (first) maximum.   -> gx (N, C, H, W), in x's memory order."""
     cl = channels_last(x)
     gx = out_array(out, x.shape, x.dtype, cl=cl)
+    if cl and _vec.takes(views := [memory(a, True) for a in (x, y, gy)] + [gx.transpose(NHWC)], x.shape[1]):
+        _vec.maxpool_bprop(plan, *views)
+        return gx
     return _run("max_b", [x, in_order(y, cl), in_order(gy, cl)], gx, (plan, x.shape[1], x.shape))
 
 
