@@ -145,7 +145,7 @@ def _size(shape: Sequence[int | None], N: int) -> int:
 
 def _fed_by_input(node: Node) -> bool:
     """Whether the node reads a model input directly or through views (its dgrad is never needed)."""
-    p, = node.parents
+    p = node.parents[0]                 # a residual conv's second input (its shortcut) is no image
     while p.layer is not None and p.kind in VIEWS:
         p, = p.parents
     return p.layer is None
@@ -153,7 +153,7 @@ def _fed_by_input(node: Node) -> bool:
 
 def gemm_flops(node: Node, N: int) -> float:
     """Forward FLOPs (2 x MACs) of a conv or dense node at batch N: 2 N K oH oW C kH kW, or 2 N K C."""
-    layer, (x,) = node.layer, [p.shape for p in node.parents]
+    layer, x = node.layer, node.parents[0].shape           # a residual conv's shortcut adds no MACs
     if node.kind == "conv2d":
         kH, kW = layer.ksize  # type: ignore[attr-defined]  # a Conv2D (its kind)
         return 2.0 * _size(node.shape, N) * x[1] * kH * kW

@@ -18,6 +18,28 @@ def test_conv2d_without_bias_and_rectangular_kernel():
     gradcheck(Conv2D(2, (2, 3), bias=False, padding=1), [(1, 3, 5, 5)])
 
 
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_residual_conv2d_adds_z_before_its_activation_and_passes_the_gradient_to_z(activation):
+    """act(conv(x) + b + z): the inference passes' fusion of a shortcut Add (passes.fuse_residual_adds)."""
+    rng = np.random.default_rng(3)
+    x, z = rng.standard_normal((2, 2, 6, 5)), rng.standard_normal((2, 3, 6, 5))
+    a, r = Input(x.shape[1:]), Input(z.shape[1:])
+    layer = Conv2D(3, 3, padding=1, activation=activation, residual=True)
+    model = Model([a, r], layer(a, r), dtype="float64")
+    plain = Model(a, Conv2D(3, 3, padding=1, name="plain")(a), dtype="float64")
+    plain.set_weights({"plain/w": layer.w.data, "plain/b": layer.b.data})
+    want = plain.forward(x) + z
+    np.testing.assert_allclose(model.forward(x, z), np.maximum(want, 0) if activation else want, rtol=1e-13)
+    gradcheck(Conv2D(3, 3, padding=1, activation=activation, residual=True), [(2, 2, 6, 5), (2, 3, 6, 5)])
+
+
+def test_residual_conv2d_rejects_a_residual_of_another_shape_naming_both():
+    a, r = Input((2, 6, 5)), Input((3, 3, 3))
+    with pytest.raises(ValueError, match=r"conv2d.*residual input \(N, 3, 3, 3\) is not the output's shape "
+                                         r"\(N, 3, 6, 5\)"):
+        Model([a, r], Conv2D(3, 3, padding=1, residual=True)(a, r))
+
+
 @pytest.mark.parametrize("stride,padding,dilation", [(1, 0, 1), (2, "same", 1), ((2, 1), (0, 1), (1, 2))])
 def test_conv2d_forward_matches_loop_reference(stride, padding, dilation):
     rng = np.random.default_rng(0)

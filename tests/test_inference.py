@@ -75,6 +75,20 @@ def test_resnet18_folds_every_bn_and_equals_the_model():
     assert stem.name == "conv2d" and stem.padding == (3, 3, 3, 3) and stem.activation == "relu"
 
 
+def test_resnet50_adds_each_shortcut_in_its_blocks_last_conv():
+    """A bottleneck's last conv is 1x1 of stride 1 (`takes_residual`): its block's Add and ReLU become that
+    conv's residual input and activation (the GPU's GEMM epilogue); ResNet-18's 3x3 ones stay as they are."""
+    model = randomize(models.resnet(50))
+    x = batch(2)
+    _, z = eval_outputs(model, x)
+    m = inference.compile(model)
+    residual = [n for n in m.nodes if n.kind == "conv2d" and n.layer.residual]
+    assert m.stats["add_fused"] == 16 and len(residual) == 16 and "add" not in kinds(m)
+    assert all(n.layer.ksize == (1, 1) and n.layer.activation == "relu" and len(n.parents) == 2 for n in residual)
+    assert_close(m.predict(x), z)
+    assert not inference.compile(randomize(models.resnet(18))).stats.get("add_fused")
+
+
 def test_float64_compile_of_resnet18_is_tight():
     model = randomize(models.resnet(18, dtype="float64"))
     x = batch(2).astype(np.float64)

@@ -79,9 +79,12 @@ class _Emitter:
     def conv2d(self, node, ins, out, w):
         layer, plan = node.layer, node.layer.plan
         args = [self.const(f"{out}/w", w["w"])] + ([self.const(f"{out}/b", w["b"])] if "b" in w else [])
-        return self.with_activation(layer, "Conv", ins + args, out, kernel_shape=list(layer.ksize),
-                                    strides=list(plan.stride), dilations=list(plan.dilation),
-                                    pads=_onnx_pads(*plan.pads))
+        attrs = dict(kernel_shape=list(layer.ksize), strides=list(plan.stride), dilations=list(plan.dilation),
+                     pads=_onnx_pads(*plan.pads))
+        if not layer.residual:
+            return self.with_activation(layer, "Conv", ins + args, out, **attrs)
+        self.op("Conv", ins[:1] + args, out + "/conv", **attrs)          # a residual conv: + z, then its ReLU
+        return self.with_activation(layer, "Add", [out + "/conv", ins[1]], out)
 
     def dense(self, node, ins, out, w):
         K = node.layer.K

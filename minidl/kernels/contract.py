@@ -47,6 +47,10 @@ class Conv(Protocol):
     def conv2d_bias_relu_fprop(self, plan: ConvPlan, x: Array, w: Array, b: Array | None, out: Array | None = None,
                                cl: bool = False) -> Array:
         """max(conv(x, w) + b, 0) in one call (inference): an extra, Conv2D asks Device.has."""
+    def conv2d_bias_add_act_fprop(self, plan: ConvPlan, x: Array, w: Array, b: Array | None, z: Array,
+                                  relu: bool = True, out: Array | None = None, cl: bool = False) -> Array:
+        """act(conv(x, w) + b + z), z of the output's shape, in one call (inference: a residual add in the
+        conv's epilogue): an extra, Conv2D asks Device.has."""
 
 
 class Dense(Protocol):
@@ -250,7 +254,7 @@ class Family(NamedTuple):
 
 
 FAMILIES = {
-    "conv": Family(Conv, HALF, extras=("conv2d_bias_relu_fprop",)),
+    "conv": Family(Conv, HALF, extras=("conv2d_bias_relu_fprop", "conv2d_bias_add_act_fprop")),
     "dense": Family(Dense, HALF),
     "activation": Family(Activation, HALF),
     "merge": Family(Merge, HALF),

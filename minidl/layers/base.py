@@ -93,6 +93,7 @@ class Layer:
     layouts: tuple[str, ...] = ()          # memory orders it can write its output in ("channels_last": its argument)
     commutes_with: tuple[str, ...] = ()    # activations f with layer(f(x)) = f(layer(x)), gradients too
                                            # (max-pool: ReLU)
+    takes_residual = False         # the layer can add a second input of its output's shape (passes.fuse_residual_adds)
     inference_identity = False     # the layer is the identity in evaluation (dropout): inference drops it
     needs_rng = False              # forward draws random numbers from device.rng in training (dropout)
     keeps_fp32 = False             # computes in float32 under every precision policy (BN statistics, softmax)

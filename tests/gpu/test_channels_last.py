@@ -69,6 +69,10 @@ def test_conv2d_reads_and_writes_channels_last(dt, x_shape, w_shape, stride, pad
     is_cl(got)
     close(got, y, tol)
     close(g.conv2d_bias_relu_fprop(plan, dx, dw, db, cl=True), np.maximum(y, 0), tol)
+    z = rnd(rand(*y.shape, seed=4))         # the shortcut lies as y does
+    got = g.conv2d_bias_add_act_fprop(plan, dx, dw, db, nhwc(z, dt), cl=True)
+    is_cl(got)
+    close(got, np.maximum(y + z, 0), tol)
     gx = g.conv2d_dgrad(plan, dgy, dw)
     if x_shape[1] > 1:
         is_cl(gx)                                  # follows gy

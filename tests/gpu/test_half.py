@@ -67,6 +67,9 @@ def test_conv2d(dt, pair, x_shape, w_shape, stride, padding):
     check(g.conv2d_fprop(plan, dx, dw), c.conv2d_fprop(plan, x, w), dt)
     check(g.conv2d_fprop(plan, dx, dw, db), y, dt)
     check(g.conv2d_bias_relu_fprop(plan, dx, dw, db), np.maximum(y, 0), dt)
+    z, dz = pair(*y.shape)                  # a shortcut added, with and without the ReLU
+    check(g.conv2d_bias_add_act_fprop(plan, dx, dw, db, dz), np.maximum(y + z, 0), dt)
+    check(g.conv2d_bias_add_act_fprop(plan, dx, dw, db, dz, relu=False), y + z, dt)
     check(g.conv2d_dgrad(plan, dgy, dw), c.conv2d_dgrad(plan, gy, w), dt)
     want = gw0.copy()
     c.conv2d_wgrad(plan, x, gy, want)

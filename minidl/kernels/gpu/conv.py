@@ -12,9 +12,9 @@ import numpy as np
 
 from ..._types import Array, DTypeLike
 from ..shapes import ConvPlan, conv2d_plan  # noqa: F401  plans are shape arithmetic: one definition
-from . import cudnn_graphs as _cd, engines, small_conv as _small
+from . import _cublaslt as _lt, cudnn_graphs as _cd, engines, small_conv as _small
 from ._dtypes import ELEMENTWISE
-from ._util import RELU, channels_last, in_order, lies_in, out_array, pointwise
+from ._util import ADD_RELU, NHWC, RELU, channels_last, in_order, lies_in, memory, out_array, pointwise
 
 # float64: cuDNN's double engines, if it has them (dtype_problem); float16/bfloat16: half io, FLOAT compute
 DTYPES = ELEMENTWISE
@@ -119,6 +119,38 @@ def conv2d_bias_relu_fprop(plan: ConvPlan, x: Array, w: Array, b: Array | None, 
     """y = max(conv(x, w) + b, 0) as one cuDNN graph (inference; float64: the conv, then one kernel).
     Shapes and `cl` as conv2d_fprop."""
     return _fprop("conv_bias_relu_fprop", plan, x, w, b, out, relu=True, cl=cl)
+
+
+def conv2d_bias_add_act_fprop(plan: ConvPlan, x: Array, w: Array, b: Array | None, z: Array, relu: bool = True,
+                              out: Array | None = None, cl: bool = False) -> Array:
+    """y = act(conv(x, w) + b + z): a residual z (y's shape and dtype) added and the ReLU applied (if `relu`) in
+    one GEMM's epilogue where the conv is one GEMM (1x1, stride 1, unpadded, channels-last or H = W = 1;
+    _cublaslt.py) and that is the faster at this shape, else the conv and then one kernel (inference: a
+    ResNet bottleneck's shortcut add). Shapes and `cl` as conv2d_fprop."""
+    _check_x(plan, x)
+    y = out_array(out, (x.shape[0],) + tuple(plan.out_shape[1:]), x.dtype, cl=cl)
+    if z.shape != y.shape or z.dtype != y.dtype:
+        raise ValueError(f"conv2d: the residual z is {z.dtype} {z.shape}, the output {y.dtype} {y.shape}")
+
+    def unfused():
+        _fprop("conv_fprop", plan, x, w, b, y, relu=False, cl=cl)
+        return pointwise(ADD_RELU if relu else cp.add, y, in_order(z, channels_last(y)), out=y)
+
+    N, C, H, W = x.shape
+    gemm = (tuple(plan.w_shape[2:]) == (1, 1) and tuple(plan.stride) == (1, 1) and not any(plan.pads)
+            and w._c_contiguous and _lt.takes(x.dtype) and w.dtype == x.dtype and (b is None or b.dtype == x.dtype)
+            and (H * W == 1 or all(lies_in(a, True) for a in (x, y))))
+    if not gemm:
+        return unfused()
+    M, K = N * H * W, plan.w_shape[0]
+    x2, z2, y2 = memory(x, True).reshape(M, C), memory(z, True).reshape(M, K), y.transpose(NHWC).reshape(M, K)
+
+    def fused():
+        return _lt.matmul(x2, w.reshape(K, C), y2, b, z2, relu, _cd.tf32_enabled())
+
+    key = ("conv_residual_gemm", x.shape, x.dtype.name, K, b is not None, relu, _cd.tf32_enabled())
+    (fused if engines.fastest(key, {"gemm": fused, "conv": unfused}) == "gemm" else unfused)()
+    return y
 
 
 def conv2d_dgrad(plan: ConvPlan, gy: Array, w: Array, out: Array | None = None, cl: bool | None = None) -> Array:
