@@ -109,6 +109,7 @@ def every_kind():
     h = L.ReLU()(L.BatchNorm2D()(a))                            # a reads twice: BN is not folded
     h = L.BatchNorm2D()(L.Conv2D(8, 3, padding=1, bias=False, dilation=1)(h))
     h = L.LeakyReLU(0.1)(L.Add()(h, a))
+    h = L.ReLU()(L.Add()(L.Conv2D(8, 1)(h), h))                 # a residual 1x1 conv: Conv, then Add and Relu
     h = L.Pad2D((1, 0, 2, 1), value=0.5)(h)
     h = L.Conv2D(8, 3, stride=2, dilation=(1, 2))(L.Pad2D((0, 1, 0, 1))(L.Dropout(0.3)(h)))
     h = L.MaxPool2D(3, stride=1, padding=1)(L.LRN(size=3)(h))
@@ -124,7 +125,9 @@ def test_every_node_kind_exports_and_equals_minidl(probabilities):
     model = every_kind()
     x = np.random.default_rng(0).standard_normal((7, 3, 12, 12)).astype(np.float32)
     proto, got = onnx_run(model, x, probabilities)
-    want = inference.compile(model, device="cpu", probabilities=probabilities).predict(x)
+    compiled = inference.compile(model, device="cpu", probabilities=probabilities)
+    assert compiled.stats["add_fused"] == 1
+    want = compiled.predict(x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     ops = {n.op_type for n in proto.graph.node}
     assert {"Conv", "Relu", "BatchNormalization", "Add", "LeakyRelu", "Pad", "LRN", "MaxPool", "AveragePool",
