@@ -75,9 +75,10 @@ def test_resnet18_folds_every_bn_and_equals_the_model():
     assert stem.name == "conv2d" and stem.padding == (3, 3, 3, 3) and stem.activation == "relu"
 
 
-def test_resnet50_adds_each_shortcut_in_its_blocks_last_conv():
+def test_resnet50_adds_each_shortcut_in_its_blocks_last_conv(tmp_path):
     """A bottleneck's last conv is 1x1 of stride 1 (`takes_residual`): its block's Add and ReLU become that
-    conv's residual input and activation (the GPU's GEMM epilogue); ResNet-18's 3x3 ones stay as they are."""
+    conv's residual input and activation (the GPU's GEMM epilogue), kept by an artifact; ResNet-18's 3x3
+    ones stay as they are."""
     model = randomize(models.resnet(50))
     x = batch(2)
     _, z = eval_outputs(model, x)
@@ -86,6 +87,8 @@ def test_resnet50_adds_each_shortcut_in_its_blocks_last_conv():
     assert m.stats["add_fused"] == 16 and len(residual) == 16 and "add" not in kinds(m)
     assert all(n.layer.ksize == (1, 1) and n.layer.activation == "relu" and len(n.parents) == 2 for n in residual)
     assert_close(m.predict(x), z)
+    back = inference.load(m.save(tmp_path / "r50.npz"), device="cpu")
+    assert back.stats["add_fused"] == 16 and np.array_equal(back.predict(x), m.predict(x))
     assert not inference.compile(randomize(models.resnet(18))).stats.get("add_fused")
 
 

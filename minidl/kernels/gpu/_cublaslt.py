@@ -16,6 +16,7 @@ it lies, C = zᵀ and D = yᵀ with K rows, the bias one value a row.
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import cupy as cp
 import numpy as np
@@ -33,7 +34,11 @@ _PREF_WORKSPACE, _PREF_ALIGN = 1, (5, 6, 7, 8)  # cublasLtMatmulPreferenceAttrib
 _WORKSPACE = 32 << 20
 _state: dict[str, object] = {"lib": None}
 _handles: dict[int, ctypes.c_void_p] = {}
-_plans: dict[tuple, tuple] = {}                 # shape key -> (desc, layouts, algo, kept alive)
+_plans: dict[tuple, Any] = {}                   # shape key -> (descriptor, layouts, algorithm); None: none
+
+
+class Unsupported(RuntimeError):
+    """cuBLASLt has no algorithm for this GEMM (its shape, dtype, alignments or epilogue)."""
 
 
 class _Heuristic(ctypes.Structure):             # cublasLtMatmulHeuristicResult_t
@@ -109,7 +114,7 @@ def _plan(lib, handle, key, M, K, C, dtype, relu, bias, tf32, aligns):
     status = lib.cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, cd, cd, pref, 1, ctypes.byref(result),
                                                 ctypes.byref(found))
     if status != 0 or found.value < 1:
-        raise RuntimeError(f"cuBLASLt has no algorithm for {M}x{C} by {C}x{K} ({np.dtype(dtype).name})")
+        raise Unsupported(f"cuBLASLt has no algorithm for {M}x{C} by {C}x{K} ({np.dtype(dtype).name})")
     _plans[key] = plan = (desc, layouts, result)
     return plan
 
@@ -128,8 +133,13 @@ def matmul(x: cp.ndarray, w: cp.ndarray, y: cp.ndarray, b: cp.ndarray | None = N
     src = y if z is None else z
     aligns = tuple(_alignment(a.data.ptr) for a in (w, x, src, y))
     key = (dev, M, K, C, x.dtype.char, relu, b is not None, bool(tf32), aligns)
-    desc, (a, bl, cd), algo = _plans.get(key) or _plan(lib, handle, key, M, K, C, x.dtype, relu, b is not None,
-                                                         tf32, aligns)
+    plan = _plans.get(key, _plans)
+    if plan is _plans:
+        _plans[key] = None                      # until made: a shape without an algorithm is asked once
+        plan = _plan(lib, handle, key, M, K, C, x.dtype, relu, b is not None, tf32, aligns)
+    if plan is None:
+        raise Unsupported(f"cuBLASLt has no algorithm for {M}x{C} by {C}x{K} ({x.dtype.name})")
+    desc, (a, bl, cd), algo = plan
     if b is not None:               # the bias pointer lives in the descriptor: set for this call
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _BIAS_POINTER, _P(b.data.ptr))
     one, beta = ctypes.c_float(1.0), ctypes.c_float(0.0 if z is None else 1.0)

@@ -146,7 +146,10 @@ def conv2d_bias_add_act_fprop(plan: ConvPlan, x: Array, w: Array, b: Array | Non
     x2, z2, y2 = memory(x, True).reshape(M, C), memory(z, True).reshape(M, K), y.transpose(NHWC).reshape(M, K)
 
     def fused():
-        return _lt.matmul(x2, w.reshape(K, C), y2, b, z2, relu, _cd.tf32_enabled())
+        try:
+            return _lt.matmul(x2, w.reshape(K, C), y2, b, z2, relu, _cd.tf32_enabled())
+        except _lt.Unsupported:             # found before anything is launched
+            return unfused()
 
     key = ("conv_residual_gemm", x.shape, x.dtype.name, K, b is not None, relu, _cd.tf32_enabled())
     (fused if engines.fastest(key, {"gemm": fused, "conv": unfused}) == "gemm" else unfused)()
