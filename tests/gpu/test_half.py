@@ -203,12 +203,13 @@ def test_the_arena_copies_refresh_and_gather_in_one_pass(dt):
     assert (masters[3].grad == 7.0).all()                               # not a copy's: left alone
 
 
-@pytest.mark.parametrize("smem", [48 * 1024, 0])          # 0: every filter too big for the kernel, copied one by one
-def test_filters_permute_to_k_kh_kw_c_and_back(dt, smem, monkeypatch):
+@pytest.mark.parametrize("kernel", [True, False])          # False: the fallback, copied one filter at a time
+def test_filters_permute_to_k_kh_kw_c_and_back(dt, kernel, monkeypatch):
     from minidl.kernels.gpu import cast as k
-    monkeypatch.setattr(k, "_SMEM", smem)
+    if not kernel:
+        monkeypatch.setattr(k, "HALF_CTYPES", {})
     rng = np.random.default_rng(2)
-    shapes, filters, o = [(8, 5, 3, 3), (4, 1, 7, 7), (16, 32, 3, 3)], [], 0
+    shapes, filters, o = [(8, 5, 3, 3), (4, 1, 7, 7), (16, 32, 3, 3), (3, 600, 3, 3)], [], 0
     for shape in shapes:
         filters.append((o,) + shape)
         o += int(np.prod(shape)) + 64                                     # gaps, as the arena's alignment leaves

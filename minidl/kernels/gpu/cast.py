@@ -57,33 +57,27 @@ __global__ void cast_up_where(const H* src, const uchar4* mask, float* dst, long
     }
 }
 
-// Filters permuted on the way (graph/arena.py): a block a filter k, its C x RS values through shared
-// memory, read and written in order. f[3 b .. 3 b + 2] = (offset of block b's filter, C, RS).
+// Filters permuted on the way (graph/arena.py): a block a filter k, its C x RS values written in order
+// and gathered from their place in the other layout (a filter, at most 18 KB, stays in L1 while its
+// block reads it RS or C times over). f[3 b .. 3 b + 2] = (offset of block b's filter, C, RS).
 template<typename H>
 __global__ void cast_down_krsc(const float* src, H* dst, const long long* f) {
-    extern __shared__ float tile[];
-    long long o = f[3 * blockIdx.x];
+    const float* s = src + f[3 * blockIdx.x];
+    H* d = dst + f[3 * blockIdx.x];
     int C = (int)f[3 * blockIdx.x + 1], RS = (int)f[3 * blockIdx.x + 2], n = C * RS;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = src[o + i];            // (C, RS)
-    __syncthreads();
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {                                 // (RS, C)
-        dst[o + j] = from_f<H>(tile[(j % C) * RS + j / C]);
-    }
+    for (int j = threadIdx.x; j < n; j += blockDim.x) d[j] = from_f<H>(s[(j % C) * RS + j / C]);   // (RS, C)
 }
 
 template<typename H>
 __global__ void cast_up_kcrs(const H* src, float* dst, const long long* f) {
-    extern __shared__ float tile[];
-    long long o = f[3 * blockIdx.x];
+    const H* s = src + f[3 * blockIdx.x];
+    float* d = dst + f[3 * blockIdx.x];
     int C = (int)f[3 * blockIdx.x + 1], RS = (int)f[3 * blockIdx.x + 2], n = C * RS;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) tile[j] = to_f(src[o + j]);      // (RS, C)
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[o + i] = tile[(i % RS) * C + i / RS];   // (C, RS)
+    for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = to_f(s[(i % RS) * C + i / RS]);       // (C, RS)
 }
 """
 _CAST = Module(_CAST_SOURCE, [f"{k}<{t}>" for k in ("cast_down", "cast_up_where", "cast_down_krsc", "cast_up_kcrs")
                               for t in HALF_CTYPES.values()])
-_SMEM = 48 * 1024
 _filters: dict[tuple, Array] = {}       # (device, filters) -> the per-block descriptors on the device
 
 
@@ -141,10 +135,9 @@ def cast_filters_kcrs(dst: Array, src: Array, filters: tuple[tuple[int, ...], ..
 
 
 def _cast_filters(dst, src, filters, kernel, half, single, to_krsc):
-    """One launch, a block a filter k, where the types fit and a filter fits shared memory; else a copy each."""
-    smem = max((C * kh * kw for _, _, C, kh, kw in filters), default=0) * 4
-    if filters and smem <= _SMEM and half in HALF_CTYPES and single == np.float32:
+    """One launch, a block a filter k, where the types fit; else a copy each."""
+    if filters and half in HALF_CTYPES and single == np.float32:
         desc = _descriptors(filters)
-        _CAST.get(f"{kernel}<{HALF_CTYPES[half]}>")((desc.size // 3,), (256,), (src, dst, desc), shared_mem=smem)
+        _CAST.get(f"{kernel}<{HALF_CTYPES[half]}>")((desc.size // 3,), (256,), (src, dst, desc))
         return
     cast_filters(dst, src, filters, to_krsc, copyto=cp.copyto)
