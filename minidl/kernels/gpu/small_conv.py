@@ -5,8 +5,8 @@ for a handful of outputs, so the time is the weights' bytes over memory bandwidt
 two. cuDNN's engines, tiled for batches, take many times that for ResNet-50's layer-3 and -4
 convolutions at batch 1 (benchmarks/profile_infer.py). Here a block owns output channel k of sample
 n at up to PW output positions: its threads stride over the C*kH*kW products in the weights' memory
-order (coalesced reads of the row, U loads in flight a thread; a 1x1 filter over channels-last x in
-16-byte loads of weights and pixels), accumulate in float, and sum across the block (shuffles, then
+order (coalesced reads of the row, U loads in flight a thread; K, kH, kW, C filters over channels-last
+x in 16-byte loads of weights and pixels, tap by tap), accumulate in float, and sum across the block (shuffles, then
 shared memory); bias and ReLU are applied on the sum.
 Any stride and padding, NCHW or channels-last x and y, K, C, kH, kW or K, kH, kW, C weights, float32 /
 float16 / bfloat16. conv.py decides when to use it (`SMALL_N`); the CPU's conv2d_fprop is its reference.
@@ -34,8 +34,8 @@ _SOURCE = HALF_CODE + r"""
 #define U 4
 // PW positions a block, KH x KW taps: compile-time, so that nothing is computed for positions a block
 // does not have and the tap arithmetic divides by constants
-// V > 1: a 1x1 filter over channels-last x, C a multiple of V: weights and a pixel's channels are
-// both contiguous, read V at a time (16 bytes)
+// V > 1: K, kH, kW, C filters (a 1x1 one lies so too) over channels-last x, C a multiple of V: at each
+// tap the weights and a pixel's channels are both contiguous, read V at a time (16 bytes)
 template<typename T, int XCL, int WCL, int YCL, int PW, int KH, int KW, int V>
 __global__ void __launch_bounds__(NT, 8) small_conv(const T* __restrict__ x, const T* __restrict__ w,
         const T* __restrict__ b, T* __restrict__ y, int N, int C, int H, int W, int K, int SH,
@@ -57,23 +57,22 @@ __global__ void __launch_bounds__(NT, 8) small_conv(const T* __restrict__ x, con
     }
     const T* wk = w + (size_t)k * CRS;
     if (V > 1) {
+        // K, kH, kW, C weights over channels-last x: at each tap, the C channels of the filter and of the
+        // pixel it meets are both contiguous
+        const int CV = C / V;
         const uint4* w4 = reinterpret_cast<const uint4*>(wk);
         const uint4* x4 = reinterpret_cast<const uint4*>(x);
-        size_t pix[PW];                              // each position's pixel, in 16-byte units
-        bool in[PW];
-        #pragma unroll
-        for (int q = 0; q < PW; ++q) {
-            in[q] = q < np && ih0[q] >= 0 && ih0[q] < H && iw0[q] >= 0 && iw0[q] < W;
-            pix[q] = in[q] ? (((size_t)n * H + ih0[q]) * W + iw0[q]) * (C / V) : 0;
-        }
         #pragma unroll 2
-        for (int rv = tid; rv < C / V; rv += NT) {
-            const uint4 wr = __ldg(w4 + rv);
+        for (int r = tid; r < KHW * CV; r += NT) {
+            const int ij = KHW == 1 ? 0 : r / CV, rv = r - ij * CV;
+            const int i = ij / KW, j = ij - i * KW;
+            const uint4 wr = __ldg(w4 + r);
             const T* wt = reinterpret_cast<const T*>(&wr);
             #pragma unroll
             for (int q = 0; q < PW; ++q) {
-                if (in[q]) {
-                    const uint4 xr = __ldg(x4 + pix[q] + rv);
+                const int ih = ih0[q] + i, iw = iw0[q] + j;
+                if (q < np && ih >= 0 && ih < H && iw >= 0 && iw < W) {
+                    const uint4 xr = __ldg(x4 + (((size_t)n * H + ih) * W + iw) * CV + rv);
                     const T* xt = reinterpret_cast<const T*>(&xr);
                     float sum = 0.f;
                     #pragma unroll
@@ -147,9 +146,10 @@ def _positions(P):
 
 
 def _vector(x, w):
-    """Elements a 16-byte load reads where the 1x1 path applies (channels-last x, C a multiple), else 1."""
+    """Elements a 16-byte load reads where the vector path applies (channels-last x, K, kH, kW, C filters,
+    C a multiple), else 1."""
     V = 16 // x.dtype.itemsize
-    ok = (w.shape[2:] == (1, 1) and lies_in(x, True) and x.shape[1] % V == 0
+    ok = (lies_in(x, True) and lies_in(w, True) and x.shape[1] % V == 0
           and x.data.ptr % 16 == 0 and w.data.ptr % 16 == 0)
     return V if ok else 1
 
