@@ -1,7 +1,8 @@
-"""The vectorised channels-last max-pool kernels (kernels/gpu/_pool_vec.py) against pool.py's
-one-value-a-thread kernels, bit for bit, and against the CPU: windows that overlap, padding, ties
-(values drawn from a few levels, so a window often holds its maximum twice) and NaN, in float32,
-bfloat16 and float16."""
+"""The max-pool kernels' fast paths against pool.py's one-value-a-thread kernels, bit for bit, and
+against the CPU: the vectorised channels-last ones (kernels/gpu/_pool_vec.py) over windows that
+overlap, padding, ties (values drawn from a few levels, so a window often holds its maximum twice)
+and NaN, and the NCHW backward a window a thread where windows tile the input, in float32, bfloat16
+and float16."""
 import numpy as np
 import pytest
 
@@ -69,3 +70,31 @@ def test_channels_the_vector_does_not_divide_take_the_scalar_kernels():
     assert not _pool_vec.takes([x.transpose(NHWC)], 6)
     plan = pool.pool2d_plan(x.shape, (2, 2), (2, 2), (0, 0))
     assert channels_last(pool.maxpool2d_fprop(plan, x))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("shape,ksize", [((3, 6, 28, 28), 2), ((2, 16, 10, 10), 2), ((2, 3, 9, 6), (3, 2))])
+def test_nchw_backward_of_windows_that_tile_equals_the_scalar_kernel(dtype, shape, ksize):
+    dt = dtype_of(dtype)
+    rng = np.random.default_rng(2)
+    x = rng.integers(-2, 3, shape).astype(np.float32)             # ties in most windows
+    x[0, 1, 0, 0] = np.nan                                        # a NaN first: that window's y is NaN
+    x[1, 0, 2, 3] = np.nan                                        # a NaN later: never the maximum
+    x = cp.asarray(x).astype(dt)
+    plan = pool.pool2d_plan(shape, ksize, ksize, 0)
+    y = pool.maxpool2d_fprop(plan, x)
+    gy = cp.asarray(rng.standard_normal(y.shape).astype(np.float32)).astype(dt)
+    gx = cp.full(x.shape, 9, dt)                                  # every value written, none left over
+    pool.maxpool2d_bprop(plan, x, y, gy, out=gx)
+    want = pool._run("max_b", [x, y, gy], cp.empty_like(x), (plan, shape[1], shape))
+    assert cp.array_equal(gx.astype(np.float32), want.astype(np.float32))
+    assert float(cp.abs(gx.astype(np.float32)).sum()) > 0
+
+
+def test_nchw_windows_that_do_not_tile_take_the_scalar_kernel(monkeypatch):
+    x = cp.asarray(np.random.default_rng(3).standard_normal((2, 3, 7, 7)).astype(np.float32))
+    plan = pool.pool2d_plan(x.shape, 2, 2, 0)                     # 7 = 3 x 2 + 1: the last row is in no window
+    y = pool.maxpool2d_fprop(plan, x)
+    monkeypatch.setattr(pool, "_max_b_tiled", None)               # would fail if called
+    gx = pool.maxpool2d_bprop(plan, x, y, cp.ones_like(y))
+    assert float(gx[:, :, 6].sum()) == 0 and float(gx.sum()) == y.size
