@@ -82,8 +82,8 @@ class Conv2D(Layer):
         if self.residual and tuple(in_shapes[1][1:]) != tuple(self.plan.out_shape[1:]):
             raise self.error(f"the residual input {_fmt(in_shapes[1])} is not the output's shape "
                              f"{_fmt(self.plan.out_shape)}")
-        # One cuDNN graph for conv + bias (+ residual) + ReLU where the device offers it (inference; the
-        # conv family's extras).
+        # conv + bias (+ residual) + ReLU in one call where the device offers it (inference; the conv
+        # family's extras: a cuDNN graph, or for a residual conv a GEMM with its epilogue)
         fused = "conv2d_bias_add_act_fprop" if self.residual else "conv2d_bias_relu_fprop" if self.activation else None
         self._fused = getattr(self.kern, fused) if fused and device.has("conv", fused) else None
         return self.plan.out_shape
