@@ -92,7 +92,8 @@ def takes(dtype) -> bool:
 
 
 def _plan(lib, handle, key, M, K, C, dtype, relu, bias, tf32, aligns):
-    """(matmul descriptor, layouts of A, B, C/D, algorithm) for this shape, made once."""
+    """(matmul descriptor, layouts of A, B, C/D, algorithm) for this shape, made once. `bias`: the bias
+    pointer or None (the heuristics read its alignment from it)."""
     desc = _P()
     compute = _COMPUTE_32F_FAST_TF32 if tf32 and dtype == np.float32 else _COMPUTE_32F
     _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), compute, _R32F), "descriptor")
@@ -100,6 +101,8 @@ def _plan(lib, handle, key, M, K, C, dtype, relu, bias, tf32, aligns):
     _set(lib.cublasLtMatmulDescSetAttribute, desc, _TRANSB, ctypes.c_int32(0))
     epilogue = (_EPI_RELU_BIAS if relu else _EPI_BIAS) if bias else (_EPI_RELU if relu else _EPI_DEFAULT)
     _set(lib.cublasLtMatmulDescSetAttribute, desc, _EPILOGUE, ctypes.c_uint32(epilogue))
+    if bias:
+        _set(lib.cublasLtMatmulDescSetAttribute, desc, _BIAS_POINTER, _P(bias))
     t = _TYPES[dtype]
     layouts = [_P(), _P(), _P()]
     for lay, (rows, cols) in zip(layouts, ((C, K), (C, M), (K, M))):      # A = w (C x K), B = xᵀ, C = D = yᵀ
@@ -132,11 +135,11 @@ def matmul(x: cp.ndarray, w: cp.ndarray, y: cp.ndarray, b: cp.ndarray | None = N
         _check(lib.cublasLtCreate(ctypes.byref(handle)), "create")
     src = y if z is None else z
     aligns = tuple(_alignment(a.data.ptr) for a in (w, x, src, y))
-    key = (dev, M, K, C, x.dtype.char, relu, b is not None, bool(tf32), aligns)
+    key = (dev, M, K, C, x.dtype.char, relu, None if b is None else _alignment(b.data.ptr), bool(tf32), aligns)
     plan = _plans.get(key, _plans)
     if plan is _plans:
         _plans[key] = None                      # until made: a shape without an algorithm is asked once
-        plan = _plan(lib, handle, key, M, K, C, x.dtype, relu, b is not None, tf32, aligns)
+        plan = _plan(lib, handle, key, M, K, C, x.dtype, relu, None if b is None else b.data.ptr, tf32, aligns)
     if plan is None:
         raise Unsupported(f"cuBLASLt has no algorithm for {M}x{C} by {C}x{K} ({x.dtype.name})")
     desc, (a, bl, cd), algo = plan
