@@ -27,21 +27,30 @@ _CUDA_R = CUDA_R
 _COMPUTE_32F, _GEMM_DEFAULT = 68, -1
 
 
+def load(stem: str) -> ctypes.CDLL:
+    """The cuBLAS library `stem` ("libcublas", "libcublasLt") CuPy loaded, found by name or in the maps."""
+    import cupy.cublas  # noqa: F401  makes CuPy load libcublas (and libcublasLt with it)
+    names = [f"{stem}.so.13", f"{stem}.so.12", f"{stem}.so"]
+    with open("/proc/self/maps") as f:
+        names += [line.split()[-1] for line in f if f"/{stem}.so" in line]
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise OSError(f"{stem} is not loadable")
+
+
+def workspace() -> cp.ndarray:
+    """This GPU's one cuBLAS workspace (fixed, so that calls can be captured), shared by cuBLASLt's
+    matmuls (_cublaslt.py): both run on the current stream, one after another."""
+    return buffer("cublas_workspace", (_WORKSPACE,), np.uint8)
+
+
 def _lib():
     lib = _state["lib"]
     if lib is None:
-        import cupy.cublas  # noqa: F401  makes CuPy load libcublas, which we then find by name or in the maps
-        names = ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
-        with open("/proc/self/maps") as f:
-            names += [line.split()[-1] for line in f if "/libcublas.so" in line]
-        for name in names:
-            try:
-                lib = ctypes.CDLL(name)
-                break
-            except OSError:
-                continue
-        else:
-            raise OSError("libcublas is not loadable")
+        lib = load("libcublas")
         lib.cublasCreate_v2.argtypes = [ctypes.POINTER(_P)]
         lib.cublasSetStream_v2.argtypes = [_P, _P]
         lib.cublasSetWorkspace_v2.argtypes = [_P, _P, ctypes.c_size_t]
@@ -68,7 +77,7 @@ def _handle(lib):
         h = _handles[dev] = [p, None]
     stream = cp.cuda.get_current_stream().ptr
     if h[1] != stream:
-        ws = buffer("cublas_workspace", (_WORKSPACE,), np.uint8)
+        ws = workspace()
         _check(lib.cublasSetStream_v2(h[0], stream), "set stream")
         _check(lib.cublasSetWorkspace_v2(h[0], ws.data.ptr, _WORKSPACE), "set workspace")
         h[1] = stream

@@ -10,8 +10,8 @@ nothing, and one of them was wrong only inside a CUDA graph (docs/results.md).
 float32 runs on TF32 tensor cores where cuDNN's convolutions do (cudnn_graphs.tf32_enabled), half
 types with float accumulation. Each shape's descriptors and the heuristics' first algorithm are made
 once (host work, so a captured call only records the matmul); cuBLASLt's matmuls can be captured, with
-a fixed workspace. Row-major y = x wᵀ is column-major yᵀ = w xᵀ: A = w read transposed, B = xᵀ as
-it lies, C = zᵀ and D = yᵀ with K rows, the bias one value a row.
+a fixed workspace (cuBLAS's, _cublas.workspace). Row-major y = x wᵀ is column-major yᵀ = w xᵀ: A = w
+read transposed, B = xᵀ as it lies, C = zᵀ and D = yᵀ with K rows, the bias one value a row.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
+from ._cublas import load, workspace
 from ._dtypes import CUDA_R
-from ._util import buffer
 
 _P, _U64, _I64 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64
 _R32F = 0                                       # cudaDataType CUDA_R_32F
@@ -31,7 +31,6 @@ _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77   # cublasComputeType_t
 _TRANSA, _TRANSB, _EPILOGUE, _BIAS_POINTER = 3, 4, 7, 8               # cublasLtMatmulDescAttributes_t
 _EPI_DEFAULT, _EPI_RELU, _EPI_BIAS, _EPI_RELU_BIAS = 1, 2, 4, 6       # cublasLtEpilogue_t
 _PREF_WORKSPACE, _PREF_ALIGN = 1, (5, 6, 7, 8)  # cublasLtMatmulPreferenceAttributes_t: bytes; A, B, C, D
-_WORKSPACE = 32 << 20
 _state: dict[str, object] = {"lib": None}
 _handles: dict[int, ctypes.c_void_p] = {}
 _plans: dict[tuple, Any] = {}                   # shape key -> (descriptor, layouts, algorithm); None: none
@@ -49,18 +48,7 @@ class _Heuristic(ctypes.Structure):             # cublasLtMatmulHeuristicResult_
 def _lib():
     lib = _state["lib"]
     if lib is None:
-        import cupy.cublas  # noqa: F401  CuPy loads cuBLAS, and with it cuBLASLt, which we then find
-        names = ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"]
-        with open("/proc/self/maps") as f:
-            names += [line.split()[-1] for line in f if "/libcublasLt.so" in line]
-        for name in names:
-            try:
-                lib = ctypes.CDLL(name)
-                break
-            except OSError:
-                continue
-        else:
-            raise OSError("libcublasLt is not loadable")
+        lib = load("libcublasLt")
         lib.cublasLtCreate.argtypes = [ctypes.POINTER(_P)]
         lib.cublasLtMatmulDescCreate.argtypes = [ctypes.POINTER(_P), ctypes.c_int, ctypes.c_int]
         lib.cublasLtMatmulDescSetAttribute.argtypes = [_P, ctypes.c_int, _P, ctypes.c_size_t]
@@ -109,7 +97,7 @@ def _plan(lib, handle, key, M, K, C, dtype, relu, bias, tf32, aligns):
         _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), t, rows, cols, rows), "layout")
     pref = _P()
     _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "preference")
-    _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, _PREF_WORKSPACE, ctypes.c_uint64(_WORKSPACE))
+    _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, _PREF_WORKSPACE, ctypes.c_uint64(workspace().nbytes))
     for attr, align in zip(_PREF_ALIGN, aligns):
         _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, attr, ctypes.c_uint32(align))
     result, found = _Heuristic(), ctypes.c_int(0)
@@ -146,8 +134,8 @@ def matmul(x: cp.ndarray, w: cp.ndarray, y: cp.ndarray, b: cp.ndarray | None = N
     if b is not None:               # the bias pointer lives in the descriptor: set for this call
         _set(lib.cublasLtMatmulDescSetAttribute, desc, _BIAS_POINTER, _P(b.data.ptr))
     one, beta = ctypes.c_float(1.0), ctypes.c_float(0.0 if z is None else 1.0)
-    ws = buffer("cublaslt_workspace", (_WORKSPACE,), np.uint8)
+    ws = workspace()
     _check(lib.cublasLtMatmul(handle, desc, ctypes.addressof(one), w.data.ptr, a, x.data.ptr, bl,
                               ctypes.addressof(beta), src.data.ptr, cd, y.data.ptr, cd, ctypes.addressof(algo.algo),
-                              ws.data.ptr, _WORKSPACE, cp.cuda.get_current_stream().ptr), "matmul")
+                              ws.data.ptr, ws.nbytes, cp.cuda.get_current_stream().ptr), "matmul")
     return y

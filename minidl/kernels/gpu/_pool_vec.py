@@ -112,9 +112,11 @@ def takes(arrays, C):
         a.dtype == a0.dtype and a._c_contiguous and a.data.ptr % 16 == 0 for a in arrays)
 
 
-def _geometry(plan, C, x_shape, itemsize):
-    (H, W), (oH, oW) = x_shape[2:], plan.out_shape[2:]
-    return tuple(np.int32(v) for v in (C * itemsize // 16, H, W, oH, oW, *plan.ksize, *plan.stride, plan.pads[0],
+def _geometry(plan, x):
+    """The kernels' int32 geometry for x, an (N, H, W, C) view."""
+    H, W, C = x.shape[1:]
+    oH, oW = plan.out_shape[2:]
+    return tuple(np.int32(v) for v in (C * x.itemsize // 16, H, W, oH, oW, *plan.ksize, *plan.stride, plan.pads[0],
                                        plan.pads[2]))
 
 
@@ -125,13 +127,11 @@ def _launch(name, dtype, args, n):
 
 def maxpool_fprop(plan, x, y):
     """y <- the max over each window; x, y the NHWC views (`takes`). Returns y."""
-    g = _geometry(plan, x.shape[3], (x.shape[0], x.shape[3], x.shape[1], x.shape[2]), x.itemsize)
-    _launch("maxpool_cl_vec", x.dtype, (x, y, *g), y.nbytes // 16)
+    _launch("maxpool_cl_vec", x.dtype, (x, y, *_geometry(plan, x)), y.nbytes // 16)
     return y
 
 
 def maxpool_bprop(plan, x, y, gy, gx):
     """gx <- gy routed to each window's first maximum; NHWC views (`takes`). Returns gx."""
-    g = _geometry(plan, x.shape[3], (x.shape[0], x.shape[3], x.shape[1], x.shape[2]), x.itemsize)
-    _launch("maxpool_cl_vec_bprop", x.dtype, (x, y, gy, gx, *g), gx.nbytes // 16)
+    _launch("maxpool_cl_vec_bprop", x.dtype, (x, y, gy, gx, *_geometry(plan, x)), gx.nbytes // 16)
     return gx

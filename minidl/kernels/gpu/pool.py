@@ -19,7 +19,7 @@ import numpy as np
 
 from ..._types import Array
 from ..shapes import PoolPlan, pool2d_plan  # noqa: F401  plans are shape arithmetic: one definition
-from . import _pool_vec as _vec
+from . import _pool_vec
 from ._dtypes import ELEMENTWISE
 from ._util import ACC, NHWC, channels_last, in_order, memory, out_array
 
@@ -160,8 +160,8 @@ def maxpool2d_fprop(plan: PoolPlan, x: Array, out: Array | None = None) -> Array
     """y = max over each window.   x (N, C, H, W) -> y (N, C, oH, oW), in x's memory order."""
     cl = channels_last(x)
     y = out_array(out, _y_shape(plan, x.shape), x.dtype, cl=cl)
-    if cl and _vec.takes(views := [memory(x, True), y.transpose(NHWC)], x.shape[1]):
-        _vec.maxpool_fprop(plan, *views)
+    if cl and _pool_vec.takes(views := [memory(x, True), y.transpose(NHWC)], x.shape[1]):
+        _pool_vec.maxpool_fprop(plan, *views)
         return y
     return _run("max_f", [x], y, (plan, x.shape[1], x.shape))
 
@@ -170,8 +170,8 @@ def maxpool2d_bprop(plan: PoolPlan, x: Array, y: Array, gy: Array, out: Array | 
     """gx = gy routed to each window's (first) maximum.   -> gx (N, C, H, W), in x's memory order."""
     cl = channels_last(x)
     gx = out_array(out, x.shape, x.dtype, cl=cl)
-    if cl and _vec.takes(views := [memory(a, True) for a in (x, y, gy)] + [gx.transpose(NHWC)], x.shape[1]):
-        _vec.maxpool_bprop(plan, *views)
+    if cl and _pool_vec.takes(views := [memory(a, True) for a in (x, y, gy)] + [gx.transpose(NHWC)], x.shape[1]):
+        _pool_vec.maxpool_bprop(plan, *views)
         return gx
     (H, W), (oH, oW), (kH, kW) = x.shape[2:], plan.out_shape[2:], plan.ksize
     if not cl and tuple(plan.stride) == (kH, kW) and not any(plan.pads) and (oH * kH, oW * kW) == (H, W):
