@@ -8,3 +8,14 @@ from .threads import set_threads
 from .training.trainer import Trainer, TrainingDiverged, TrainingStopped
 
 __version__ = "0.1.0"
+
+# the public names, what `from minidl import *` gives (tests/test_packaging.py: every name imported above is
+# listed here, and every name listed exists); a new public import is added to both
+__all__ = [
+    # the sub-packages a user reaches through `dl.<name>`
+    "callbacks", "checkpoint", "data", "graph", "inference", "layers", "losses", "metrics", "models", "optim",
+    "precision", "threads",
+    # the objects at the top level
+    "Device", "get_device", "Input", "Model", "Sequential", "set_threads", "Trainer", "TrainingDiverged",
+    "TrainingStopped",
+]

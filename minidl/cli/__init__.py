@@ -16,6 +16,7 @@ COMMANDS = {
     "export": "write a checkpoint as an ONNX graph and/or PyTorch-named safetensors",
     "plot": "draw loss and accuracy curves from --metrics JSON lines",
     "warmup": "fill the GPU caches (compiled kernels, cuDNN engine choices) for a model ahead of time",
+    "completion": "print a shell completion script for minidl (minidl completion bash)",
 }
 
 
