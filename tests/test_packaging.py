@@ -1,10 +1,11 @@
 """The wheel works from any folder: built from the checkout, installed into a fresh virtual
-environment, it imports, trains on the CPU and answers through its console script (issue 29).
+environment, it imports, trains on the CPU and answers through its console script (issue 29); it
+carries the LICENSE and py.typed, so mypy on a user's script reads minidl's types (issue 40).
 
 The wheel is built from a copy of the sources (pip builds in the tree it is given: a copy keeps
 build/ and *.egg-info out of the checkout), with pip's build isolation only where setuptools here
-cannot make wheels itself (setuptools < 70.1 without the `wheel` package): then pip takes
-setuptools and wheel from the configured index. The fresh venv gets the wheel alone; its
+is older than pyproject.toml's build requirement (77, for the license metadata): then pip takes
+setuptools from the configured index. The fresh venv gets the wheel alone; its
 dependencies (NumPy, ...) are read from this interpreter's site-packages through a .pth line,
 which puts them after the venv's own site-packages and runs no .pth file there, so an editable
 install of the checkout stays invisible and the minidl that runs is the wheel's.
@@ -24,17 +25,16 @@ import pytest
 import minidl
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "minidl")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "minidl")
 # what pip prints when the build isolation cannot reach setuptools or wheel: no index, no network
 OFFLINE = ("No matching distribution", "Could not find a version", "Network is unreachable",
            "Failed to establish a new connection", "Temporary failure in name resolution")
 
 
-def _setuptools_makes_wheels():
-    """Whether setuptools here has bdist_wheel: built in from 70.1, from the `wheel` package before."""
+def _setuptools_builds_minidl():
+    """Whether setuptools here meets pyproject.toml's build requirement (77: `license = "MIT"`, license-files)."""
     import setuptools
-    major, minor = (int(p) for p in setuptools.__version__.split(".")[:2])
-    return (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
+    return int(setuptools.__version__.split(".")[0]) >= 77
 
 
 def _run(cmd, timeout=120, **kw):
@@ -51,10 +51,10 @@ def _build_wheel(tmp_path):
         else:
             shutil.copy2(ROOT / name, src / name)
     out = tmp_path / "wheels"
-    isolation = ["--no-build-isolation"] if _setuptools_makes_wheels() else []
+    isolation = ["--no-build-isolation"] if _setuptools_builds_minidl() else []
     r = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", str(out), str(src)])
     if r.returncode != 0 and not isolation and any(s in r.stdout + r.stderr for s in OFFLINE):
-        pytest.skip("no setuptools/wheel to build with: this setuptools cannot build wheels and pip's "
+        pytest.skip("no setuptools to build with: this one is older than pyproject.toml asks and pip's "
                     "build isolation reached no index")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     wheel, = out.glob("minidl-*.whl")
@@ -72,21 +72,42 @@ def _fresh_venv(path):
     return python
 
 
-def test_the_wheel_holds_every_module_installs_and_trains_from_another_folder(tmp_path):
-    wheel = _build_wheel(tmp_path)
-    shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("minidl/")}
-    in_tree = {p.relative_to(ROOT).as_posix() for p in (ROOT / "minidl").rglob("*.py")}
-    assert in_tree - shipped == set(), "modules missing from the wheel (a folder without __init__.py?)"
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    return _build_wheel(tmp_path_factory.mktemp("wheel"))
 
-    venv = tmp_path / "venv"
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory):
+    """The wheel alone in a fresh venv -> (venv, its python, a folder away from the checkout, an env for it)."""
+    tmp = tmp_path_factory.mktemp("installed")
+    venv = tmp / "venv"
     python = _fresh_venv(venv)
     r = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-
-    elsewhere = tmp_path / "elsewhere"           # no minidl/ beside the script, no checkout on the path
+    elsewhere = tmp / "elsewhere"                # no minidl/ beside the script, no checkout on the path
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env["OPENBLAS_NUM_THREADS"] = "1"
+    return venv, python, elsewhere, env
+
+
+def test_the_wheel_holds_every_module_the_license_and_py_typed(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = {n for n in names if n.startswith("minidl/")}
+    in_tree = {p.relative_to(ROOT).as_posix() for p in (ROOT / "minidl").rglob("*.py")}
+    assert in_tree - shipped == set(), "modules missing from the wheel (a folder without __init__.py?)"
+    assert "minidl/py.typed" in shipped                    # PEP 561: the package's hints are its types
+    info = {n.split("/", 1)[1]: n for n in names if ".dist-info/" in n}
+    license = next(n for k, n in info.items() if k.endswith("LICENSE"))
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read(license) == (ROOT / "LICENSE").read_bytes()
+        metadata = z.read(info["METADATA"]).decode()
+    assert "License-Expression: MIT" in metadata.splitlines(), metadata[:800]
+
+
+def test_the_wheel_installs_and_trains_from_another_folder(installed):
+    venv, python, elsewhere, env = installed
     script = """
 import json, math
 import numpy as np
@@ -110,6 +131,37 @@ print(json.dumps({"file": dl.__file__, "step": trainer.step, "loss": loss}))
         assert (r.returncode, r.stdout) == (0, f"minidl {minidl.__version__}\n"), r.stderr
     r = _run([str(venv / "bin" / "minidl"), "plot", "-h"], cwd=elsewhere, env=env)
     assert r.returncode == 0 and "RUN.jsonl" in r.stdout, r.stderr
+    r = _run([str(venv / "bin" / "minidl"), "completion", "bash"], cwd=elsewhere, env=env)
+    assert r.returncode == 0 and "complete -o default -F _minidl minidl" in r.stdout, r.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed (the test extra has it)")
+def test_mypy_on_a_users_script_reads_the_installed_packages_types(installed):
+    """With py.typed in the wheel mypy checks calls into minidl; without it, it says the package has no types."""
+    venv, python, elsewhere, env = installed
+    (elsewhere / "user.py").write_text("import minidl as dl\n\nthreads: str = dl.set_threads(1)\n")
+    r = _run([str(python), "-m", "mypy", "--no-error-summary", "--cache-dir", str(elsewhere / ".mypy_cache"),
+              "user.py"], cwd=elsewhere, env=env, timeout=600)
+    assert "py.typed" not in r.stdout, r.stdout
+    assert r.returncode == 1 and r.stdout.strip() == ('user.py:3: error: Incompatible types in assignment '
+                                                      '(expression has type "int", variable has type "str")  '
+                                                      '[assignment]'), r.stdout + r.stderr[-2000:]
+
+
+def test_all_names_every_public_import_of_the_package_and_each_exists():
+    """minidl.__all__ is what `from minidl import *` gives: each listed name exists, each import is listed."""
+    import ast
+    tree = ast.parse((ROOT / "minidl" / "__init__.py").read_text())
+    imported = {(a.asname or a.name).split(".")[0] for node in tree.body
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names}
+    assert imported - set(minidl.__all__) == set(), "imported in minidl/__init__.py but not in __all__"
+    assert len(minidl.__all__) == len(set(minidl.__all__)), "a name twice in __all__"
+    namespace: dict = {}
+    exec("from minidl import *", namespace)
+    missing = [name for name in minidl.__all__ if name not in namespace]
+    assert missing == [], missing
+    assert all(namespace[name] is getattr(minidl, name) for name in minidl.__all__)
+    assert {"Model", "Trainer", "layers", "optim"} <= set(namespace) and "__version__" not in minidl.__all__
 
 
 def test_every_install_hint_is_the_one_wording():
@@ -147,9 +199,9 @@ def test_a_command_runs_its_modules_main(monkeypatch):
 
 
 def test_every_command_of_the_dispatcher_is_a_module_with_a_main():
-    """minidl COMMAND runs minidl.COMMAND.main: each listed command exists (warmup included)."""
+    """minidl COMMAND runs minidl.cli.COMMAND.main: each listed command exists (warmup, completion included)."""
     import importlib
     from minidl import cli
-    assert "warmup" in cli.COMMANDS
+    assert {"warmup", "completion"} <= set(cli.COMMANDS)
     for name in cli.COMMANDS:
-        assert callable(importlib.import_module(f"minidl.{name}").main)
+        assert callable(importlib.import_module(f"minidl.cli.{name}").main)

@@ -11,8 +11,8 @@ after another, about half a second each), so:
 - `ahead(fn)` runs fn on the same pool before any Module waiting there: a rehearsal that calls CuPy
   elementwise kernels on tiny arrays (gpu/ahead.py), whose code depends on the dtypes of a call and
   so cannot be named as a Module's can; the first step then finds them compiled.
-- NVRTC compiles one program at a time in a process (threads add little: 16 small kernels took
-  0.99 s in 8 threads and 1.11 s in one), so on empty caches a cuda Device first starts worker
+- NVRTC compiles one program at a time in a process (threads add little; docs/kernels.md, Notes
+  from the code, has the figure), so on empty caches a cuda Device first starts worker
   processes (gpu/compile_workers.py, listed in `_workers`) that compile the Modules and run the
   rehearsals into CuPy's disk cache side by side; the pool's threads wait for them and load what
   they wrote, and this process compiles itself only what it needs before they get to it.
@@ -46,7 +46,7 @@ HALF_CTYPES = _dtypes.HALF_CTYPES
 # types: their 8- or 11-bit mantissas would lose a sum's low bits), and conversions are explicit,
 # because float op __half is ambiguous in CUDA's headers. to_f reads any of the io types as float;
 # from_f<T> rounds a float to T to nearest even, bfloat16 by hand as NumPy's ml_dtypes does (CUDA's
-# __float2bfloat16_rn flushed a float32 subnormal to zero on the H200), a NaN to a quiet NaN.
+# __float2bfloat16_rn was found flushing a float32 subnormal to zero: docs/kernels.md), a NaN to a quiet NaN.
 HALF_CODE = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>

@@ -113,8 +113,8 @@ def training() -> None:
     the compile workers' stamp says CuPy's cache holds their kernels already).
 
     Rehearsing on a warm cache compiles nothing, and it cost the run's speed: every CUDA graph of runs
-    that had rehearsed replayed 7% slower, LeNet-5's and ResNet-50's training steps alike (H200,
-    docs/cold-start.md), where one rehearsal alone did not."""
+    that had rehearsed replayed slower, LeNet-5's and ResNet-50's training steps alike, where one
+    rehearsal alone did not (the figures: docs/kernels.md and docs/cold-start.md)."""
     if not _done:
         _done.append(True)
         if os.path.exists(_cuda.stamp_path(cp.cuda.runtime.getDevice())):

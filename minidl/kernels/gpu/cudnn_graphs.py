@@ -34,9 +34,10 @@ What the cuDNN Frontend 1.20 Python API does (read from the wheel's bindings and
 - float64: a graph on double arrays is built with DOUBLE io, intermediate and compute types, and never
   on an engine that DOWN_CONVERT_INPUTS. PyTorch runs its double convolutions on cuDNN's graph API, but
   whether this cuDNN has the engines is asked at build (conv.dtype_problem), not assumed.
-- engines found lacking (H100, FP32, NCHW): batchnorm and batchnorm_backward need C to be a
-  multiple of their vector width (C = 3, 10 fail; 16, 64 build); batchnorm_inference had no engine
-  at all. norm.py therefore catches `Unsupported` and runs CuPy kernels there.
+- engines found lacking (FP32, NCHW; the GPU and the cases that failed: docs/kernels.md):
+  batchnorm and batchnorm_backward need C to be a multiple of their vector width, and
+  batchnorm_inference had no engine at all. norm.py therefore catches `Unsupported` and runs CuPy
+  kernels there.
 - pointer alignment: cuDNN assumes 16-byte aligned tensors; a parameter view into the flat arena
   may be less aligned, so such tensors get `set_alignment` and their own graph. Aligning every
   parameter in the arena to 256 bytes keeps all graphs on the fast engines.
