@@ -177,6 +177,29 @@ def test_every_install_hint_is_the_one_wording():
     assert set(elsewhere) <= left, elsewhere
 
 
+def test_packaging_lives_in_pyproject_alone_and_every_hint_names_an_extra_it_has():
+    """pyproject.toml is the one packaging file; each install_hint(extra, packages) in the code names an
+    extra that pyproject.toml declares and that brings those packages."""
+    import ast
+    import re
+    tomllib = pytest.importorskip("tomllib")          # Python 3.11 on
+    assert not (ROOT / "setup.cfg").exists() and not (ROOT / "setup.py").exists()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "minidl.__version__"}
+    assert config["project"]["license"] == "MIT" and config["project"]["license-files"] == ["LICENSE"]
+    extras = {name: {re.split(r"[<>=!~;\[ ]", req)[0].lower() for req in reqs}
+              for name, reqs in config["project"]["optional-dependencies"].items()}
+    hints = []
+    for path in (ROOT / "minidl").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "install_hint":
+                extra, *packages = (a.value for a in node.args)
+                hints.append((path.name, extra, packages))
+                assert extra in extras, f"{path.name}: install_hint names {extra!r}; the extras: {sorted(extras)}"
+                assert {p.lower() for p in packages} <= extras[extra], f"{path.name}: {packages} not in [{extra}]"
+    assert len(hints) >= 5
+
+
 @pytest.mark.parametrize("argv, status, words", [
     ([], 2, "usage: minidl COMMAND"),
     (["-h"], 0, "plot"),
