@@ -83,12 +83,17 @@ def installed(wheel, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("installed")
     venv = tmp / "venv"
     python = _fresh_venv(venv)
-    r = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)])
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    elsewhere = tmp / "elsewhere"                # no minidl/ beside the script, no checkout on the path
-    elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env["OPENBLAS_NUM_THREADS"] = "1"
+    # without PYTHONPATH: a checkout on it with an editable install's minidl.egg-info looks to pip like
+    # minidl already installed, and the wheel would not be
+    r = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)],
+             env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    site_packages, = venv.glob("lib/python*/site-packages")
+    assert (site_packages / "minidl" / "__init__.py").is_file(), r.stdout[-3000:]
+    elsewhere = tmp / "elsewhere"                # no minidl/ beside the script, no checkout on the path
+    elsewhere.mkdir()
     return venv, python, elsewhere, env
 
 
