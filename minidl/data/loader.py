@@ -109,6 +109,46 @@ def images_in(images: Any, where: str, xp: Any = np) -> Any:
     return images
 
 
+def on_device(images: np.ndarray, scale: int, device: Device, normalize: bool | tuple[Any, Any],
+              out: Array | None = None) -> tuple[Array, float]:
+    """(x, blank): host `images` (N, H, W) or (N, C, H, W), checked (pixel_scale gave `scale`), as device
+    x (N, C, H, W) in device.dtype, divided by `scale` and normalised as `normalize` says (the Loader's);
+    blank: what a 0 (background) pixel became, the fill of shifted images. out: a device array to write
+    x into (a fixed buffer a captured step reads), else a new one."""
+    xp, N = device.xp, len(images)
+    shape = images.shape if images.ndim == 4 else (N, 1, *images.shape[1:])
+    # uint8 travels to the device (4x less than float32) and is converted there; floats travel in
+    # the device's dtype. astype copies, so the in-place steps below never touch the caller's array
+    if scale == 1 and images.dtype != device.dtype:
+        images = images.astype(device.dtype)
+    x = xp.asarray(images).reshape(shape)                        # (N, C, H, W)
+    if out is not None and scale == 1:
+        xp.copyto(out, x)
+        x = out
+    elif out is not None:
+        xp.divide(x, device.dtype.type(scale), out=out)
+        x = out
+    else:   # one kernel converts and scales (astype and then /= compiled two on a cold cache)
+        x = x.astype(device.dtype) if scale == 1 else xp.divide(x, device.dtype.type(scale), dtype=device.dtype)
+    if normalize is not False:
+        mean, std = (MNIST_MEAN, MNIST_STD) if normalize is True else normalize
+        if np.ndim(mean) or np.ndim(std):     # one per channel: (C, 1, 1) against (N, C, H, W)
+            mean, std = (xp.asarray(np.reshape(v, (-1, 1, 1)), dtype=device.dtype) for v in (mean, std))
+        x -= mean
+        x /= std
+    return x, background(normalize, device.dtype)
+
+
+def background(normalize: bool | tuple[Any, Any], dtype: np.dtype) -> float:
+    """What a 0 (background) pixel becomes once normalised as `normalize` says, in `dtype` as the
+    images were: the fill of shifted images (per-channel statistics that differ: 0)."""
+    if normalize is False:
+        return 0.0
+    mean, std = (MNIST_MEAN, MNIST_STD) if normalize is True else normalize
+    values = np.unique((dtype.type(0) - np.asarray(mean, dtype)) / np.asarray(std, dtype))
+    return float(values[0]) if len(values) == 1 else 0.0
+
+
 class Loader:
     """Batches (x, y) of images (N, H, W) or (N, C, H, W) -> x (B, C, H, W) device.dtype, y (B,) int32.
 
@@ -145,28 +185,12 @@ class Loader:
                             + f" for {self.N} samples with drop_last={drop_last} gives no batch")
         self.device, self.shuffle, self.seed, self.drop_last = device, shuffle, seed, drop_last
         self.epoch = 0  # the epoch the next `iter(loader)` runs; set it to resume
-        xp = device.xp
-        shape = images.shape if images.ndim == 4 else (self.N, 1, *images.shape[1:])
-        # uint8 travels to the device (4x less than float32) and is converted there; floats travel in
-        # the device's dtype. astype copies, so the in-place steps below never touch the caller's array
-        if scale == 1 and images.dtype != device.dtype:
-            images = images.astype(device.dtype)
-        x = xp.asarray(images).reshape(shape)                        # (N, C, H, W)
-        # one kernel converts and scales (astype and then /= compiled two on a cold cache)
-        x = x.astype(device.dtype) if scale == 1 else xp.divide(x, device.dtype.type(scale), dtype=device.dtype)
-        self.blank = 0.0  # what a 0 (background) pixel becomes: the fill of shifted images
         self.normalize = normalize
-        if normalize is not False:
-            mean, std = (MNIST_MEAN, MNIST_STD) if normalize is True else normalize
-            # one background value, in x's dtype as x was; per-channel statistics: the mean's, 0
-            blank = np.unique((device.dtype.type(0) - np.asarray(mean, device.dtype)) / np.asarray(std, device.dtype))
-            self.blank = float(blank[0]) if len(blank) == 1 else 0.0
-            if np.ndim(mean) or np.ndim(std):     # one per channel: (C, 1, 1) against (N, C, H, W)
-                mean, std = (xp.asarray(np.reshape(v, (-1, 1, 1)), dtype=device.dtype) for v in (mean, std))
-            x -= mean
-            x /= std
+        x, self.blank = on_device(images, scale, device, normalize)     # (N, C, H, W); the background's value
         self.x, self.y = x, device.asarray(labels, dtype=np.int32)
         self._order: tuple[int | None, Array] = (None, None)  # (epoch, device index array): for batch() calls
+
+    exhausted = False    # the whole set is at hand: an epoch never runs out early (host_loader.HostLoader's can)
 
     def __len__(self) -> int:
         """Batches per epoch (global batches: every rank runs as many)."""

@@ -164,20 +164,23 @@ class TrainStep:
         """The step on batch k of `epoch` as one graph launch (captured at the first call per loader)."""
         captured = self._captured.get(id(loader))
         if captured is None:
-            captured = self._captured[id(loader)] = self._capture(loader)
+            captured = self._captured[id(loader)] = self._capture(loader, epoch, k)
         idx, call = captured
         self.device.xp.copyto(idx, loader.indices(epoch, k))     # a memcpy
         call.replay()
         self.metrics.count += loader.batch_size
 
-    def _capture(self, loader):
+    def _capture(self, loader, epoch, k):
         """The whole step, the batch gathered on the device from a fixed index buffer.
 
-        Per step the host then issues one device-to-device copy of the indices and one launch.
+        Per step the host then issues one device-to-device copy of the indices and one launch. A host
+        loader (data/host_loader.py) first copies its batch into the fixed `loader.x`, `loader.y`
+        the step reads; the step's own batch (epoch, k) is asked for first, so a stream reads no extra one.
         """
         xp, model = self.device.xp, self.net
-        idx = xp.empty_like(loader.indices(0, 0))
-        xp.copyto(idx, loader.indices(0, 0))
+        first = loader.indices(epoch, k)
+        idx = xp.empty_like(first)
+        xp.copyto(idx, first)
 
         def step():
             x = xp.take(loader.x, idx, axis=0)

@@ -15,7 +15,7 @@ from .. import distributed
 from .._types import Array
 from ..backend import Device, DeviceError, get_device
 from .callbacks import TrainingDiverged, TrainingStopped  # noqa: F401 (re-exported: minidl.TrainingDiverged)
-from ..data.loader import Loader, check_normalization, normalization
+from ..data.sources import TrainLoaders, loader_for
 from ..metrics import Mean, Score
 from .step import TrainStep
 if TYPE_CHECKING:
@@ -84,7 +84,8 @@ class Trainer:
         # The whole step is captured as one CUDA graph per loader where the device can (graph=False:
         # eager); dropout's counter-based generator advances on the device, so it is captured too.
         self.graph = graph and self.device.can_capture
-        self._loaders: dict[tuple[int, int, int], tuple[Any, Loader]] = {}
+        self._loaders = TrainLoaders()        # fit's last loader of arrays, kept for the next fit on them
+        self._trained_on: Any = None          # the loader of the last fit: its captured step
 
     @property
     def loss_scale(self) -> dict[str, float] | None:
@@ -111,32 +112,23 @@ class Trainer:
             raise
         self.step += 1
 
-    def _train_loader(self, data, batch_size):
-        """The training loader; one per dataset and batch size, kept so captured graphs stay valid."""
-        if isinstance(data, Loader):
-            check_normalization(self.model, data, "fit")
-            return data
-        key = (id(data[0]), id(data[1]), batch_size)
-        if key not in self._loaders:
-            self._loaders[key] = (data, self._loader(data, batch_size, shuffle=True, drop_last=True))
-        return self._loaders[key][1]
-
-    def _loader(self, data, batch_size, shuffle, drop_last):
-        if isinstance(data, Loader):
-            self._check_fits(data.y)
-            check_normalization(self.model, data, "fit or evaluate")
-            return data
-        try:
-            images, labels = data
-        except (TypeError, ValueError):
-            raise ValueError("data must be a Loader or a pair (images, labels), or images and labels apart") from None
-        self._check_fits(labels)
-        return Loader(images, labels, batch_size, self.device, shuffle=shuffle, seed=self.seed,
-                      drop_last=drop_last, classes=self.model.outputs[0].shape[-1], rank=self.world.rank,
-                      world=self.world.size, normalize=normalization(self.model))   # the model's Normalize
+    def _train_loader(self, x, y, batch_size, **how):
+        """fit's loader (data/sources.py): the last fit's again where its arrays are unchanged, so its
+        captured step stays valid; a new one drops the old one's captured step (one kept at most)."""
+        loader = self._loaders.get(x, y, self.model, self.device, where="fit", batch_size=batch_size, seed=self.seed,
+                                   rank=self.world.rank, world=self.world.size, fits=self._check_fits, **how)
+        if loader is not self._trained_on:
+            self._step.forget_captures()
+            self._trained_on = loader
+        return loader
 
     def _check_fits(self, labels):
-        """The model's output must be (N, classes) with a class for every label the data holds."""
+        """The model's output must be (N, classes) with a class for every label the data holds (None:
+        labels come batch by batch, checked as they come)."""
+        if len(self.model.outputs) != 1:
+            names = ", ".join(o.layer.name for o in self.model.outputs)
+            raise ValueError(f"{self.model.name} has {len(self.model.outputs)} outputs ({names}): fit and evaluate "
+                             f"train and score a model of one output (the logits the loss reads)")
         out = self.model.outputs[0].shape
         top = int(labels.max()) if getattr(labels, "size", 0) and getattr(labels.dtype, "kind", "") in "iu" else 0
         if len(out) != 2 or out[1] <= top:
@@ -152,12 +144,16 @@ class Trainer:
         self._stop = signum
 
     def fit(self, x: Any, y: Any = None, *, steps: int | None = None, epochs: int | None = None, batch_size: int = 32,
+            steps_per_epoch: int | None = None, data_format: str | None = None, augment: Callable | None = None,
             monitor: int = 100, save_to: str | os.PathLike | None = None, save_every: int | None = None,
             checkpoint: str | os.PathLike | Callable[[], str | os.PathLike | None] | None = None,
             metrics_log: MetricsLog | TensorBoardLog | Logs | None = None, callbacks: Sequence[Callback] = ()) -> Score:
         """Train for `steps` (or `epochs` of the whole set) more steps on `(images, labels)`, `images,
-        labels` (Keras's order) or a Loader; returns the last interval's Score(loss, accuracy as a fraction).
-        Images as docs/input.md says. The rest is keyword-only (Keras's third positional is batch_size).
+        labels` (Keras's order), a map-style dataset, an iterable or generator of (x_batch, y_batch)
+        batches, or a Loader (minidl.data.sources); returns the last interval's Score(loss, accuracy as a
+        fraction). Images as docs/input.md says. The rest is keyword-only (Keras's third positional is
+        batch_size). steps_per_epoch: the steps of an epoch of a source without len() (Keras's);
+        data_format: 'channels_last' for NHWC images; augment: a function of a host batch (x, y) -> (x, y).
 
         save_to: saved at the end, only if training stayed finite. checkpoint: where a stop request
         (request_stop) and every `save_every` steps save (default save_to; for a stop also a function
@@ -167,7 +163,6 @@ class Trainer:
         the bar and line, save_every's Checkpoints) and before SaveOnStop; run.stop ends a run early. What
         every rank must do at the same step stays in the trainer (_interval, _agree_stop), never in a callback.
         """
-        data = _data(x, y, "fit")
         for what, v in (("steps", steps), ("epochs", epochs), ("batch_size", batch_size), ("monitor", monitor),
                         ("save_every", save_every)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v <= 0):
@@ -175,7 +170,8 @@ class Trainer:
         checkpoint = checkpoint or save_to
         if save_every is not None and not checkpoint:
             raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
-        loader = self._train_loader(data, batch_size)
+        loader = self._train_loader(x, y, batch_size, steps=steps, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                                    data_format=data_format, augment=augment)
         self._global_batch, self._resumed_batch = self.world.global_batch(loader.batch_size, self._resumed_batch), None
         self._step.blank = loader.blank      # shifted images are filled with the background
         per_epoch = len(loader)
@@ -193,6 +189,7 @@ class Trainer:
         quiet = self.device.preparing(show.say)     # a cold first step says what it does
         while self.step < run.end and not run.stop:
             self._run_step(loader, per_epoch)
+            run.stop = run.stop or loader.exhausted     # a stream of batches ran out: its epoch, and the run, end
             if self.step == run.start + 1:       # one sync: the first step's compilation apart
                 self.device.sync()
                 t1, _ = time.perf_counter(), quiet()
@@ -200,8 +197,8 @@ class Trainer:
             if interval:
                 result = self._interval(run)
             run.emit("on_step_end")
-            if self.step % per_epoch == 0:
-                run.emit("on_epoch_end", self.step // per_epoch - 1)
+            if self.step % per_epoch == 0 or loader.exhausted:
+                run.emit("on_epoch_end", (self.step - 1) // per_epoch)
             if run.stop and not interval:        # a callback ended the run between intervals
                 result = self._interval(run)
             self._agree_stop(run)
@@ -246,10 +243,13 @@ class Trainer:
                                f"step {bad - 1}" + (f"; {path} was not overwritten" if path else ""))
 
     # -- evaluation ----------------------------------------------------------------------------
-    def evaluate(self, x: Any, y: Any = None, *, batch_size: int = 1000, steps: int | None = None) -> Score:
+    def evaluate(self, x: Any, y: Any = None, *, batch_size: int = 1000, steps: int | None = None,
+                 data_format: str | None = None) -> Score:
         """Score(mean loss, accuracy as a fraction) over the whole set, or over its first `steps`
-        batches; the data as fit takes it: `(images, labels)`, `images, labels` or a Loader."""
-        loader = self._loader(_data(x, y, "evaluate"), batch_size, shuffle=False, drop_last=False)
+        batches; the data as fit takes it (arrays, a dataset, batches, a Loader; data_format as fit's)."""
+        loader = loader_for(x, y, self.model, self.device, where="evaluate", batch_size=batch_size, training=False,
+                            seed=self.seed, rank=self.world.rank, world=self.world.size, data_format=data_format,
+                            fits=self._check_fits)
         self._average_state()
         metrics = Mean(self.device)
         for i, (x, y) in enumerate(loader):
@@ -295,9 +295,3 @@ class Trainer:
                 raise ckpt.CheckpointError(f"checkpoint {path}: {e}") from None
         return meta
 
-
-def _data(x, y, what: str):
-    """fit's and evaluate's data as one pair (or Loader): `(x, y)` when labels come apart (Keras)."""
-    if y is not None and isinstance(x, (Loader, tuple)):
-        raise ValueError(f"{what}: labels given twice: pass {what}((images, labels)) or {what}(images, labels)")
-    return x if y is None else (x, y)
