@@ -4,16 +4,31 @@ NumPy's OpenBLAS starts one thread per core and spins them on every matrix produ
 products (a few million multiply-adds at most) gain little from a second thread (a LeNet-5 step
 at batch 32: 10% on idle cores), and on a machine whose cores are busy a spinning pool waits for
 a core on every call: the same step took 3-25x longer under load (docs/training.md, Threads on the CPU).
+
+`import minidl` changes nothing; the first CPU Device (a model, a Trainer, an inference model on the
+CPU) applies the command lines' default (`use_default`), unless the process chose already: the
+environment's OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS (which it then applies, as
+the command lines do), a call of `set_threads`, or pools changed through threadpoolctl since the import.
 """
 from __future__ import annotations
 
 import os
 import warnings
 
+import numpy  # noqa: F401 (its BLAS loaded, so that the pools below are the ones it starts with)
 from threadpoolctl import threadpool_info, threadpool_limits
 
 DEFAULT_THREADS = 1     # measured on the 2-core machine: docs/training.md, Threads on the CPU
 _ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+_chosen = False         # set_threads ran (the user's, a command line's, or use_default's): nothing more to decide
+
+
+def current_threads() -> dict[str, int]:
+    """{library name: threads} of the pools threadpoolctl sees (e.g. {'openblas': 1})."""
+    return {p["internal_api"]: p["num_threads"] for p in threadpool_info()}
+
+
+_AT_IMPORT = current_threads()    # read only (1 ms): a library import changes no process-wide setting
 
 
 def set_threads(n: int | None = None) -> int:
@@ -30,8 +45,21 @@ def set_threads(n: int | None = None) -> int:
     if n > cpus():
         warnings.warn(f"{n} threads on the {cpus()} CPU(s) this process may use: each BLAS call then waits "
                       f"for cores (many times slower)", stacklevel=2)
+    global _chosen
     threadpool_limits(limits=n)
+    _chosen = True
     return n
+
+
+def use_default() -> int | None:
+    """The command lines' choice, set_threads(), for a CPU Device made through the Python API, once
+    per process: unless set_threads ran already or the pools changed since `import minidl` (the
+    user's threadpoolctl limits), which are left as they are (None returned). Without it a LeNet-5
+    step at batch 32 took 85-148 ms on 2 busy cores where the command line's took 6-13
+    (docs/training.md, Threads on the CPU)."""
+    if _chosen or current_threads() != _AT_IMPORT:
+        return None
+    return set_threads()
 
 
 def cpus() -> int:
@@ -41,7 +69,3 @@ def cpus() -> int:
     except AttributeError:
         return os.cpu_count() or 1
 
-
-def current_threads() -> dict[str, int]:
-    """{library name: threads} of the pools threadpoolctl sees (e.g. {'openblas': 1})."""
-    return {p["internal_api"]: p["num_threads"] for p in threadpool_info()}

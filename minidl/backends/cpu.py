@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import precision
+from .. import precision, threads
 from .._types import Array, DTypeLike
 from . import Backend, register
 
@@ -27,6 +27,7 @@ class CPU(Backend):
         return isinstance(a, np.ndarray)
 
     def start(self, gpu: int | None) -> tuple[types.ModuleType, Any]:
+        threads.use_default()        # BLAS threads as the command lines choose them, unless the user chose
         return np, None
 
     def kernels(self, dtype: DTypeLike, current: types.SimpleNamespace | None = None) -> types.SimpleNamespace:

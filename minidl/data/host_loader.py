@@ -82,9 +82,10 @@ class HostLoader:
                 self.x = self.device.xp.empty(shape, self.device.dtype)
                 self.y = self.device.xp.empty(len(labels), np.int32)
                 self._arange = self.device.asarray(np.arange(len(labels)))
-            if len(labels) != len(self.y):
-                raise DataError(f"{self.where}: batch {k} has {len(labels)} images, the first had {len(self.y)}: "
-                                f"training steps take one batch size")
+            shape = images.shape if images.ndim == 4 else (len(images), 1, *images.shape[1:])
+            if shape != self.x.shape:
+                raise DataError(f"{self.where}: batch {k} holds images {shape}, the first {self.x.shape}: "
+                                f"training steps take one batch shape")
             on_device(images, scale, self.device, self.normalize, out=self.x)
             self.device.xp.copyto(self.y, self.device.asarray(labels, dtype=np.int32))
             self._staged = (epoch, k)
@@ -176,8 +177,13 @@ class BatchLoader(HostLoader):
         self._ahead: list[Any] = []                  # batches read but not handed out (lookahead)
         self._pos: tuple[int, int] | None = None     # (epoch, k) of the last batch handed out
         self._last: Any = None
-        self.batch_size = 0                           # the first batch's size, once read
+        self.batch_size = 0                           # the first batch's size
         self.read = 0                                 # batches handed out
+        if self.training:                             # read now: its size is the run's, its faults said at once
+            head = self._full()
+            if head is None:
+                raise DataError(f"{self.where}: the iterable gave no batch")
+            self._ahead.append(head)
 
     def __len__(self) -> int:
         return self.per_epoch

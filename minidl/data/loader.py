@@ -126,7 +126,7 @@ def on_device(images: np.ndarray, scale: int, device: Device, normalize: bool | 
         xp.copyto(out, x)
         x = out
     elif out is not None:
-        xp.divide(x, device.dtype.type(scale), out=out)
+        xp.divide(x, device.dtype.type(scale), out=out, dtype=device.dtype)
         x = out
     else:   # one kernel converts and scales (astype and then /= compiled two on a cold cache)
         x = x.astype(device.dtype) if scale == 1 else xp.divide(x, device.dtype.type(scale), dtype=device.dtype)
