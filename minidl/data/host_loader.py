@@ -161,7 +161,7 @@ class BatchLoader(HostLoader):
     """An iterable or a generator of (x_batch, y_batch) batches, read in order.
 
     per_epoch: the steps of an epoch (Keras's steps_per_epoch; a re-iterable source's len(); UNKNOWN:
-    one pass, ended by the source). A source that can be iterated again starts a new pass at each
+    one pass, ended by the source); steps: the run's, where known (a source that ends before warns). A source that can be iterated again starts a new pass at each
     epoch (and, given steps_per_epoch, when it runs out); a generator goes on where it stopped. When the
     source runs out where more batches were wanted, `exhausted` turns True after the last step it fed,
     and the trainer ends the run there (a warning says so unless the pass's end was the plan). Training
@@ -169,9 +169,10 @@ class BatchLoader(HostLoader):
     Loader's drop_last); a smaller one before it is a DataError.
     """
 
-    def __init__(self, source: Iterable[Any], device: Device, *, per_epoch: int = UNKNOWN, **how: Any) -> None:
+    def __init__(self, source: Iterable[Any], device: Device, *, per_epoch: int = UNKNOWN, steps: int | None = None,
+                 **how: Any) -> None:
         super().__init__(device, **how)
-        self.source, self.per_epoch = source, per_epoch
+        self.source, self.per_epoch, self.steps = source, per_epoch, steps
         self.again = iter(source) is not source       # a list, a DataLoader: iter() starts a new pass
         self._it: Iterator[Any] | None = None if self.again else iter(source)
         self._ahead: list[Any] = []                  # batches read but not handed out (lookahead)
@@ -198,7 +199,7 @@ class BatchLoader(HostLoader):
             self._it = None if self.again else self._it
             return None
         if not (isinstance(item, (tuple, list)) and len(item) == 2):
-            raise DataError(f"{self.where}: an iterable of batches must yield (x_batch, y_batch) pairs, "
+            raise TypeError(f"{self.where}: an iterable of batches must yield (x_batch, y_batch) pairs, "
                             f"got {type(item).__name__}")
         return item
 
@@ -242,6 +243,6 @@ class BatchLoader(HostLoader):
         if self.again and self.per_epoch != UNKNOWN:      # the next step starts a new pass
             return
         self.exhausted = True
-        if self.training and self.per_epoch != UNKNOWN:
-            warnings.warn(f"{self.where}: the data ran out after {self.read} batches: the run ends there "
-                          f"(steps_per_epoch={self.per_epoch})", stacklevel=2)
+        if self.training and self.steps is not None and self.read < self.steps:
+            warnings.warn(f"{self.where}: the data ran out after {self.read} batches, short of the {self.steps} "
+                          f"steps asked: the run ends there", stacklevel=2)

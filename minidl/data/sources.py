@@ -120,7 +120,8 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
     if not hasattr(data, "__iter__"):
         raise TypeError(f"{where}: {type(data).__name__} is not data here; pass {FORMS}")
     per_epoch = _per_epoch(data, training, steps, epochs, steps_per_epoch, where)
-    return BatchLoader(data, device, per_epoch=per_epoch, **how)
+    total = steps if steps is not None else None if per_epoch == UNKNOWN else (epochs or 1) * per_epoch
+    return BatchLoader(data, device, per_epoch=per_epoch, steps=total, **how)
 
 
 def _per_epoch(source: Any, training: bool, steps: int | None, epochs: int | None, steps_per_epoch: int | None,
