@@ -57,3 +57,34 @@ def test_import_minidl_leaves_the_pools_alone():
     env["PYTHONPATH"] = str(pathlib.Path(__file__).resolve().parents[1])
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "True", out.stderr
+
+
+def _run(code, **env_vars):
+    """`code` in a fresh interpreter without the thread variables (but `env_vars`); its last line printed."""
+    env = {k: v for k, v in os.environ.items() if k not in threads._ENV}
+    env.update(env_vars, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]))
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
+MAKE = ("import minidl as dl, threadpoolctl as t; from minidl import threads; "
+        "n = lambda: sorted(set(p['num_threads'] for p in t.threadpool_info())); BEFORE; "
+        "dl.models.lenet5(device='cpu'); print(n(), threads._chosen)")
+
+
+def test_a_cpu_device_made_in_python_takes_the_command_lines_default():
+    # issue 39.2: the README's quick start ran a LeNet-5 step 15-20x slower than the command line
+    assert _run(MAKE.replace("BEFORE", "pass")) == f"[{threads.DEFAULT_THREADS}] True"
+
+
+def test_the_environment_still_decides():
+    assert _run(MAKE.replace("BEFORE", "pass"), OMP_NUM_THREADS="2") == "[2] True"
+
+
+def test_a_users_own_choice_is_left_alone():
+    assert _run(MAKE.replace("BEFORE", "dl.set_threads(2)")) == "[2] True"
+    # pools the user limited through threadpoolctl after the import: not touched
+    limited = MAKE.replace("BEFORE", "limit = t.threadpool_limits(limits=max(n()) + 1)")
+    assert _run(limited).endswith("False")
