@@ -27,8 +27,12 @@ if TYPE_CHECKING:
     from ..backend import Device
 
 FORMATS = ("channels_first", "channels_last")
-FORMS = ("(images, labels) arrays, images and labels apart, a map-style dataset (len(ds), ds[i] -> (image, "
-         "label)), an iterable or generator of (x_batch, y_batch) batches, or a Loader")
+FORMS = ("a Loader or a pair (images, labels) of arrays, images and labels apart, a map-style dataset (len(ds), "
+         "ds[i] -> (image, label)), or an iterable or generator of (x_batch, y_batch) batches")
+
+
+class NotData(DataError, TypeError):
+    """What fit or evaluate cannot take as data: a TypeError, and a ValueError (DataError) as before."""
 
 
 def layout(model: Model, data_format: str | None, where: str) -> Callable[[np.ndarray, str], np.ndarray]:
@@ -95,7 +99,7 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
         return data
     if isinstance(data, dict) or isinstance(data, (str, bytes)) or _is_array(data):
         what = "an array alone (no labels)" if _is_array(data) else type(data).__name__
-        raise TypeError(f"{where}: {what} is not data here; pass {FORMS}")
+        raise NotData(f"{where}: {what} is not data here; pass {FORMS}")
     how = dict(normalize=normalization(model), classes=model.outputs[0].shape[-1],
                layout=layout(model, data_format, where), augment=augment, training=training, where=where)
     fixed = "steps_per_epoch is for a source without len() (a generator); an epoch here is its whole set"
@@ -118,7 +122,7 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
         return DatasetLoader(data, batch_size, device, shuffle=training, seed=seed, drop_last=training, rank=rank,
                              world=world, **how)
     if not hasattr(data, "__iter__"):
-        raise TypeError(f"{where}: {type(data).__name__} is not data here; pass {FORMS}")
+        raise NotData(f"{where}: {type(data).__name__} is not data here; pass {FORMS}")
     per_epoch = _per_epoch(data, training, steps, epochs, steps_per_epoch, where)
     total = steps if steps is not None else None if per_epoch == UNKNOWN else (epochs or 1) * per_epoch
     return BatchLoader(data, device, per_epoch=per_epoch, steps=total, **how)
