@@ -15,7 +15,8 @@ def bar(total: int, enabled: bool) -> tqdm | None:
     if not enabled:
         return None
     from tqdm import tqdm
-    return tqdm(total=total, unit="step", leave=False, dynamic_ncols=True)
+    total_or_none = total if total < 1 << 62 else None    # a generator's epoch: its end tells (data/host_loader.py)
+    return tqdm(total=total_or_none, unit="step", leave=False, dynamic_ncols=True)
 
 
 def preparing(bar: tqdm | None, log: Callable[[str], object], every_s: float = 10.0) -> Callable[[str], None]:
