@@ -215,6 +215,10 @@ def test_augment_sees_host_batches_and_trains_what_it_returns():
     want, _ = weights_after((255 - X, Y), epochs=1, batch_size=16)
     same(got, want)
     assert seen == [(np.ndarray, (16, 1, 8, 8), np.uint8)] * 6
+    nhwc = []
+    trainer(net(3)).fit(rng.integers(0, 256, (32, 8, 8, 3)).astype(np.uint8), Y[:32], steps=1, batch_size=16,
+                        augment=lambda x, y: (nhwc.append(x.shape), (x, y))[1])
+    assert nhwc == [(16, 8, 8, 3)]                     # as the data holds them, before the move to NCHW
     with pytest.raises(DataError, match="augment must return a pair"):
         trainer().fit(X, Y, steps=1, augment=lambda x, y: x)
     with pytest.raises(DataError, match="fit batch 0 images: float64 values"):
@@ -252,6 +256,30 @@ def test_twelve_fits_on_new_arrays_keep_memory_bounded():
     finally:
         tracemalloc.stop()
     assert grown < 2 * 2000 * 64 * 4, f"{grown} bytes kept after 12 fits"       # less than two loaders' copies
+
+
+class TorchLike:
+    """What a PyTorch DataLoader gives without torch: a len() and a new pass per iter(), lists [x, y]
+    of float images in [0, 1], a smaller last batch."""
+
+    def __init__(self, batch_size=32):
+        self.batch_size = batch_size
+
+    def __len__(self):
+        return -(-len(X) // self.batch_size)
+
+    def __iter__(self):
+        order = np.random.default_rng().permutation(len(X))
+        for i in range(0, len(X), self.batch_size):
+            idx = order[i:i + self.batch_size]
+            yield [X[idx].astype(np.float32) / 255, Y[idx]]
+
+
+def test_a_dataloader_with_a_smaller_last_batch_trains_len_steps_an_epoch():
+    calls = Epochs()
+    t = trainer()
+    t.fit(TorchLike(40), epochs=2, callbacks=[calls])         # 40, 40, 16: the 16 left out
+    assert t.step == 6 and calls.ends == [(3, 0), (6, 1)]
 
 
 def test_a_user_loader_and_a_generator_are_not_kept():

@@ -161,12 +161,13 @@ class BatchLoader(HostLoader):
     """An iterable or a generator of (x_batch, y_batch) batches, read in order.
 
     per_epoch: the steps of an epoch (Keras's steps_per_epoch; a re-iterable source's len(); UNKNOWN:
-    one pass, ended by the source); steps: the run's, where known (a source that ends before warns). A source that can be iterated again starts a new pass at each
-    epoch (and, given steps_per_epoch, when it runs out); a generator goes on where it stopped. When the
-    source runs out where more batches were wanted, `exhausted` turns True after the last step it fed,
-    and the trainer ends the run there (a warning says so unless the pass's end was the plan). Training
-    takes one batch size, the first batch's: a smaller last batch of a pass is left out (as the
-    Loader's drop_last); a smaller one before it is a DataError.
+    one pass, ended by the source); steps: the run's, where known. A source that can be iterated
+    again starts a new pass at each epoch, and where it runs out before the epoch's steps (more
+    steps_per_epoch than a pass; a DataLoader whose smaller last batch is left out); a generator goes
+    on where it stopped. Where a source that cannot start again runs out, `exhausted` turns True after
+    the last step it fed and the trainer ends the run there (a warning where `steps` wanted more).
+    Training takes one batch size, the first batch's: a smaller last batch of a pass is left out (as
+    the Loader's drop_last); any other size is a DataError.
     """
 
     def __init__(self, source: Iterable[Any], device: Device, *, per_epoch: int = UNKNOWN, steps: int | None = None,
@@ -213,11 +214,10 @@ class BatchLoader(HostLoader):
         self.batch_size = self.batch_size or n
         if n == self.batch_size:
             return item
-        after = self._pull()
-        if after is None:                 # the pass's smaller last batch: left out
+        if n < self.batch_size and self._pull() is None:     # the pass's smaller last batch: left out
             return None
         raise DataError(f"{self.where}: a batch of {n} images among batches of {self.batch_size}: training steps "
-                        f"take one batch size (only a pass's last batch may be smaller; it is left out)")
+                        f"take one batch size (only a pass's last batch may be smaller: it is left out)")
 
     def host_batch(self, epoch: int, k: int) -> Any:
         if self._pos == (epoch, k):

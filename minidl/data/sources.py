@@ -15,7 +15,7 @@ array changed in place is seen and nothing keeps old arrays alive.
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 
 import numpy as np
 
@@ -100,7 +100,7 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
     if isinstance(data, dict) or isinstance(data, (str, bytes)) or _is_array(data):
         what = "an array alone (no labels)" if _is_array(data) else type(data).__name__
         raise NotData(f"{where}: {what} is not data here; pass {FORMS}")
-    how = dict(normalize=normalization(model), classes=model.outputs[0].shape[-1],
+    how: dict[str, Any] = dict(normalize=normalization(model), classes=model.outputs[0].shape[-1],
                layout=layout(model, data_format, where), augment=augment, training=training, where=where)
     fixed = "steps_per_epoch is for a source without len() (a generator); an epoch here is its whole set"
     if _is_pair_of_arrays(data):
@@ -108,12 +108,11 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
         fits(labels)
         if steps_per_epoch is not None:
             raise ValueError(f"{where}: {fixed}")
-        images = how["layout"](images, f"{where} images")    # type: ignore[operator]
         if augment is None:
-            return Loader(images, labels, batch_size, device, shuffle=training, seed=seed, drop_last=training,
-                          classes=how["classes"], rank=rank, world=world, normalize=how["normalize"])
-        data = Arrays(images, labels)
-        how["layout"] = lambda a, what: a                    # done once, for the whole set
+            return Loader(how["layout"](images, f"{where} images"), labels, batch_size, device, shuffle=training,
+                          seed=seed, drop_last=training, classes=how["classes"], rank=rank, world=world,
+                          normalize=how["normalize"])
+        data = Arrays(images, labels)           # augment, then the layout, batch by batch on the host
     fits(None)
     if hasattr(data, "__len__") and hasattr(data, "__getitem__") and len(data) and (
             isinstance(data, Arrays) or _label_ndim(data[0], where) == 0):
@@ -125,7 +124,7 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
         raise NotData(f"{where}: {type(data).__name__} is not data here; pass {FORMS}")
     per_epoch = _per_epoch(data, training, steps, epochs, steps_per_epoch, where)
     total = steps if steps is not None else None if per_epoch == UNKNOWN else (epochs or 1) * per_epoch
-    return BatchLoader(data, device, per_epoch=per_epoch, steps=total, **how)
+    return BatchLoader(cast(Iterable[Any], data), device, per_epoch=per_epoch, steps=total, **how)
 
 
 def _per_epoch(source: Any, training: bool, steps: int | None, epochs: int | None, steps_per_epoch: int | None,
@@ -157,7 +156,7 @@ def _per_epoch(source: Any, training: bool, steps: int | None, epochs: int | Non
 def _fingerprint(a: np.ndarray) -> tuple[Any, ...]:
     """What tells an array's contents apart at a CRC-32's cost (26 ms for MNIST's 47 MB of uint8 on the
     2-core CPU, where a new Loader of them takes 450 ms): shape, dtype, checksum."""
-    return a.shape, a.dtype.str, zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+    return a.shape, a.dtype.str, zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
 
 
 class TrainLoaders:
