@@ -152,6 +152,10 @@ def test_what_is_not_data_is_one_line_naming_the_accepted_forms():
     for bad, kind in (({"x": X, "y": Y}, "dict"), (5, "int"), (X, "an array alone")):
         with pytest.raises(TypeError, match=f"fit: {kind}.* is not data here; pass .*map-style dataset"):
             t.fit(bad, steps=1)
+    with pytest.raises(DataError, match="fit: the list holds no data"):
+        t.fit([], steps=1)
+    with pytest.raises(ValueError, match="apply to the data fit makes a loader from, not to a Loader"):
+        t.fit(Loader(X, Y, 16, t.device), steps=1, data_format="channels_last")
     with pytest.raises(ValueError, match="epochs=2 needs steps_per_epoch"):
         t.fit(loader_batches(X, Y, 16), epochs=2)
     with pytest.raises(ValueError, match="steps_per_epoch is for a source without len"):

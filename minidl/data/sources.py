@@ -80,7 +80,8 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
     """fit's or evaluate's data (x, and y where labels come apart, Keras's order) as one loader for
     `model` on `device`; `fits(labels)`: the trainer's check of the labels against the model's output
     (called with the arrays' labels, or None where labels come batch by batch)."""
-    if y is not None and (isinstance(x, (Loader, HostLoader, tuple, dict)) or not (_is_array(x) or isinstance(x, list))):
+    apart = _is_array(x) or isinstance(x, list)        # images, with their labels in y
+    if y is not None and (isinstance(x, (Loader, HostLoader, tuple, dict)) or not apart):
         raise ValueError(f"{where}: labels given twice, or with data that holds them: pass {where}((images, labels)),"
                          f" {where}(images, labels) or {where}(data) for a dataset or batches")
     data = x if y is None else (x, y)
@@ -92,16 +93,16 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
                         f"got {type(augment).__name__}")
     if isinstance(data, (Loader, HostLoader)):
         if data_format is not None or augment is not None or steps_per_epoch is not None:
-            raise ValueError(f"{where}: data_format, augment and steps_per_epoch are for the data a loader is made "
-                             f"from: give them to a host loader, or pass the data itself")
+            raise ValueError(f"{where}: data_format, augment and steps_per_epoch apply to the data fit makes a "
+                             f"loader from, not to a {type(data).__name__}: pass the data itself")
         fits(data.y if isinstance(data, Loader) else None)
         check_normalization(model, data, where)   # type: ignore[arg-type]
         return data
     if isinstance(data, dict) or isinstance(data, (str, bytes)) or _is_array(data):
         what = "an array alone (no labels)" if _is_array(data) else type(data).__name__
         raise NotData(f"{where}: {what} is not data here; pass {FORMS}")
-    how: dict[str, Any] = dict(normalize=normalization(model), classes=model.outputs[0].shape[-1],
-               layout=layout(model, data_format, where), augment=augment, training=training, where=where)
+    how: dict[str, Any] = dict(normalize=normalization(model), classes=model.outputs[0].shape[-1], augment=augment,
+                               layout=layout(model, data_format, where), training=training, where=where)
     fixed = "steps_per_epoch is for a source without len() (a generator); an epoch here is its whole set"
     if _is_pair_of_arrays(data):
         images, labels = np.asarray(data[0]), np.asarray(data[1])
@@ -114,7 +115,9 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
                           normalize=how["normalize"])
         data = Arrays(images, labels)           # augment, then the layout, batch by batch on the host
     fits(None)
-    if hasattr(data, "__len__") and hasattr(data, "__getitem__") and len(data) and (
+    if hasattr(data, "__len__") and len(data) == 0:
+        raise DataError(f"{where}: the {type(data).__name__} holds no data")
+    if hasattr(data, "__len__") and hasattr(data, "__getitem__") and (
             isinstance(data, Arrays) or _label_ndim(data[0], where) == 0):
         if steps_per_epoch is not None:
             raise ValueError(f"{where}: {fixed}")
@@ -139,8 +142,6 @@ def _per_epoch(source: Any, training: bool, steps: int | None, epochs: int | Non
     except TypeError:
         n = None
     if n is not None:
-        if n == 0:
-            raise DataError(f"{where}: the iterable of batches is empty")
         if training and n > 1 and hasattr(source, "__getitem__"):
             sizes = [np.shape(source[i][1])[:1] for i in (0, -1)]
             n -= sizes[1] != sizes[0]          # a smaller last batch: left out
