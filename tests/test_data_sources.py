@@ -11,6 +11,7 @@ import pytest
 import minidl as dl
 from minidl import layers as L, optim
 from minidl.data import DataError, Loader
+from minidl.data.host_loader import DatasetLoader
 from minidl.training.callbacks import Callback
 
 rng = np.random.default_rng(0)
@@ -295,3 +296,15 @@ def test_a_user_loader_and_a_generator_are_not_kept():
         warnings.simplefilter("error")
         t.fit(X, Y, steps=1)
     assert isinstance(t._loaders.loader, Loader)
+
+
+def test_a_dataset_is_shared_among_ranks_as_arrays_are():
+    dev = dl.get_device("cpu")
+    for rank in range(3):
+        want = Loader(X[:40], Y[:40], 8, dev, shuffle=False, drop_last=False, rank=rank, world=3)
+        got = DatasetLoader(Dataset(X[:40], Y[:40]), 8, dev, shuffle=False, drop_last=False, rank=rank, world=3,
+                            training=False)
+        assert len(got) == len(want) == 2
+        for (gx, gy), (wx, wy) in zip(got, want):      # rank 2's second batch is empty in both
+            assert gy.tolist() == wy.tolist() and gx.size == wx.size
+            np.testing.assert_array_equal(gx.reshape(wx.shape), wx)

@@ -49,7 +49,8 @@ class HostLoader:
         self._arange: Array | None = None
 
     def host_batch(self, epoch: int, k: int) -> tuple[Any, Any]:
-        """The raw k-th batch (images, labels) of epoch `epoch`, as the source gives it."""
+        """The raw k-th batch (images, labels) of epoch `epoch`, as the source gives it ((None, None): none
+        for this rank)."""
         raise NotImplementedError
 
     def _checked(self, images: Any, labels: Any, k: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -66,8 +67,12 @@ class HostLoader:
         return images, labels, pixel_scale(images, f"{where} images")
 
     def batch(self, epoch: int, k: int) -> tuple[Array, Array]:
-        """The k-th batch (x, y) of epoch `epoch` on the device: x (B, C, H, W) device.dtype, y (B,) int32."""
-        images, labels, scale = self._checked(*self.host_batch(epoch, k), k)
+        """The k-th batch (x, y) of epoch `epoch` on the device: x (B, C, H, W) device.dtype, y (B,) int32
+        (both empty for a rank past the end of a last, partial batch, as the Loader's)."""
+        images, labels = self.host_batch(epoch, k)
+        if images is None:
+            return self.device.xp.empty((0,), self.device.dtype), self.device.xp.empty((0,), np.int32)
+        images, labels, scale = self._checked(images, labels, k)
         x, _ = on_device(images, scale, self.device, self.normalize)
         return x, self.device.asarray(labels, dtype=np.int32)
 
@@ -141,11 +146,13 @@ class DatasetLoader(HostLoader):
             return np.arange(self.N)
         return np.random.default_rng([self.seed, epoch]).permutation(self.N)
 
-    def host_batch(self, epoch: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def host_batch(self, epoch: int, k: int) -> tuple[Any, Any]:
         if not 0 <= k < len(self):
             raise IndexError(f"batch {k} out of range: an epoch has {len(self)} batches")
         start = k * self.global_batch + self.rank * self.batch_size
         idx = self.order(epoch)[start:start + self.batch_size]
+        if len(idx) == 0:                   # a rank past the end of the last, partial batch (evaluation)
+            return None, None
         if isinstance(self.dataset, Arrays):
             return self.dataset.images[idx], self.dataset.labels[idx]
         items = [self.dataset[int(i)] for i in idx]
