@@ -153,6 +153,14 @@ def test_what_is_not_data_is_one_line_naming_the_accepted_forms():
     for bad, kind in (({"x": X, "y": Y}, "dict"), (5, "int"), (X, "an array alone")):
         with pytest.raises(TypeError, match=f"fit: {kind}.* is not data here; pass .*map-style dataset"):
             t.fit(bad, steps=1)
+    class ByName:                                      # a DataFrame's shape: columns by name
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, name):
+            return {"x": X, "y": Y}[name]
+    with pytest.raises(TypeError, match=r"fit: ByName\[0\] is no item; pass a Loader or a pair"):
+        t.fit(ByName(), steps=1)
     with pytest.raises(DataError, match="fit: the list holds no data"):
         t.fit([], steps=1)
     with pytest.raises(ValueError, match="apply to the data fit makes a loader from, not to a Loader"):

@@ -95,6 +95,25 @@ def test_the_loader_applies_what_the_model_declares():
     data_loader.check_normalization(models.lenet5(preprocess=False), loader)      # a model from before: any
 
 
+def test_a_host_loader_applies_what_the_model_declares_as_the_loader_does():
+    """fit's host loaders (a dataset, batches: data/host_loader.py) normalise each batch with the
+    model's per-channel statistics, the Loader's values bit for bit, and fill shifts with its blank."""
+    from minidl.data.host_loader import BatchLoader
+    x = L.Input((3, 4, 4))
+    model = Model(x, L.Flatten()(L.Normalize([0.1, 0.2, 0.3], [0.5, 0.5, 2.0])(x)))
+    norm = data_loader.normalization(model)
+    images = (np.random.default_rng(0).random((6, 3, 4, 4)) * 255).astype(np.uint8)
+    want = Loader(images, np.zeros(6, np.int64), 6, Device("cpu"), shuffle=False, normalize=norm)
+    host = BatchLoader([(images, np.zeros(6, np.int64))], Device("cpu"), per_epoch=1, normalize=norm)
+    (got, _), = list(host)
+    np.testing.assert_array_equal(got, want.x)
+    host.indices(0, 0)                                    # the captured step's fixed buffer: the same values
+    np.testing.assert_array_equal(host.x, want.x)
+    assert host.blank == want.blank == 0.0
+    mnist = BatchLoader([(images[:, :1], np.zeros(6, np.int64))], Device("cpu"), per_epoch=1, normalize=True)
+    assert mnist.blank == Loader(images[:, :1], np.zeros(6, np.int64), 6, Device("cpu")).blank != 0.0
+
+
 def test_a_zoo_model_trains_the_same_weights_with_the_layer_as_without():
     """The trainer's Loader normalises (MNIST's values, what the zoo declares) and the training lowering
     drops the layer: the same steps as a model from before, bit for bit."""

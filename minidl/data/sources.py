@@ -67,7 +67,13 @@ def _is_pair_of_arrays(data: Any) -> bool:
     return not all(isinstance(d, (tuple, list)) and len(d) == 2 and not _is_array(d) for d in data)
 
 
-def _label_ndim(item: Any, where: str) -> int:
+def _label_ndim(data: Any, where: str) -> int:
+    """The ndim of the label of a sized, indexable source's first item: 0 for a dataset of samples,
+    1 for a sequence of batches."""
+    try:
+        item = data[0]
+    except (KeyError, IndexError, TypeError):           # a mapping by names (a DataFrame): not by position
+        raise NotData(f"{where}: {type(data).__name__}[0] is no item; pass {FORMS}") from None
     if not (isinstance(item, (tuple, list)) and len(item) == 2):
         raise DataError(f"{where}: a dataset's items must be (image, label) pairs, got {type(item).__name__}")
     return np.ndim(item[1])
@@ -118,7 +124,7 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
     if hasattr(data, "__len__") and len(data) == 0:
         raise DataError(f"{where}: the {type(data).__name__} holds no data")
     if hasattr(data, "__len__") and hasattr(data, "__getitem__") and (
-            isinstance(data, Arrays) or _label_ndim(data[0], where) == 0):
+            isinstance(data, Arrays) or _label_ndim(data, where) == 0):
         if steps_per_epoch is not None:
             raise ValueError(f"{where}: {fixed}")
         return DatasetLoader(data, batch_size, device, shuffle=training, seed=seed, drop_last=training, rank=rank,
