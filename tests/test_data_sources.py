@@ -256,7 +256,8 @@ def test_arrays_changed_in_place_between_fits_are_seen():
 
 def test_twelve_fits_on_new_arrays_keep_memory_bounded():
     t = trainer()
-    big = lambda s: np.random.default_rng(s).integers(0, 256, (2000, 1, 8, 8)).astype(np.uint8)   # 0.5 MB float32
+    def big(s):                                        # 0.5 MB once float32
+        return np.random.default_rng(s).integers(0, 256, (2000, 1, 8, 8)).astype(np.uint8)
     t.fit(big(0), np.zeros(2000, int), steps=1)
     gc.collect()
     tracemalloc.start()

@@ -78,7 +78,8 @@ def test_a_stream_gives_the_captured_step_no_extra_batch():
 
 def test_new_arrays_at_every_fit_keep_one_loader_and_one_captured_step():
     t = trainer()
-    big = lambda s: np.random.default_rng(s).integers(0, 256, (20000, 1, 12, 12)).astype(np.uint8)  # 11.5 MB float32
+    def big(s):                                      # 11.5 MB once float32
+        return np.random.default_rng(s).integers(0, 256, (20000, 1, 12, 12)).astype(np.uint8)
     for s in range(2):                               # the first fits make what every later one reuses
         t.fit(big(s), np.zeros(20000, int), steps=2)
     gc.collect()
