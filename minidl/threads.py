@@ -54,8 +54,8 @@ def set_threads(n: int | None = None) -> int:
 def use_default() -> int | None:
     """The command lines' choice, set_threads(), for a CPU Device made through the Python API, once
     per process: unless set_threads ran already or the pools changed since `import minidl` (the
-    user's threadpoolctl limits), which are left as they are (None returned). Without it a LeNet-5
-    step at batch 32 took 85-148 ms on 2 busy cores where the command line's took 6-13
+    user's threadpoolctl limits), which are left as they are (None returned). Without it the
+    README's Python quick start ran 6-18x slower than the command line on a busy 2-core machine
     (docs/training.md, Threads on the CPU)."""
     if _chosen or current_threads() != _AT_IMPORT:
         return None
