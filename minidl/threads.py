@@ -55,7 +55,7 @@ def use_default() -> int | None:
     """The command lines' choice, set_threads(), for a CPU Device made through the Python API, once
     per process: unless set_threads ran already or the pools changed since `import minidl` (the
     user's threadpoolctl limits), which are left as they are (None returned). Without it the
-    README's Python quick start ran 6-18x slower than the command line on a busy 2-core machine
+    README's Python quick start ran many times slower than the command line on a busy machine
     (docs/training.md, Threads on the CPU)."""
     if _chosen or current_threads() != _AT_IMPORT:
         return None
