@@ -70,10 +70,10 @@ def add_device(p: Parser) -> None:
     p.add_argument("--device", choices=DEVICES, default="auto", help="device (auto)")
 
 
-def add_data(p: Parser, where: str) -> None:
-    """--data-dir (`where` tells how the folder is searched) and --dataset."""
+def add_data(p: Parser, where: str, default: str | None = "mnist", what: str = "dataset (mnist)") -> None:
+    """--data-dir (`where` tells how the folder is searched) and --dataset (None: check_args decides)."""
     p.add_argument("--data-dir", help=where)
-    p.add_argument("--dataset", choices=data.DATASETS, default="mnist", help="dataset (mnist)")
+    p.add_argument("--dataset", choices=data.DATASETS, default=default, help=what)
 
 
 def add_threads(p: Parser) -> None:
@@ -140,7 +140,8 @@ def training_parser(prog: str = "python -m minidl.train", description: str | Non
                 "/usr/share/datasets, then a download")
     add_seed(p)
     add_threads(p)
-    add_checkpoint(p, "checkpoint path (checkpoints/<model>.npz)")
+    add_checkpoint(p, "checkpoint path (checkpoints/<model>.npz on MNIST, checkpoints/<model>-<dataset>.npz "
+                      "on another dataset)")
     p.add_argument("--grad-reduce", choices=distributed.GRAD_REDUCE, default="fp32",
                    help="several ranks: the dtype gradients travel in (fp32; bf16: half the bytes, rounded)")
     p.add_argument("--no-graph", dest="graph", action="store_false",
@@ -160,25 +161,60 @@ def training_parser(prog: str = "python -m minidl.train", description: str | Non
     p.add_argument("--tensorboard", metavar="DIR",
                    help="also write the same records as TensorBoard scalars into DIR (needs tensorboardX)")
     p.add_argument("--save-every", type=positive, metavar="N",
-                   help="also save a resumable checkpoint every N steps (to --checkpoint)")
+                   help="save a resumable checkpoint every N steps and at the end (to --checkpoint; implies -s)")
     p.add_argument("--resume", action="store_true",
-                   help="restore weights, optimizer state and step from the checkpoint and continue")
+                   help="restore weights, optimizer state and step from the checkpoint, continue, and save "
+                        "into it at the end")
     return p
 
 
 def checkpoint_path(args: argparse.Namespace) -> str:
-    """--checkpoint, else checkpoints/<model tag>.npz (lenet5, resnet18, simplenet, ...)."""
-    return args.checkpoint or os.path.join("checkpoints", f"{recipes.model_tag(args)}.npz")
+    """--checkpoint, else checkpoints/<model tag>.npz (lenet5, resnet18, simplenet, ...) on MNIST and
+    checkpoints/<model tag>-<dataset>.npz on another dataset: a run on one dataset does not replace
+    the other's checkpoint."""
+    dataset = getattr(args, "dataset", None) or "mnist"
+    tag = recipes.model_tag(args) + ("" if dataset == "mnist" else f"-{dataset}")
+    return args.checkpoint or os.path.join("checkpoints", f"{tag}.npz")
+
+
+def saves(args: argparse.Namespace) -> bool:
+    """Whether a training run writes its checkpoint at the end: -s, --save-every (whose saves would
+    otherwise stop at the last multiple of N) and --resume (a resumed run ends in the file it resumed)."""
+    return bool(args.save or args.save_every or args.resume)
+
+
+def _info(path):
+    """A checkpoint's JSON record (read alone), or None: no such file, or one the run will report on."""
+    from minidl.files import checkpoint
+    try:
+        return checkpoint.read_info(path) if os.path.isfile(path) else None
+    except ValueError:
+        return None
 
 
 def _saved_plan(path):
     """The plan recorded in a checkpoint, or None (no plan, or a file the run will report on)."""
-    from minidl.files import checkpoint
-    try:
-        plan = checkpoint.read(path)[0].get("meta", {}).get("plan")
-    except (ValueError, AttributeError):
-        return None
+    meta = (_info(path) or {}).get("meta")
+    plan = meta.get("plan") if isinstance(meta, dict) else None
     return plan if isinstance(plan, dict) else None
+
+
+def _checkpoint_dataset(args, error):
+    """infer --checkpoint: --dataset left out takes the checkpoint's; one that differs is refused. A
+    checkpoint that does not say (saved before checkpoints recorded it) is scored on --dataset or
+    MNIST, with a note."""
+    from minidl.files import checkpoint
+    info = _info(args.checkpoint) if args.checkpoint else None
+    recorded = checkpoint.dataset_of(info) if info else None
+    if recorded is not None and recorded not in data.DATASETS:
+        recorded = None
+    if recorded and args.dataset and args.dataset != recorded:
+        error("dataset", f"{args.dataset} is not the dataset {args.checkpoint} was trained on ({recorded}); "
+                         f"leave --dataset out to score it on {recorded}")
+    if args.dataset is None and info is not None and recorded is None:
+        print(f"note: {args.checkpoint} does not record its dataset (saved before checkpoints did): scored "
+              f"on mnist; --dataset chooses", file=sys.stderr)
+    args.dataset = args.dataset or recorded or "mnist"
 
 
 def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argparse.Namespace:
@@ -194,6 +230,8 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
     a = vars(args)
     error = p.error_in
     split = "train" if trains else "test"
+    if not trains and "dataset" in a:
+        _checkpoint_dataset(args, error)
 
     if a.get("epochs") and a.get("steps") is not None:     # -n left at its default is None
         error("steps", "conflicts with --epochs: -n counts steps, --epochs whole epochs; give one of them")
@@ -223,25 +261,14 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
     if a.get("load") and a.get("resume"):
         error("load", "conflicts with --resume (which restores the weights and the optimizer state)")
     if trains:
-        path = checkpoint_path(args)
-        why = _files.unreadable(path) if a["resume"] or a["load"] else None
-        if why:
-            error("resume" if a["resume"] else "load", f"checkpoint {path} {why}")
-        why = _files.problem(path) if args.save or args.save_every else None
-        if why:          # found now, not by a traceback after the whole run
-            what = "-s" if args.save else "--save-every"
-            error("checkpoint" if args.checkpoint else "save" if args.save else "save_every",
-                  f"{what} cannot save to {path}: it {why}")
-        saved = _saved_plan(path) if args.resume else None
-        diff = recipes.plan(args).differences(saved) if saved else []
-        if diff:          # the resumed run must be the run that was planned
-            error("resume", f"{path} is a run planned with other flags: " + "; ".join(diff))
+        _check_checkpoint(args, error)
     for dest in ("checkpoint", "artifact"):
         why = _files.unreadable(a[dest]) if not trains and a.get(dest) else None
         if why:
             error(dest, f"{a[dest]} {why}")
-    for dest in ("metrics", "save_artifact"):          # regular files only: a FIFO would hang the run
-        why = _files.problem(a[dest]) if a.get(dest) else None
+    inputs = [a.get("checkpoint"), a.get("artifact")] if not trains else []
+    for dest, kind in (("metrics", "metrics"), ("save_artifact", "artifact")):   # regular files of their kind
+        why = _files.problem(a[dest], kind, reads=inputs) if a.get(dest) else None
         if why:
             error(dest, f"{a[dest]} {why}")
     if a.get("tensorboard"):
@@ -252,6 +279,34 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
             from minidl.install_hint import install_hint
             error("tensorboard", f"needs tensorboardX ({install_hint('tensorboard', 'tensorboardX')})")
     return args
+
+
+def _check_checkpoint(args, error):
+    """A training run's checkpoint: readable where -l or --resume reads it; where the run writes it
+    (`saves`), a file of its kind (files.kinds: a .npz, not an export, an artifact or a metrics log),
+    not another dataset's run, and for --resume the run that was planned."""
+    from minidl import files as _files
+    from minidl.files import checkpoint
+    path, a = checkpoint_path(args), vars(args)
+    why = _files.unreadable(path) if a["resume"] or a["load"] else None
+    if why:
+        error("resume" if a["resume"] else "load", f"checkpoint {path} {why}")
+    if not saves(args):
+        return
+    what = "-s" if args.save else "--save-every" if args.save_every else "--resume"
+    why = _files.problem(path, "checkpoint")
+    if why:          # found now, not by a traceback after the whole run
+        error("checkpoint" if args.checkpoint else "save" if args.save else
+              "save_every" if args.save_every else "resume", f"{what} cannot save to {path}: it {why}")
+    info = _info(path)
+    theirs = checkpoint.dataset_of(info) if info else None
+    if theirs and theirs != args.dataset and not args.resume:
+        error("dataset", f"{what} would replace {path}, a run on {theirs}, with a run on {args.dataset}: "
+                         f"give another --checkpoint")
+    saved = _saved_plan(path) if args.resume else None
+    diff = recipes.plan(args).differences(saved) if saved else []
+    if diff:          # the resumed run must be the run that was planned
+        error("resume", f"{path} is a run planned with other flags: " + "; ".join(diff))
 
 
 def run_cli(run: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:

@@ -39,7 +39,8 @@ def parser() -> Parser:
     p.add_argument("--runs", type=positive, default=1000, help="batch-1 runs timed by --latency (1000)")
     p.add_argument("--profile", action="store_true", help="print a per-op time table at --batch-size")
     add_device(p)
-    add_data(p, "dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)")
+    add_data(p, "dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)", default=None,
+             what="dataset (the one the checkpoint was trained on; another is refused; mnist where it does not say)")
     p.add_argument("--save-artifact", metavar="PATH", help="write the compiled model as a weights-only artifact")
     p.add_argument("--no-graphs", action="store_true",
                    help="run the ops eagerly on the GPU instead of replaying CUDA graphs (debugging)")

@@ -10,10 +10,17 @@ What a careful user expects of a file minidl writes:
 - a symlink is written through: its target gets the new contents, the link stays;
 - atomic: a temporary file beside the target (its name fits the folder's NAME_MAX however long the
   target's name), fsync, rename, so readers see the old file or the new one, never a part;
+- of its kind (`files.kinds`): a write says what it writes (`kind="checkpoint"`, "metrics", ...);
+  a name that is another kind's, an existing file of another kind or unknown, and a file the same
+  command reads (`reads=`) are refused, so `--metrics ck.npz` or `--onnx ck.npz` cannot destroy ck.npz;
 - an advisory lock (filelock, fcntl.flock: released by the kernel when the process dies) on a hidden
-  file beside the target, removed again on release; a run holds it from its start, so a second run
-  on the same file is refused at once with "in use by pid N", and leftovers of a killed save are
-  cleared only when their process is gone;
+  file beside the target, and one keyed by the target's absolute path in a per-user folder that no
+  `rm -rf` of the target's folder removes ($MINIDL_LOCK_DIR, else $XDG_RUNTIME_DIR/minidl-locks, else
+  <tmp>/minidl-locks-<uid>); a run holds both from its start, so a second run on the same file is
+  refused at once with "in use by pid N", even after the folder was deleted and made again; before
+  each write the lock beside the file is checked to be still there (taken again, or the write
+  refused, where it went with its folder); leftovers of a killed save are cleared only when their
+  process is gone;
 - a full disk (or any refusal of the OS) is one WriteError naming the file and saying what was kept.
 """
 from __future__ import annotations
@@ -25,14 +32,18 @@ import os
 import re
 import stat
 import sys
-from typing import IO, Any, Callable
+import tempfile
+from typing import IO, Any, Callable, Iterable
 
 from filelock import FileLock, Timeout
+
+from .kinds import clash
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_held: dict[str, FileLock] = {}               # target -> FileLock held by this process
+_held: dict[str, list[FileLock]] = {}         # target -> the FileLocks this process holds for it (key, beside)
+_inodes: dict[str, int] = {}                  # lock file -> the inode this process locked
 
 
 class WriteError(ValueError):
@@ -65,10 +76,11 @@ def _stem(folder, base, room):
     """The part of a helper file's name (temp, lock) standing for `base`: base itself where the name
     fits NAME_MAX with `room` more characters, else a cut base and a hash of the whole name."""
     limit = _name_max(folder) - room
-    if len(base.encode()) <= limit:
+    raw = os.fsencode(base)              # a name that is not UTF-8 holds surrogates: its own bytes count
+    if len(raw) <= limit:
         return base
-    digest = hashlib.sha256(base.encode()).hexdigest()[:12]
-    cut = base.encode()[:max(limit - 13, 1)].decode(errors="ignore")
+    digest = hashlib.sha256(raw).hexdigest()[:12]
+    cut = os.fsdecode(raw[:max(limit - 13, 1)].decode(errors="ignore").encode())
     return f"{cut}~{digest}"
 
 
@@ -82,24 +94,33 @@ def lock_path(path: str | os.PathLike) -> str:
     return os.path.join(folder, "." + _stem(folder, base, 1 + 5) + ".lock")
 
 
-def problem(path: str | os.PathLike) -> str | None:
+def problem(path: str | os.PathLike, kind_written: str | None = None,
+            reads: Iterable[str | os.PathLike | None] = ()) -> str | None:
     """Why a file cannot be written at `path` (the folder is created where missing), or None.
 
-    Tried for real: the folder is made and a temporary file of the name the write will use is
-    created and removed, so a long name, a read-only folder or a full inode table is found now.
+    kind_written: the kind of file the write makes (files.kinds.KINDS): a name or an existing file
+    of another kind is refused (nothing is created then). reads: the files the same command reads;
+    `path` naming one of them is refused. Then tried for real: the folder is made and a temporary
+    file of the name the write will use is created and removed, so a long name, a read-only folder
+    or a full inode table is found now.
     """
     path = os.fspath(path)
     what = kind(path)
     if what:
         return f"is {what}, not a regular file"
     real = target(path)
+    if any(r is not None and target(r) == real for r in reads):
+        return "is a file this command reads: it is not replaced (write to another name)"
+    why = clash(path, kind_written) if kind_written else None
+    if why:
+        return why
     folder = os.path.dirname(real)
     parent = folder
     while parent and not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if parent and not os.path.isdir(parent):
         return f"cannot be written ({parent} is a file, not a folder)"
-    if len(os.path.basename(real).encode()) > _name_max(parent or "/"):
+    if len(os.fsencode(os.path.basename(real))) > _name_max(parent or "/"):
         return f"cannot be written (its name is longer than the {_name_max(parent or '/')} bytes a file name may have)"
     try:
         os.makedirs(folder, exist_ok=True)
@@ -113,22 +134,50 @@ def problem(path: str | os.PathLike) -> str | None:
     return None
 
 
-def holder(path: str | os.PathLike) -> int | None:
-    """The pid recorded in `path`'s lock file, or None."""
+def _lock_dir():
+    """The per-user folder of the locks keyed by path (mode 0700, ours, not a symlink), or None."""
+    folder = os.environ.get("MINIDL_LOCK_DIR") or (
+        os.path.join(os.environ["XDG_RUNTIME_DIR"], "minidl-locks") if os.environ.get("XDG_RUNTIME_DIR")
+        else os.path.join(tempfile.gettempdir(), f"minidl-locks-{os.getuid()}"))
     try:
-        with open(lock_path(path)) as f:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    return folder if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() else None
+
+
+def key_lock_path(path: str | os.PathLike) -> str | None:
+    """The lock of `path`'s target that outlives its folder: in the per-user lock folder, named by a
+    hash of the target's absolute path; None where no such folder can be made."""
+    folder = _lock_dir()
+    digest = hashlib.sha256(os.fsencode(target(path))).hexdigest()[:32]
+    return os.path.join(folder, f"{digest}.lock") if folder else None
+
+
+def _pid_in(lock_file):
+    try:
+        with open(lock_file) as f:
             text = f.read(32).strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None
 
 
+def holder(path: str | os.PathLike) -> int | None:
+    """The pid recorded in `path`'s lock files (the keyed one first), or None."""
+    key = key_lock_path(path)
+    return (_pid_in(key) if key else None) or _pid_in(lock_path(path))
+
+
 def _recorder(lock_file):
     """on_acquired for filelock: the lock must be on the file now at the lock's path (a holder
     unlinks it before releasing, so a lock taken on the unlinked inode is no lock), then the pid."""
     def record(fd):
-        if os.fstat(fd).st_ino != os.stat(lock_file).st_ino:
+        ino = os.fstat(fd).st_ino
+        if ino != os.stat(lock_file).st_ino:
             raise OSError(errno.EAGAIN, "lock file replaced while locking")
+        _inodes[lock_file] = ino
         os.ftruncate(fd, 0)
         try:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -137,36 +186,78 @@ def _recorder(lock_file):
     return record
 
 
-def hold(path: str | os.PathLike) -> str:
-    """Take `path`'s advisory lock for this process (until release(path) or its exit).
+def _take(lock_file, path):
+    """A FileLock on `lock_file`, taken without blocking; WriteError naming the holder where taken."""
+    lock = FileLock(lock_file, on_acquired=_recorder(lock_file))
+    try:
+        lock.acquire(blocking=False)
+    except (Timeout, FileNotFoundError):
+        pid = _pid_in(lock_file)
+        raise WriteError(f"{path} is in use by {f'pid {pid}' if pid else 'another process'} "
+                         f"(another minidl run writes it)") from None
+    return lock
 
-    Another process holding it: WriteError "... is in use by pid N". Returns the target path.
+
+def _drop(lock):
+    _unlink(lock.lock_file)
+    _inodes.pop(lock.lock_file, None)
+    lock.release()
+
+
+def hold(path: str | os.PathLike) -> str:
+    """Take `path`'s advisory locks for this process (until release(path) or its exit).
+
+    Another process holding either: WriteError "... is in use by pid N". Returns the target path.
     """
     real = target(path)
     if real in _held:
         return real
     os.makedirs(os.path.dirname(real), exist_ok=True)
-    lock = FileLock(lock_path(real), on_acquired=_recorder(lock_path(real)))
+    locks: list[FileLock] = []
     try:
-        lock.acquire(blocking=False)
-    except (Timeout, FileNotFoundError):
-        pid = holder(real)
-        raise WriteError(f"{path} is in use by {f'pid {pid}' if pid else 'another process'} "
-                         f"(another minidl run writes it)") from None
+        key = key_lock_path(real)
+        if key:
+            locks.append(_take(key, path))
+        locks.append(_take(lock_path(real), path))
+    except WriteError:
+        for lock in reversed(locks):
+            _drop(lock)
+        raise
     except OSError as e:
+        for lock in reversed(locks):
+            _drop(lock)
         kept = f"{path} is as it was" if os.path.exists(real) else "nothing was written"
         raise WriteError(f"{path} cannot be written ({e.strerror or e}, making its lock file); {kept}") from None
-    _held[real] = lock
+    _held[real] = locks
     return real
 
 
+def _still_held(real, path):
+    """Before a write under a lock held since earlier: the lock file beside `real` is the one locked.
+    Where it went (its folder was removed, say) it is taken again; where another process has taken
+    it since, WriteError: that run's file is not replaced."""
+    beside = _held[real][-1]
+    try:
+        same = os.stat(beside.lock_file).st_ino == _inodes.get(beside.lock_file)
+    except OSError:
+        same = False
+    if same:
+        return
+    _inodes.pop(beside.lock_file, None)
+    beside.release()
+    os.makedirs(os.path.dirname(real), exist_ok=True)
+    try:
+        _held[real][-1] = _take(lock_path(real), path)
+    except WriteError as e:
+        _held[real].pop()
+        raise WriteError(f"{e}, which took it after this run's lock went with its folder: not replaced") from None
+
+
 def release(path: str | os.PathLike) -> None:
-    """Give `path`'s lock back, its lock file removed first (no one waits on it: every lock here is
-    taken without blocking, and a lock on the removed file is refused by its inode)."""
-    lock = _held.pop(target(path), None)
-    if lock is not None:
-        _unlink(lock.lock_file)
-        lock.release()
+    """Give `path`'s locks back, each lock file removed first (no one waits on them: every lock here
+    is taken without blocking, and a lock on a removed file is refused by its inode)."""
+    for lock in reversed(_held.pop(target(path), [])):
+        _drop(lock)
 
 
 @atexit.register
@@ -195,17 +286,23 @@ def _remove_stale(folder, prefix):
             _unlink(os.path.join(folder, name))
 
 
-def write_atomic(path: str | os.PathLike, fill: Callable[[IO[bytes]], Any], replace: bool = True) -> str | os.PathLike:
+def write_atomic(path: str | os.PathLike, fill: Callable[[IO[bytes]], Any], replace: bool = True,
+                 kind_written: str | None = None) -> str | os.PathLike:
     """Write the file at `path` through `fill(f)` (a binary file object): temp file, fsync, rename.
 
-    replace=False: an existing file is never replaced (the rename is a link, which fails where a
-    file appeared meanwhile): WriteError. Takes the file's lock for the write unless this process
-    holds it already. Returns `path`.
+    kind_written: what the file is (files.kinds.KINDS: "checkpoint", "onnx", ...): a name or an
+    existing file of another kind is a WriteError, nothing written. replace=False: an existing file
+    is never replaced (the rename is a link, which fails where a file appeared meanwhile):
+    WriteError. Takes the file's locks for the write unless this process holds them already.
+    Returns `path`.
     """
     given, path = path, os.fspath(path)
     why = kind(path)
     if why:
         raise WriteError(f"{path} is {why}, not a regular file: not written")
+    why = clash(path, kind_written) if kind_written else None
+    if why:
+        raise WriteError(f"{path} {why}")
     real = target(path)
     folder, base = os.path.split(real)
     mine, existed = real not in _held, os.path.exists(real)
@@ -213,6 +310,8 @@ def write_atomic(path: str | os.PathLike, fill: Callable[[IO[bytes]], Any], repl
         os.makedirs(folder, exist_ok=True)
         if mine:
             hold(real)
+        else:
+            _still_held(real, path)
         prefix = _temp_prefix(folder, base)
         _remove_stale(folder, prefix)
         tmp = os.path.join(folder, f"{prefix}{os.getpid()}.tmp")
@@ -269,12 +368,16 @@ def _sync_folder(folder):
         os.close(fd)
 
 
-def open_append(path: str | os.PathLike) -> IO[str]:
-    """A text file at `path` opened for appending, refused unless it is a regular file.
+def open_append(path: str | os.PathLike, kind_written: str | None = None) -> IO[str]:
+    """A text file at `path` opened for appending, refused unless it is a regular file (and, given
+    `kind_written`, one of that kind or empty: files.kinds).
 
     Opened without blocking, so a FIFO that appeared after the checks cannot hang the run.
     """
     path = os.fspath(path)
+    why = clash(path, kind_written) if kind_written and not kind(path) else None
+    if why:
+        raise WriteError(f"{path} {why}")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
     except OSError as e:
