@@ -113,14 +113,16 @@ def test_save_through_a_symlink_and_with_a_255_byte_name(tmp_path):
 @needs_mnist
 def test_a_checkpoint_in_use_by_another_run_is_refused_at_start(tmp_path):
     files.hold(tmp_path / "c.npz")                        # this process plays the other run
+    files.hold(tmp_path / "m.jsonl")
     try:
-        for flags in (("-s",), ("--save-every", "2"), ("--metrics", "c.npz")):
+        for flags, held in ((("-s",), "c.npz"), (("--save-every", "2"), "c.npz"), (("--metrics", "m.jsonl"), "m.jsonl")):
             p = train(*FAST, "--checkpoint", "c.npz", *flags, cwd=tmp_path)
             assert p.returncode == 1 and "loading" not in p.stdout
-            assert one_line(p) == f"error: c.npz is in use by pid {os.getpid()} (another minidl run writes it)"
+            assert one_line(p) == f"error: {held} is in use by pid {os.getpid()} (another minidl run writes it)"
     finally:
         files.release(tmp_path / "c.npz")
-    assert not (tmp_path / "c.npz").exists()
+        files.release(tmp_path / "m.jsonl")
+    assert not (tmp_path / "c.npz").exists() and not (tmp_path / "m.jsonl").exists()
 
 
 # -- 4. found before training ---------------------------------------------------------------------------------
@@ -240,9 +242,9 @@ def test_a_stop_during_the_final_save_is_honoured_after_it(tmp_path):
         import os, signal, sys
         from minidl import files, train
         real = files.write_atomic
-        def slow(path, fill, replace=True):            # SIGTERM arrives while the final save writes
+        def slow(path, fill, replace=True, **kw):       # SIGTERM arrives while the final save writes
             os.kill(os.getpid(), signal.SIGTERM)
-            return real(path, fill, replace)
+            return real(path, fill, replace, **kw)
         files.write_atomic = slow
         sys.exit(train.main(sys.argv[1:]))
     """

@@ -202,7 +202,7 @@ def _saved_plan(path):
 def _checkpoint_dataset(args, error):
     """infer --checkpoint: --dataset left out takes the checkpoint's; one that differs is refused. A
     checkpoint that does not say (saved before checkpoints recorded it) is scored on --dataset or
-    MNIST, with a note."""
+    MNIST, with a note (args.dataset_note)."""
     from minidl.files import checkpoint
     info = _info(args.checkpoint) if args.checkpoint else None
     recorded = checkpoint.dataset_of(info) if info else None
@@ -211,9 +211,9 @@ def _checkpoint_dataset(args, error):
     if recorded and args.dataset and args.dataset != recorded:
         error("dataset", f"{args.dataset} is not the dataset {args.checkpoint} was trained on ({recorded}); "
                          f"leave --dataset out to score it on {recorded}")
-    if args.dataset is None and info is not None and recorded is None:
-        print(f"note: {args.checkpoint} does not record its dataset (saved before checkpoints did): scored "
-              f"on mnist; --dataset chooses", file=sys.stderr)
+    args.dataset_note = (f"note: {args.checkpoint} does not say which dataset it was trained on: scored on mnist "
+                         f"(--dataset chooses)" if args.dataset is None and info is not None and recorded is None
+                         else None)        # printed by infer once the checkpoint has compiled
     args.dataset = args.dataset or recorded or "mnist"
 
 
