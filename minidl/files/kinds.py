@@ -71,7 +71,7 @@ def sniff(path: str | os.PathLike) -> tuple[str | None, str]:
     if text.lstrip().startswith(("<?xml", "<svg")):
         return ("image", "an SVG image") if "<svg" in text else (None, "an XML file")
     first = text.split("\n", 1)[0]
-    if _metrics_line(first, complete="\n" in text or len(head) < (64 << 10)):
+    if _metrics_line(first, complete="\n" in text):
         return "metrics", KINDS["metrics"][0]
     return None, f"a text file (its first line: {first[:40]!r})"
 
