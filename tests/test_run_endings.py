@@ -276,3 +276,32 @@ def test_a_metrics_file_with_a_cut_last_line_is_repaired_before_appending(tmp_pa
                            "dropped it")
     intervals, evaluations = metrics_log.read(tmp_path / "m.jsonl")
     assert [r["step"] for r in intervals] == [2, 2, 4] and len(evaluations) == 1
+
+
+# -- issue 38.8: what a careful user is told ---------------------------------------------------------------------
+@needs_mnist
+def test_save_every_longer_than_the_run_still_saves_at_its_end(tmp_path):
+    """--save-every implies -s: a run shorter than N steps ends in its checkpoint, and says so."""
+    p = train(*FAST, "--save-every", "100", "--checkpoint", "c.npz", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "saved c.npz" in p.stdout and checkpoint.read(tmp_path / "c.npz")[0]["meta"]["step"] == 4
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")          # NaN images: NumPy says so, the test means it
+@pytest.mark.parametrize("exists", [False, True])
+def test_the_nan_stop_says_what_is_at_the_checkpoint(tmp_path, exists):
+    import minidl as dl
+    model = models.lenet5()
+    if exists:
+        checkpoint.save(tmp_path / "w.npz", model)
+    before = (tmp_path / "w.npz").read_bytes() if exists else None
+    x = np.full((32, 28, 28), np.nan, np.float32)
+    y = np.zeros(32, np.uint8)
+    trainer = dl.Trainer(model, dl.optim.SGD(lr=0.1), device="cpu", progress=False, log=lambda *a, **k: None)
+    with pytest.raises(dl.TrainingDiverged) as e:
+        trainer.fit((x, y), steps=4, batch_size=16, monitor=2, save_to=tmp_path / "w.npz")
+    said = str(e.value)
+    if exists:
+        assert said.endswith("w.npz was not overwritten") and (tmp_path / "w.npz").read_bytes() == before
+    else:
+        assert said.endswith(f"nothing was saved to {tmp_path / 'w.npz'}") and not (tmp_path / "w.npz").exists()
