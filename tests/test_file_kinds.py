@@ -12,7 +12,7 @@ from minidl.cli import infer as infer_cli
 from minidl.cli import plot as plot_cli
 from minidl.cli import train as train_cli
 from minidl.cli.stops import fresh_name
-from minidl.files import checkpoint, kinds
+from minidl.files import checkpoint, checkpoint_data, kinds
 from minidl.files.metrics_log import MetricsError, MetricsLog
 
 RECORD = b'{"step": 100, "epoch": 0, "loss": 0.5, "accuracy": 90.0, "lr": 0.01, "images_per_s": 1.0, "wall_s": 1.0}\n'
@@ -185,11 +185,11 @@ def test_a_stop_of_a_run_loading_exported_weights_saves_a_checkpoint_name(tmp_pa
 # -- checkpoints that know their data (issue 39.7) ------------------------------------------------------------
 def test_checkpoints_record_dataset_shape_and_classes(tmp_path):
     a_checkpoint(tmp_path / "c.npz", "fashion-mnist")
-    info = checkpoint.read_info(tmp_path / "c.npz")
+    info = checkpoint_data.read_info(tmp_path / "c.npz")
     assert info["data"] == {"dataset": "fashion-mnist", "input_shape": [1, 28, 28], "classes": 10}
-    assert checkpoint.dataset_of(info) == "fashion-mnist"
+    assert checkpoint_data.dataset_of(info) == "fashion-mnist"
     old = {"format": checkpoint.FORMAT, "meta": {"step": 3}}          # from before: no data record, no plan
-    assert checkpoint.dataset_of(old) is None
+    assert checkpoint_data.dataset_of(old) is None
 
 
 def test_train_on_another_dataset_keeps_the_mnist_checkpoint(no_data, capsys):

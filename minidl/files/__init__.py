@@ -10,11 +10,11 @@ What a careful user expects of a file minidl writes:
 - a symlink is written through: its target gets the new contents, the link stays;
 - atomic: a temporary file beside the target (its name fits the folder's NAME_MAX however long the
   target's name), fsync, rename, so readers see the old file or the new one, never a part;
-- of its kind (`files.kinds`): a write says what it writes (`kind="checkpoint"`, "metrics", ...);
+- of its kind (`files.kinds`): a write says what it writes (`kind_written="checkpoint"`, "metrics", ...);
   a name that is another kind's, an existing file of another kind or unknown, and a file the same
   command reads (`reads=`) are refused, so `--metrics ck.npz` or `--onnx ck.npz` cannot destroy ck.npz;
-- an advisory lock (filelock, fcntl.flock: released by the kernel when the process dies) on a hidden
-  file beside the target, and one keyed by the target's absolute path in a per-user folder that no
+- advisory locks (`files.locks`; filelock, fcntl.flock: released by the kernel when the process
+  dies), on a hidden file beside the target and one keyed by the target's absolute path in a per-user folder that no
   `rm -rf` of the target's folder removes ($MINIDL_LOCK_DIR, else $XDG_RUNTIME_DIR/minidl-locks, else
   <tmp>/minidl-locks-<uid>); a run holds both from its start, so a second run on the same file is
   refused at once with "in use by pid N", even after the folder was deleted and made again; before
@@ -25,73 +25,22 @@ What a careful user expects of a file minidl writes:
 """
 from __future__ import annotations
 
-import atexit
 import errno
-import hashlib
 import os
 import re
 import stat
 import sys
-import tempfile
 from typing import IO, Any, Callable, Iterable
 
-from filelock import FileLock, Timeout
-
+from .base import WriteError, _name_max, _stem, _unlink, kind, target  # noqa: F401 (WriteError: minidl.files.WriteError)
 from .kinds import clash
+from .locks import hold, holder, holds, key_lock_path, lock_path, release, still_held  # noqa: F401
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_held: dict[str, list[FileLock]] = {}         # target -> the FileLocks this process holds for it (key, beside)
-_inodes: dict[str, int] = {}                  # lock file -> the inode this process locked
-
-
-class WriteError(ValueError):
-    """A file cannot be written; the message names it and says what is left at the path."""
-
-
-def target(path: str | os.PathLike) -> str:
-    """The file a write to `path` changes: symlinks followed to their target, as an absolute path."""
-    return os.path.realpath(os.fspath(path))
-
-
-def kind(path: str | os.PathLike) -> str | None:
-    """'a folder', 'a character device', ... for what is at `path` (symlinks followed) when it is
-    not a regular file; None for a regular file or nothing at all."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    return next((name for test, name in _KINDS if test(mode)), None)
-
-
-def _name_max(folder):
-    try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        return 255
-
-
-def _stem(folder, base, room):
-    """The part of a helper file's name (temp, lock) standing for `base`: base itself where the name
-    fits NAME_MAX with `room` more characters, else a cut base and a hash of the whole name."""
-    limit = _name_max(folder) - room
-    raw = os.fsencode(base)              # a name that is not UTF-8 holds surrogates: its own bytes count
-    if len(raw) <= limit:
-        return base
-    digest = hashlib.sha256(raw).hexdigest()[:12]
-    cut = os.fsdecode(raw[:max(limit - 13, 1)].decode(errors="ignore").encode())
-    return f"{cut}~{digest}"
 
 
 def _temp_prefix(folder, base):
     return "." + _stem(folder, base, 1 + 1 + 10 + 4) + "."     # "." stem "." pid ".tmp"
-
-
-def lock_path(path: str | os.PathLike) -> str:
-    """The lock file of `path`'s target: hidden, beside it."""
-    folder, base = os.path.split(target(path))
-    return os.path.join(folder, "." + _stem(folder, base, 1 + 5) + ".lock")
 
 
 def problem(path: str | os.PathLike, kind_written: str | None = None,
@@ -134,138 +83,6 @@ def problem(path: str | os.PathLike, kind_written: str | None = None,
     return None
 
 
-def _lock_dir():
-    """The per-user folder of the locks keyed by path (mode 0700, ours, not a symlink), or None."""
-    folder = os.environ.get("MINIDL_LOCK_DIR") or (
-        os.path.join(os.environ["XDG_RUNTIME_DIR"], "minidl-locks") if os.environ.get("XDG_RUNTIME_DIR")
-        else os.path.join(tempfile.gettempdir(), f"minidl-locks-{os.getuid()}"))
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        st = os.lstat(folder)
-    except OSError:
-        return None
-    return folder if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() else None
-
-
-def key_lock_path(path: str | os.PathLike) -> str | None:
-    """The lock of `path`'s target that outlives its folder: in the per-user lock folder, named by a
-    hash of the target's absolute path; None where no such folder can be made."""
-    folder = _lock_dir()
-    digest = hashlib.sha256(os.fsencode(target(path))).hexdigest()[:32]
-    return os.path.join(folder, f"{digest}.lock") if folder else None
-
-
-def _pid_in(lock_file):
-    try:
-        with open(lock_file) as f:
-            text = f.read(32).strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def holder(path: str | os.PathLike) -> int | None:
-    """The pid recorded in `path`'s lock files (the keyed one first), or None."""
-    key = key_lock_path(path)
-    return (_pid_in(key) if key else None) or _pid_in(lock_path(path))
-
-
-def _recorder(lock_file):
-    """on_acquired for filelock: the lock must be on the file now at the lock's path (a holder
-    unlinks it before releasing, so a lock taken on the unlinked inode is no lock), then the pid."""
-    def record(fd):
-        ino = os.fstat(fd).st_ino
-        if ino != os.stat(lock_file).st_ino:
-            raise OSError(errno.EAGAIN, "lock file replaced while locking")
-        _inodes[lock_file] = ino
-        os.ftruncate(fd, 0)
-        try:
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:            # a full disk: the lock holds all the same, its holder is unnamed
-            pass
-    return record
-
-
-def _take(lock_file, path):
-    """A FileLock on `lock_file`, taken without blocking; WriteError naming the holder where taken."""
-    lock = FileLock(lock_file, on_acquired=_recorder(lock_file))
-    try:
-        lock.acquire(blocking=False)
-    except (Timeout, FileNotFoundError):
-        pid = _pid_in(lock_file)
-        raise WriteError(f"{path} is in use by {f'pid {pid}' if pid else 'another process'} "
-                         f"(another minidl run writes it)") from None
-    return lock
-
-
-def _drop(lock):
-    _unlink(lock.lock_file)
-    _inodes.pop(lock.lock_file, None)
-    lock.release()
-
-
-def hold(path: str | os.PathLike) -> str:
-    """Take `path`'s advisory locks for this process (until release(path) or its exit).
-
-    Another process holding either: WriteError "... is in use by pid N". Returns the target path.
-    """
-    real = target(path)
-    if real in _held:
-        return real
-    os.makedirs(os.path.dirname(real), exist_ok=True)
-    locks: list[FileLock] = []
-    try:
-        key = key_lock_path(real)
-        if key:
-            locks.append(_take(key, path))
-        locks.append(_take(lock_path(real), path))
-    except WriteError:
-        for lock in reversed(locks):
-            _drop(lock)
-        raise
-    except OSError as e:
-        for lock in reversed(locks):
-            _drop(lock)
-        kept = f"{path} is as it was" if os.path.exists(real) else "nothing was written"
-        raise WriteError(f"{path} cannot be written ({e.strerror or e}, making its lock file); {kept}") from None
-    _held[real] = locks
-    return real
-
-
-def _still_held(real, path):
-    """Before a write under a lock held since earlier: the lock file beside `real` is the one locked.
-    Where it went (its folder was removed, say) it is taken again; where another process has taken
-    it since, WriteError: that run's file is not replaced."""
-    beside = _held[real][-1]
-    try:
-        same = os.stat(beside.lock_file).st_ino == _inodes.get(beside.lock_file)
-    except OSError:
-        same = False
-    if same:
-        return
-    _inodes.pop(beside.lock_file, None)
-    beside.release()
-    os.makedirs(os.path.dirname(real), exist_ok=True)
-    try:
-        _held[real][-1] = _take(lock_path(real), path)
-    except WriteError as e:
-        _held[real].pop()
-        raise WriteError(f"{e}, which took it after this run's lock went with its folder: not replaced") from None
-
-
-def release(path: str | os.PathLike) -> None:
-    """Give `path`'s locks back, each lock file removed first (no one waits on them: every lock here
-    is taken without blocking, and a lock on a removed file is refused by its inode)."""
-    for lock in reversed(_held.pop(target(path), [])):
-        _drop(lock)
-
-
-@atexit.register
-def _release_all():
-    for path in list(_held):
-        release(path)
-
-
 def _alive(pid):
     try:
         os.kill(pid, 0)
@@ -305,13 +122,13 @@ def write_atomic(path: str | os.PathLike, fill: Callable[[IO[bytes]], Any], repl
         raise WriteError(f"{path} {why}")
     real = target(path)
     folder, base = os.path.split(real)
-    mine, existed = real not in _held, os.path.exists(real)
+    mine, existed = not holds(real), os.path.exists(real)
     try:
         os.makedirs(folder, exist_ok=True)
         if mine:
             hold(real)
         else:
-            _still_held(real, path)
+            still_held(real, path)
         prefix = _temp_prefix(folder, base)
         _remove_stale(folder, prefix)
         tmp = os.path.join(folder, f"{prefix}{os.getpid()}.tmp")
@@ -345,13 +162,6 @@ def _failure(path, e, existed):
     if e.errno == errno.EEXIST:
         return f"{path} appeared while it was written: left as it is (not replaced)"
     return f"{path} cannot be written ({e.strerror or e}); {kept}"
-
-
-def _unlink(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _sync_folder(folder):

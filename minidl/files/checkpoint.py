@@ -2,8 +2,8 @@
 
 A checkpoint holds the architecture (Model.config()), every parameter and running statistic,
 the optimizer's state, the step and the random generator state, so a resumed run continues
-exactly where the saved one stopped; and the data it was trained on (`data`: the dataset's name
-where the run knew it, the input shape, the classes), so `minidl infer` scores it on its own data.
+exactly where the saved one stopped; and the data it was trained on (`data`, files.checkpoint_data),
+so `minidl infer` scores it on its own data.
 """
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import files
+from .base import CheckpointError  # noqa: F401 (raised here and by the readers; minidl.files.checkpoint's)
+from .base import check_readable as _check_readable
+from .checkpoint_data import data_record
+from .kinds import of_format
 
 if TYPE_CHECKING:
     from ..graph.model import Model
@@ -23,20 +27,14 @@ if TYPE_CHECKING:
 FORMAT = "minidl-checkpoint-1"
 
 
-class CheckpointError(ValueError):
-    """A checkpoint is missing, corrupt, or does not fit the model."""
-
-
 def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray], info: dict[str, Any],
               replace: bool = True) -> str | os.PathLike:
     """Write tensors and a JSON record as one .npz through minidl.files' writer (regular files only,
     through symlinks, temp file + fsync + rename); replace=False never replaces an existing file."""
     arrays = dict(arrays, __meta__=np.frombuffer(json.dumps(info).encode(), dtype=np.uint8))
-    fmt = str(info.get("format", ""))
-    kind = next((k for k in ("checkpoint", "artifact") if fmt.startswith(f"minidl-{k}")), None)
-    # numpy's stub types **kwds of savez as its allow_pickle flag
+    # numpy's stub types **kwds of savez as its allow_pickle flag; never onto another kind (files.kinds)
     return files.write_atomic(path, lambda f: np.savez(f, **arrays), replace=replace,  # type: ignore[arg-type]
-                              kind_written=kind)      # never onto a file of another kind (files.kinds)
+                              kind_written=of_format(info.get("format")))
 
 
 unwritable = files.problem        # why a file cannot be written at a path, or None
@@ -68,19 +66,6 @@ def read_npz(path: str | os.PathLike, what: str = "checkpoint",
     return info, arrays
 
 
-def _check_readable(path, what, error):
-    """A regular file this process may read, else `error` naming it (not a PermissionError traceback)."""
-    if not os.path.exists(path):
-        raise error(f"{what} {path}: no such file")
-    if not os.path.isfile(path):
-        raise error(f"{what} {path} is {files.kind(path)}, not a regular file")
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as e:
-        raise error(f"{what} {path} cannot be read ({e.strerror or e})") from None
-
-
 def check_finite(arrays: dict[str, np.ndarray], where: str, error: type[ValueError] | None = None) -> None:
     """Refuse tensors holding NaN or infinity, naming the first: a broken file must not load as a
     model that predicts at chance, nor resume into a loss of NaN blamed on training."""
@@ -106,56 +91,15 @@ def _check_members(path):
 
 def save(path: str | os.PathLike, model: Model, optimizer: Optimizer | None = None,
          meta: dict[str, Any] | None = None) -> str | os.PathLike:
-    """Write model (+ optimizer) state to `path` atomically: a temporary file, then rename.
-
-    The record `data` holds the dataset's name (meta's "dataset", else its plan's), the model's
-    input shape and its classes (None where not known)."""
+    """Write model (+ optimizer) state and its data record (files.checkpoint_data) to `path` atomically."""
     arrays = {f"param/{k}": v for k, v in model.get_weights().items()}
     meta = meta or {}
-    info = {"format": FORMAT, "model": model.config(), "meta": meta, "data": _data_record(model, meta)}
+    info = {"format": FORMAT, "model": model.config(), "meta": meta, "data": data_record(model, meta)}
     if optimizer is not None and optimizer.model is not None:
         state = optimizer.state_dict()
         arrays.update({f"optim/{k}": v for k, v in state.pop("arrays").items()})
         info["optimizer"] = state
     return write_npz(path, arrays, info)
-
-
-def _data_record(model, meta):
-    plan = meta.get("plan")
-    name = meta.get("dataset") or (plan.get("dataset") if isinstance(plan, dict) else None)
-    shape, out = model.inputs[0].shape[1:], model.outputs[0].shape
-    return {"dataset": name if isinstance(name, str) else None, "input_shape": list(shape),
-            "classes": out[1] if len(out) == 2 else None}
-
-
-def read_info(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, Any]:
-    """The JSON record of a file written by write_npz, read alone (no tensor is read); CheckpointError
-    names the file when it is none."""
-    path = os.fspath(path)
-    _check_readable(path, what, CheckpointError)
-    try:
-        with zipfile.ZipFile(path) as z:
-            member = z.getinfo("__meta__.npy")
-            if member.compress_type != zipfile.ZIP_STORED or member.file_size > 64 << 20:
-                raise ValueError("its JSON record is compressed or too large")
-            with z.open(member) as f:
-                info = json.loads(np.lib.format.read_array(f, allow_pickle=False).tobytes())
-        if not isinstance(info, dict):
-            raise ValueError("its JSON record is not an object")
-    except Exception as e:
-        raise CheckpointError(f"{what} {path} is not a readable minidl {what}: {type(e).__name__}: {e}") from None
-    return info
-
-
-def dataset_of(info: dict[str, Any]) -> str | None:
-    """The name of the dataset a checkpoint's run trained on (its `data` record, else its plan's), or
-    None for a file that does not say (a checkpoint from before, or a run in Python that did not name it)."""
-    data, meta = info.get("data"), info.get("meta")
-    name = data.get("dataset") if isinstance(data, dict) else None
-    if name is None and isinstance(meta, dict):
-        plan = meta.get("plan")
-        name = meta.get("dataset") or (plan.get("dataset") if isinstance(plan, dict) else None)
-    return name if isinstance(name, str) else None
 
 
 def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -34,6 +34,11 @@ _MAGIC = ((b"\x89PNG", "image", "a PNG image"), (b"%PDF", "image", "a PDF docume
 _META_BYTES = 64 << 20        # a JSON record larger than this is no minidl file's
 
 
+def of_format(fmt: object) -> str | None:
+    """The kind of a file written by files.checkpoint.write_npz with the record format `fmt`, or None."""
+    return next((k for k in ("checkpoint", "artifact") if str(fmt).startswith(f"minidl-{k}")), None)
+
+
 def suffix_problem(path: str | os.PathLike, kind: str) -> str | None:
     """Why `path`'s name does not fit a file of `kind` ("a checkpoint's name ends in .npz"), or None."""
     what, suffixes = KINDS[kind]
@@ -108,10 +113,8 @@ def _zip_kind(path):
         fmt = json.loads(raw[start:].decode()).get("format", "")
     except (ValueError, AttributeError, RecursionError):
         return None, "a zip archive (an .npz not written by minidl)"
-    for kind in ("checkpoint", "artifact"):
-        if str(fmt).startswith(f"minidl-{kind}"):
-            return kind, KINDS[kind][0]
-    return None, f"an .npz of format {str(fmt)[:40]!r}"
+    kind = of_format(fmt)
+    return (kind, KINDS[kind][0]) if kind else (None, f"an .npz of format {str(fmt)[:40]!r}")
 
 
 def clash(path: str | os.PathLike, kind: str) -> str | None:
