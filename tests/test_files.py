@@ -152,7 +152,8 @@ def test_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp_path):
     """)
     assert rc == 0, err
     msg, state = out.splitlines()
-    assert msg == f"{disk / 'c.npz'}: no space left on the device while writing it; {disk / 'c.npz'} is as it was before"
+    assert msg == (f"{disk / 'c.npz'}: no space left on the device while writing it; "
+                   f"{disk / 'c.npz'} is as it was before")
     assert state == "True ['c.npz']"                        # the old file, no temp file left
 
 

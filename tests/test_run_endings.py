@@ -1,7 +1,6 @@
 """Every way a `python -m minidl.train` run ends, tried as an unlucky user would: signals at each
 phase, a checkpoint it was not asked to write, files in use, device nodes, FIFOs, symlinks, long
 names, a bad test file, crafted checkpoints, a full disk. Each ends with one line and its exit code."""
-import json
 import os
 import shutil
 import signal
@@ -29,7 +28,8 @@ def env():
 
 def train(*args, cwd, prefix=(), code=None):
     """Run the command line (or Python `code` that runs it) in `cwd`; the CompletedProcess."""
-    cmd = [sys.executable, "-c", textwrap.dedent(code), *args] if code else [sys.executable, "-m", "minidl.train", *args]
+    cmd = ([sys.executable, "-c", textwrap.dedent(code), *args] if code
+           else [sys.executable, "-m", "minidl.train", *args])
     return subprocess.run([*prefix, *cmd], cwd=cwd, env=env(), capture_output=True, text=True, timeout=300)
 
 
@@ -115,7 +115,8 @@ def test_a_checkpoint_in_use_by_another_run_is_refused_at_start(tmp_path):
     files.hold(tmp_path / "c.npz")                        # this process plays the other run
     files.hold(tmp_path / "m.jsonl")
     try:
-        for flags, held in ((("-s",), "c.npz"), (("--save-every", "2"), "c.npz"), (("--metrics", "m.jsonl"), "m.jsonl")):
+        cases = ((("-s",), "c.npz"), (("--save-every", "2"), "c.npz"), (("--metrics", "m.jsonl"), "m.jsonl"))
+        for flags, held in cases:
             p = train(*FAST, "--checkpoint", "c.npz", *flags, cwd=tmp_path)
             assert p.returncode == 1 and "loading" not in p.stdout
             assert one_line(p) == f"error: {held} is in use by pid {os.getpid()} (another minidl run writes it)"

@@ -210,7 +210,7 @@ def _download(stem, folder, mirrors, sha256, progress):
         url = f"{base.rstrip('/')}/{stem}.gz"
         try:
             return _fetch_verified(url, folder / stem, sha256, progress)
-        except Exception as e:  # network errors come in many types; try the next mirror
+        except Exception as e:  # noqa: BLE001 (network errors come in many types; try the next mirror)
             why = str(e) if isinstance(e, DataError) else f"{url}: {e}"  # DataError names the url
             errors.append(" ".join(why.split()))  # keep the final message on one line
     raise DataError(f"{folder / stem}: download failed from every mirror ({'; '.join(errors)}); "

@@ -32,7 +32,7 @@ import stat
 import sys
 from typing import IO, Any, Callable, Iterable
 
-from .base import WriteError, _name_max, _stem, _unlink, kind, target  # noqa: F401 (WriteError: minidl.files.WriteError)
+from .base import WriteError, _name_max, _stem, _unlink, kind, target
 from .kinds import clash
 from .locks import hold, holder, holds, key_lock_path, lock_path, release, still_held  # noqa: F401
 

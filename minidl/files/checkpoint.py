@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import files
-from .base import CheckpointError  # noqa: F401 (raised here and by the readers; minidl.files.checkpoint's)
-from .base import check_readable as _check_readable
+from .base import CheckpointError, check_readable as _check_readable   # CheckpointError: minidl.files.checkpoint's
 from .checkpoint_data import data_record
 from .kinds import of_format
 
@@ -57,7 +56,7 @@ def read_npz(path: str | os.PathLike, what: str = "checkpoint",
         info = json.loads(arrays.pop("__meta__").tobytes())
         if not isinstance(info, dict):
             raise ValueError("its JSON record is not an object")
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (a crafted file fails in any way: named, never a traceback)
         raise error(f"{what} {path} is not a readable minidl {what}: {type(e).__name__}: {e}") from None
     for k, a in arrays.items():
         if a.dtype.kind not in "fiub":
@@ -271,7 +270,7 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
             meta = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
         config = json.loads(meta["model"]) if "model" in meta else None
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (a crafted file fails in any way: named, never a traceback)
         raise CheckpointError(f"weights {path} is not a readable .safetensors file: {type(e).__name__}: {e}") from None
     if meta.get("format") != SAFETENSORS_FORMAT or not isinstance(config, dict):
         raise CheckpointError(f"weights {path}: no minidl model in its metadata (format "

@@ -47,7 +47,7 @@ def read_info(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, An
                 info = json.loads(np.lib.format.read_array(f, allow_pickle=False).tobytes())
         if not isinstance(info, dict):
             raise ValueError("its JSON record is not an object")
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (a crafted file fails in any way: named, never a traceback)
         raise CheckpointError(f"{what} {path} is not a readable minidl {what}: {type(e).__name__}: {e}") from None
     return info
 
