@@ -194,7 +194,8 @@ def records(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     path = os.fspath(path)
     where = os.fsdecode(path)
     if not os.path.isfile(path):
-        raise MetricsError(f"{where}: no such file")
+        what = files.kind(path)
+        raise MetricsError(f"{where}: " + (f"is {what}, not a regular file" if what else "no such file"))
     try:
         f = open(path, "rb")
     except OSError as e:
