@@ -264,6 +264,59 @@ def test_download_of_a_gzip_bomb_stops_at_the_size_limit(isolated, server):
     assert os.listdir(isolated / "dataset" / "mnist") == []  # no partial file, no temporaries
 
 
+@pytest.fixture
+def endless(monkeypatch):
+    """A mirror on 127.0.0.1 that streams zeros without end (no Content-Length); yields its base url
+    and the bytes it sent (issue 38.6: such a mirror must not fill the disk)."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    sent = [0]
+
+    class Zeros(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            chunk = bytes(1 << 16)
+            try:
+                while sent[0] < (1 << 30):                  # 1 GiB at most, should the cap fail
+                    self.wfile.write(chunk)
+                    sent[0] += len(chunk)
+            except OSError:                                 # the client stopped reading
+                pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Zeros)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/", sent
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_download_stops_at_the_files_known_size(isolated, endless, monkeypatch):
+    url, sent = endless
+    monkeypatch.setitem(datasets.RAW_BYTES, STEMS[0], 1 << 20)      # a 1 MiB file, so the test is quick
+    cap = datasets.download_cap(STEMS[0])
+    with pytest.raises(DataError, match=rf"sent more than {cap:,} bytes, more than the file can be") as info:
+        find_dataset("mnist", mirrors=[url], progress=False)
+    assert "\n" not in str(info.value) and url in str(info.value)
+    assert os.listdir(isolated / "dataset" / "mnist") == []          # no partial file, no temporaries
+    assert sent[0] < cap + (16 << 20)                                # stopped within the socket's buffers
+    assert datasets.download_cap("train-images-idx3-ubyte") < 48 * 10 ** 6     # the real cap: 47 MB
+
+
+def test_minidl_data_naming_a_file_is_skipped_with_one_line(isolated, monkeypatch, capsys):
+    (isolated / "afile").write_text("")
+    hashes = _make_dataset(isolated / "dataset" / "mnist")
+    monkeypatch.setenv("MINIDL_DATA", str(isolated / "afile"))
+    monkeypatch.setattr(datasets, "_warned", set())
+    for _ in range(2):
+        assert find_dataset("mnist", hashes=hashes)["t10k-labels-idx1-ubyte"].parent == isolated / "dataset" / "mnist"
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"warning: $MINIDL_DATA is {isolated / 'afile'}, which is not a folder: skipped (it should "
+                   f"name the folder holding mnist/ and fashion-mnist/)"]
+
+
 def test_load_validates_counts(isolated, monkeypatch):
     hashes = _make_dataset(isolated / "d" / "mnist", n=(6, 4))
     monkeypatch.setattr(datasets, "SIZES", {"train": 6, "test": 4})

@@ -152,5 +152,75 @@ def test_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp_path):
     """)
     assert rc == 0, err
     msg, state = out.splitlines()
-    assert msg == f"{disk / 'c.npz'}: no space left on the device while writing it; {disk / 'c.npz'} is as it was before"
+    assert msg == (f"{disk / 'c.npz'}: no space left on the device while writing it; "
+                   f"{disk / 'c.npz'} is as it was before")
     assert state == "True ['c.npz']"                        # the old file, no temp file left
+
+
+def _holder(path, content, env=None):
+    """A process holding `path`'s locks as a run does from its start; a line on its stdin makes it save
+    `content` there (it says "saved" or exits 1 with the error), a second line ends it."""
+    code = f"""if True:
+        import sys
+        from minidl import files
+        files.hold({str(path)!r})
+        print("held", flush=True)
+        sys.stdin.readline()
+        try:
+            files.write_atomic({str(path)!r}, lambda f: f.write({content!r}))
+        except files.WriteError as e:
+            sys.exit(str(e))
+        print("saved", flush=True)
+        sys.stdin.readline()
+    """
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})))
+    assert p.stdout.readline().strip() == "held", p.stderr.read()
+    return p
+
+
+def _save(p):
+    p.stdin.write("\n")
+    p.stdin.flush()
+    return p.stdout.readline().strip()
+
+
+def _end(*procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+
+
+def test_the_lock_survives_its_folder(tmp_path):
+    """Run A holds ck/run.npz; `rm -rf ck`; run B on the same path is refused at once, and A's next
+    save writes its file (issue 38.3)."""
+    path = tmp_path / "ck" / "run.npz"
+    a = _holder(path, b"A")
+    try:
+        shutil.rmtree(tmp_path / "ck")
+        b = subprocess.run([sys.executable, "-c", f"from minidl import files; files.hold({str(path)!r})"],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+        assert b.returncode == 1 and f"run.npz is in use by pid {a.pid}" in b.stderr.splitlines()[-1]
+        assert _save(a) == "saved" and path.read_bytes() == b"A"      # its folder made again
+    finally:
+        _end(a)
+
+
+def test_a_save_after_the_lock_went_with_its_folder_does_not_replace_anothers_file(tmp_path):
+    """Where the keyed lock is not shared (another user's lock folder), B can take the lock beside
+    the file once A's went with the folder: then A's next save is refused and B's file stays."""
+    path = tmp_path / "ck" / "run.npz"
+    a = _holder(path, b"A", {"MINIDL_LOCK_DIR": str(tmp_path / "locks-a")})
+    b = None
+    try:
+        shutil.rmtree(tmp_path / "ck")
+        b = _holder(path, b"B", {"MINIDL_LOCK_DIR": str(tmp_path / "locks-b")})
+        assert _save(b) == "saved"
+        assert _save(a) == ""
+        a.wait(timeout=60)
+        err = a.stderr.read()
+        assert a.returncode == 1 and f"run.npz is in use by pid {b.pid}" in err and "not replaced" in err, err
+        assert path.read_bytes() == b"B"
+    finally:
+        _end(a, *([b] if b else []))

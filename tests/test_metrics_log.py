@@ -141,3 +141,64 @@ def test_metrics_log_refuses_a_fifo_and_warns_once_when_writes_fail(tmp_path, ca
     log.close()
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "No space left on device" in err and "training goes on" in err
+
+
+def _big_log(path, records):
+    line = b'{"step": %d, "epoch": 0, "loss": 0.5, "accuracy": 90.0, "lr": 0.01, "images_per_s": 1.0, "wall_s": 1.0}\n'
+    with open(path, "wb") as f:
+        for start in range(0, records, 10_000):
+            f.write(b"".join(line % s for s in range(start, min(start + 10_000, records))))
+    return path
+
+
+def test_plot_reads_a_large_file_in_bounded_memory(tmp_path):
+    """Issue 38.6: a metrics file is streamed and each curve keeps at most MAX_POINTS points, so the
+    peak memory of reading does not grow with the file (here 40x the points a curve keeps)."""
+    import tracemalloc
+    cap = 500
+    small, large = _big_log(tmp_path / "s.jsonl", 2 * cap), _big_log(tmp_path / "l.jsonl", 40 * cap)
+    peaks = []
+    for path in (small, large):
+        tracemalloc.start()
+        curves, n = plot.read_curves(path, cap)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert len(curves["loss"].steps) <= cap and curves["loss"].steps[0] == 0.0
+    assert n == 40 * cap and curves["loss"].stride == 64
+    # 20,000 records held as dicts would take ~10 MB; read a record at a time, the peak stays put
+    assert peaks[1] < 1.5 * peaks[0] and peaks[1] < (1 << 20), peaks
+
+
+def test_a_curve_keeps_every_kth_point_evenly():
+    c = plot.Curve(cap=4)
+    for s in range(10):
+        c.add(s, float(s))
+    assert c.steps == [0.0, 4.0, 8.0] and c.stride == 4
+
+
+@pytest.mark.parametrize("line,message", [
+    (b'{"step": 1' + b"0" * 400 + b', "loss": 1.0}', ":2: step 10000000000000000000... is outside [0, 2^63)"),
+    (b'{"step": 2, "loss": 1' + b"0" * 400 + b'}', ":2: loss is 1000000000"),
+    (b"[" * 100_000 + b"]" * 100_000, ":2: brackets nested too deeply"),
+    (b'{"step": 2, "loss": "\xff"}', ":2: not UTF-8 text"),
+    (b'{"step": 2, "x": "' + b"a" * (1 << 20) + b'"}', ":2: a line longer than 1,048,576 bytes"),
+])
+def test_plot_names_the_line_of_a_hostile_record(tmp_path, capsys, line, message):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b'{"step": 1, "loss": 1.0}\n' + line + b"\n")
+    assert plot.main([str(path), "-o", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:2: ") and message in err and err.count("\n") == 1, err
+
+
+def test_plot_takes_paths_that_are_not_utf8(tmp_path):
+    import subprocess
+    import sys
+    pytest.importorskip("matplotlib")
+    folder = os.fsencode(tmp_path)
+    write_run(os.fsdecode(folder + b"/r\xff.jsonl"))
+    p = subprocess.run([sys.executable, "-m", "minidl.plot", folder + b"/r\xff.jsonl", "-o", folder + b"/c\xfe.png"],
+                       capture_output=True)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+    assert p.stdout.endswith(b"c\\xfe.png: 1 run(s)\n") and os.path.getsize(folder + b"/c\xfe.png") > 1000

@@ -61,7 +61,10 @@ def test_a_stopped_run_resumed_ends_as_the_run_never_stopped(plan, stop_at, how,
     info, _ = checkpoint.read(tmp_path / "stopped" / "checkpoints" / "lenet5.npz")
     assert info["meta"]["step"] == saved_at
 
-    assert run(BASE + plan + ["-s", "--resume"], tmp_path / "stopped", monkeypatch) == 0
+    # no -s: a resumed run that runs to its end saves into the checkpoint it resumed (issue 39.6)
+    assert run(BASE + [f for f in plan if f != "-s"] + ["--resume"], tmp_path / "stopped", monkeypatch) == 0
+    info, _ = checkpoint.read(tmp_path / "stopped" / "checkpoints" / "lenet5.npz")
+    assert info["meta"]["step"] == 30 and info["data"]["dataset"] == "mnist"
     got = weights(tmp_path / "stopped")
     assert set(got) == set(want)
     for k in want:

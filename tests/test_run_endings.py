@@ -1,7 +1,6 @@
 """Every way a `python -m minidl.train` run ends, tried as an unlucky user would: signals at each
 phase, a checkpoint it was not asked to write, files in use, device nodes, FIFOs, symlinks, long
 names, a bad test file, crafted checkpoints, a full disk. Each ends with one line and its exit code."""
-import json
 import os
 import shutil
 import signal
@@ -29,7 +28,8 @@ def env():
 
 def train(*args, cwd, prefix=(), code=None):
     """Run the command line (or Python `code` that runs it) in `cwd`; the CompletedProcess."""
-    cmd = [sys.executable, "-c", textwrap.dedent(code), *args] if code else [sys.executable, "-m", "minidl.train", *args]
+    cmd = ([sys.executable, "-c", textwrap.dedent(code), *args] if code
+           else [sys.executable, "-m", "minidl.train", *args])
     return subprocess.run([*prefix, *cmd], cwd=cwd, env=env(), capture_output=True, text=True, timeout=300)
 
 
@@ -113,14 +113,17 @@ def test_save_through_a_symlink_and_with_a_255_byte_name(tmp_path):
 @needs_mnist
 def test_a_checkpoint_in_use_by_another_run_is_refused_at_start(tmp_path):
     files.hold(tmp_path / "c.npz")                        # this process plays the other run
+    files.hold(tmp_path / "m.jsonl")
     try:
-        for flags in (("-s",), ("--save-every", "2"), ("--metrics", "c.npz")):
+        cases = ((("-s",), "c.npz"), (("--save-every", "2"), "c.npz"), (("--metrics", "m.jsonl"), "m.jsonl"))
+        for flags, held in cases:
             p = train(*FAST, "--checkpoint", "c.npz", *flags, cwd=tmp_path)
             assert p.returncode == 1 and "loading" not in p.stdout
-            assert one_line(p) == f"error: c.npz is in use by pid {os.getpid()} (another minidl run writes it)"
+            assert one_line(p) == f"error: {held} is in use by pid {os.getpid()} (another minidl run writes it)"
     finally:
         files.release(tmp_path / "c.npz")
-    assert not (tmp_path / "c.npz").exists()
+        files.release(tmp_path / "m.jsonl")
+    assert not (tmp_path / "c.npz").exists() and not (tmp_path / "m.jsonl").exists()
 
 
 # -- 4. found before training ---------------------------------------------------------------------------------
@@ -240,9 +243,9 @@ def test_a_stop_during_the_final_save_is_honoured_after_it(tmp_path):
         import os, signal, sys
         from minidl import files, train
         real = files.write_atomic
-        def slow(path, fill, replace=True):            # SIGTERM arrives while the final save writes
+        def slow(path, fill, replace=True, **kw):       # SIGTERM arrives while the final save writes
             os.kill(os.getpid(), signal.SIGTERM)
-            return real(path, fill, replace)
+            return real(path, fill, replace, **kw)
         files.write_atomic = slow
         sys.exit(train.main(sys.argv[1:]))
     """
@@ -274,3 +277,32 @@ def test_a_metrics_file_with_a_cut_last_line_is_repaired_before_appending(tmp_pa
                            "dropped it")
     intervals, evaluations = metrics_log.read(tmp_path / "m.jsonl")
     assert [r["step"] for r in intervals] == [2, 2, 4] and len(evaluations) == 1
+
+
+# -- issue 38.8: what a careful user is told ---------------------------------------------------------------------
+@needs_mnist
+def test_save_every_longer_than_the_run_still_saves_at_its_end(tmp_path):
+    """--save-every implies -s: a run shorter than N steps ends in its checkpoint, and says so."""
+    p = train(*FAST, "--save-every", "100", "--checkpoint", "c.npz", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "saved c.npz" in p.stdout and checkpoint.read(tmp_path / "c.npz")[0]["meta"]["step"] == 4
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")          # NaN images: NumPy says so, the test means it
+@pytest.mark.parametrize("exists", [False, True])
+def test_the_nan_stop_says_what_is_at_the_checkpoint(tmp_path, exists):
+    import minidl as dl
+    model = models.lenet5()
+    if exists:
+        checkpoint.save(tmp_path / "w.npz", model)
+    before = (tmp_path / "w.npz").read_bytes() if exists else None
+    x = np.full((32, 28, 28), np.nan, np.float32)
+    y = np.zeros(32, np.uint8)
+    trainer = dl.Trainer(model, dl.optim.SGD(lr=0.1), device="cpu", progress=False, log=lambda *a, **k: None)
+    with pytest.raises(dl.TrainingDiverged) as e:
+        trainer.fit((x, y), steps=4, batch_size=16, monitor=2, save_to=tmp_path / "w.npz")
+    said = str(e.value)
+    if exists:
+        assert said.endswith("w.npz was not overwritten") and (tmp_path / "w.npz").read_bytes() == before
+    else:
+        assert said.endswith(f"nothing was saved to {tmp_path / 'w.npz'}") and not (tmp_path / "w.npz").exists()

@@ -43,7 +43,7 @@ def save_safetensors(path: str | os.PathLike, model: Model) -> dict[str, np.ndar
     tensors = to_torch(model)
     meta = {"format": SAFETENSORS_FORMAT, "model": json.dumps(model.config()), "names": "pytorch"}
     data = save(tensors, metadata=meta)
-    files.write_atomic(path, lambda f: f.write(data))      # readers see the old file or the new one
+    files.write_atomic(path, lambda f: f.write(data), kind_written="safetensors")   # the old file or the new one
     return tensors
 
 
@@ -67,14 +67,13 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
         p.error("--probabilities applies to --onnx only")
     if args.uint8 and not args.onnx:
         p.error("--uint8 applies to --onnx only")
-    if args.safetensors and not args.safetensors.endswith(".safetensors"):
-        p.error(f"--safetensors {args.safetensors}: the file name must end in .safetensors")
     for flag in ("onnx", "safetensors"):
         path = getattr(args, flag)
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not os.path.isdir(folder):
             p.error(f"--{flag} {path}: no such folder {folder}")
-        why = files.problem(path) if path else None
+        # a file of its own kind (files.kinds: never the checkpoint read, nor another kind's file)
+        why = files.problem(path, flag, reads=[args.checkpoint]) if path else None
         if why:
             p.error(f"--{flag} {path} {why}")
     if args.onnx and args.safetensors and files.target(args.onnx) == files.target(args.safetensors):

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from minidl import backends, data, distributed, models, optim, precision
 from minidl.cli import recipes, stops
+from minidl.cli.checkpoints import check_training_checkpoint, infer_dataset
+from minidl.cli.checkpoints import checkpoint_path, saves  # noqa: F401 (the commands import them from here)
 from minidl.cli.recipes import DEFAULT_STEPS
 
 if TYPE_CHECKING:
@@ -70,10 +72,10 @@ def add_device(p: Parser) -> None:
     p.add_argument("--device", choices=DEVICES, default="auto", help="device (auto)")
 
 
-def add_data(p: Parser, where: str) -> None:
-    """--data-dir (`where` tells how the folder is searched) and --dataset."""
+def add_data(p: Parser, where: str, default: str | None = "mnist", what: str = "dataset (mnist)") -> None:
+    """--data-dir (`where` tells how the folder is searched) and --dataset (None: check_args decides)."""
     p.add_argument("--data-dir", help=where)
-    p.add_argument("--dataset", choices=data.DATASETS, default="mnist", help="dataset (mnist)")
+    p.add_argument("--dataset", choices=data.DATASETS, default=default, help=what)
 
 
 def add_threads(p: Parser) -> None:
@@ -140,7 +142,8 @@ def training_parser(prog: str = "python -m minidl.train", description: str | Non
                 "/usr/share/datasets, then a download")
     add_seed(p)
     add_threads(p)
-    add_checkpoint(p, "checkpoint path (checkpoints/<model>.npz)")
+    add_checkpoint(p, "checkpoint path (checkpoints/<model>.npz on MNIST, checkpoints/<model>-<dataset>.npz "
+                      "on another dataset)")
     p.add_argument("--grad-reduce", choices=distributed.GRAD_REDUCE, default="fp32",
                    help="several ranks: the dtype gradients travel in (fp32; bf16: half the bytes, rounded)")
     p.add_argument("--no-graph", dest="graph", action="store_false",
@@ -160,25 +163,11 @@ def training_parser(prog: str = "python -m minidl.train", description: str | Non
     p.add_argument("--tensorboard", metavar="DIR",
                    help="also write the same records as TensorBoard scalars into DIR (needs tensorboardX)")
     p.add_argument("--save-every", type=positive, metavar="N",
-                   help="also save a resumable checkpoint every N steps (to --checkpoint)")
+                   help="save a resumable checkpoint every N steps and at the end (to --checkpoint; implies -s)")
     p.add_argument("--resume", action="store_true",
-                   help="restore weights, optimizer state and step from the checkpoint and continue")
+                   help="restore weights, optimizer state and step from the checkpoint, continue, and save "
+                        "into it at the end")
     return p
-
-
-def checkpoint_path(args: argparse.Namespace) -> str:
-    """--checkpoint, else checkpoints/<model tag>.npz (lenet5, resnet18, simplenet, ...)."""
-    return args.checkpoint or os.path.join("checkpoints", f"{recipes.model_tag(args)}.npz")
-
-
-def _saved_plan(path):
-    """The plan recorded in a checkpoint, or None (no plan, or a file the run will report on)."""
-    from minidl.files import checkpoint
-    try:
-        plan = checkpoint.read(path)[0].get("meta", {}).get("plan")
-    except (ValueError, AttributeError):
-        return None
-    return plan if isinstance(plan, dict) else None
 
 
 def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argparse.Namespace:
@@ -194,6 +183,8 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
     a = vars(args)
     error = p.error_in
     split = "train" if trains else "test"
+    if not trains and "dataset" in a:
+        infer_dataset(args, error)
 
     if a.get("epochs") and a.get("steps") is not None:     # -n left at its default is None
         error("steps", "conflicts with --epochs: -n counts steps, --epochs whole epochs; give one of them")
@@ -223,25 +214,14 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
     if a.get("load") and a.get("resume"):
         error("load", "conflicts with --resume (which restores the weights and the optimizer state)")
     if trains:
-        path = checkpoint_path(args)
-        why = _files.unreadable(path) if a["resume"] or a["load"] else None
-        if why:
-            error("resume" if a["resume"] else "load", f"checkpoint {path} {why}")
-        why = _files.problem(path) if args.save or args.save_every else None
-        if why:          # found now, not by a traceback after the whole run
-            what = "-s" if args.save else "--save-every"
-            error("checkpoint" if args.checkpoint else "save" if args.save else "save_every",
-                  f"{what} cannot save to {path}: it {why}")
-        saved = _saved_plan(path) if args.resume else None
-        diff = recipes.plan(args).differences(saved) if saved else []
-        if diff:          # the resumed run must be the run that was planned
-            error("resume", f"{path} is a run planned with other flags: " + "; ".join(diff))
+        check_training_checkpoint(args, error)
     for dest in ("checkpoint", "artifact"):
         why = _files.unreadable(a[dest]) if not trains and a.get(dest) else None
         if why:
             error(dest, f"{a[dest]} {why}")
-    for dest in ("metrics", "save_artifact"):          # regular files only: a FIFO would hang the run
-        why = _files.problem(a[dest]) if a.get(dest) else None
+    inputs = [a.get("checkpoint"), a.get("artifact")] if not trains else []
+    for dest, kind in (("metrics", "metrics"), ("save_artifact", "artifact")):   # regular files of their kind
+        why = _files.problem(a[dest], kind, reads=inputs) if a.get(dest) else None
         if why:
             error(dest, f"{a[dest]} {why}")
     if a.get("tensorboard"):

@@ -39,7 +39,8 @@ def parser() -> Parser:
     p.add_argument("--runs", type=positive, default=1000, help="batch-1 runs timed by --latency (1000)")
     p.add_argument("--profile", action="store_true", help="print a per-op time table at --batch-size")
     add_device(p)
-    add_data(p, "dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)")
+    add_data(p, "dataset folder (else $MINIDL_DATA, ./dataset, /usr/share/datasets)", default=None,
+             what="dataset (the one the checkpoint was trained on; another is refused; mnist where it does not say)")
     p.add_argument("--save-artifact", metavar="PATH", help="write the compiled model as a weights-only artifact")
     p.add_argument("--no-graphs", action="store_true",
                    help="run the ops eagerly on the GPU instead of replaying CUDA graphs (debugging)")
@@ -139,6 +140,8 @@ def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> float:
         out(f"compiled {args.checkpoint}: {s.get('layers', '?')} layers -> {len(model.nodes)} nodes "
             f"({s.get('batchnorm_folded', 0)} BN folded, {s.get('relu_fused', 0)} ReLU fused, "
             f"{s.get('pad_folded', 0)} pads folded, {s.get('dropout_removed', 0)} dropout removed)")
+        if getattr(args, "dataset_note", None):          # a checkpoint that does not say its dataset
+            print(args.dataset_note, file=sys.stderr)
     else:
         model = inference.load(args.artifact, device=device)
         out(f"loaded {args.artifact}: {model.name}, {len(model.nodes)} nodes, {model.n_params:,} parameters, "

@@ -118,11 +118,15 @@ class Signals:
 
 
 def fresh_name(path: str) -> str:
-    """`path` itself where nothing is there and no process holds it, else <stem>.stopped[-k]<ext>,
-    the first such name free: where a run that was not asked to write `path` may still save."""
-    if not os.path.lexists(path) and _try_hold(path):
+    """`path` itself where nothing is there, no process holds it and its name is a checkpoint's
+    (.npz), else <stem>.stopped[-k].npz, the first such name free: where a run that was not asked to
+    write `path` may still save (a run started with -l from exported weights, w.safetensors, saves
+    w.stopped.npz: a checkpoint under a checkpoint's name, never a zip named .safetensors)."""
+    checkpoint_name = os.fspath(path).lower().endswith(".npz")
+    if checkpoint_name and not os.path.lexists(path) and _try_hold(path):
         return path
     stem, ext = os.path.splitext(os.fspath(path))
+    ext = ext if checkpoint_name else ".npz"
     for k in range(1, 1000):
         candidate = f"{stem}.stopped{'' if k == 1 else f'-{k}'}{ext}"
         if not os.path.lexists(candidate) and _try_hold(candidate):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from minidl import distributed
 from minidl.cli import recipes, stops
-from minidl.cli.flags import Parser, check_args, checkpoint_path, run_cli, training_parser
+from minidl.cli.flags import Parser, check_args, checkpoint_path, run_cli, saves, training_parser
 from minidl.cli.recipes import DEFAULT_STEPS  # noqa: F401 (re-exported: the run's length without -n or --epochs)
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
         if trained:
             with signals.deferred(trainer), stops.hint_resume(path):     # a stop: finish the step, save, exit
                 trainer.fit(train, steps=total - trainer.step, batch_size=args.batch_size, monitor=args.monitor,
-                            save_to=path if args.save else None, save_every=args.save_every,
+                            save_to=path if saves(args) else None, save_every=args.save_every,
                             checkpoint=stop_path, metrics_log=log)
             t = trainer.timing
             rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
@@ -85,11 +85,11 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
             out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{how}{rest})")
             if trainer.loss_scale:
                 out("fp16 loss scale {scale:g}, {skipped} steps skipped on overflow".format(**trainer.loss_scale))
-            if args.save:
+            if saves(args):        # -s, --save-every and --resume end in the checkpoint
                 out(f"saved {path}")
         else:
             out(f"the run is complete: step {trainer.step} of {total}")
-        kept: str | os.PathLike | None = path if args.save or not trained else None   # where the trained weights are
+        kept: str | os.PathLike | None = path if saves(args) or not trained else None   # where the trained weights are
         try:
             signals.check()                    # a stop that came during the final save: honoured now
             out("[INFERENCE]")

@@ -7,12 +7,16 @@ dataset-fashion-mnist). In each root the four files may sit in `<root>/<name>/` 
 itself, gzipped or raw, under their standard names. If no root has them, they are downloaded from
 public mirrors (or `$MINIDL_MIRRORS`, comma-separated base URLs) into `<root>/<name>/` of the first
 writable of `$MINIDL_DATA`, `./dataset`, and stored decompressed once the SHA-256 of the
-decompressed bytes matches: a file appears complete and verified, or not at all.
+decompressed bytes matches: a file appears complete and verified, or not at all. Each file's size
+is known (RAW_BYTES), so a download stops at it (a mirror streaming without end must not fill
+the disk) and so does its decompression. A `$MINIDL_DATA` that is not a folder is skipped with one
+warning line.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 import zlib
 from pathlib import Path
@@ -50,6 +54,51 @@ MIRRORS = {
 }
 SYSTEM_DIR = "/usr/share/datasets"
 _CHUNK = 1 << 20
+# Decompressed bytes of each file, both datasets alike: the IDX header, then one byte per pixel or label.
+RAW_BYTES = {"train-images-idx3-ubyte": 16 + SIZES["train"] * SHAPE[0] * SHAPE[1],
+             "train-labels-idx1-ubyte": 8 + SIZES["train"],
+             "t10k-images-idx3-ubyte": 16 + SIZES["test"] * SHAPE[0] * SHAPE[1],
+             "t10k-labels-idx1-ubyte": 8 + SIZES["test"]}
+_warned: set[str] = set()
+
+
+def download_cap(stem: str) -> int:
+    """The most bytes a download of `stem`'s .gz may take: its decompressed size, plus what gzip adds
+    to data it cannot compress (5 bytes a 16 KiB block) and its header; a server that decodes the
+    gzip for us sends the decompressed size."""
+    raw = RAW_BYTES.get(stem, MAX_BYTES)
+    return raw + raw // 1000 + (64 << 10)
+
+
+class _Capped:
+    """A file that takes at most `cap` bytes: a download that goes past it stops with a DataError."""
+
+    def __init__(self, f, cap, url):
+        self.f, self.cap, self.url, self.n = f, cap, url, 0
+
+    def write(self, chunk):
+        self.n += len(chunk)
+        if self.n > self.cap:
+            raise DataError(f"{self.url}: sent more than {self.cap:,} bytes, more than the file can be: "
+                            f"download stopped (a broken mirror?)")
+        return self.f.write(chunk)
+
+    def flush(self):
+        self.f.flush()
+
+
+def _env_root():
+    """$MINIDL_DATA as a lookup root, or None where it is unset, or not a folder (said once)."""
+    root = os.environ.get("MINIDL_DATA")
+    if not root:
+        return None
+    if os.path.exists(root) and not os.path.isdir(root):
+        if root not in _warned:
+            _warned.add(root)
+            print(f"warning: $MINIDL_DATA is {root}, which is not a folder: skipped (it should name the folder "
+                  f"holding mnist/ and fashion-mnist/)", file=sys.stderr)
+        return None
+    return root
 
 
 def _canonical(name):
@@ -103,7 +152,7 @@ def _complete(folder, stems):
 
 
 def _download_dir(name):
-    for root in (os.environ.get("MINIDL_DATA"), "dataset"):
+    for root in (_env_root(), "dataset"):
         if not root:
             continue
         folder = _path(root) / name
@@ -124,7 +173,8 @@ def _mirror_list(name, mirrors):
 
 
 def _fetch_verified(url, target, sha256, progress):
-    """Download `url` next to `target`, decompress, check the hash, then rename into place."""
+    """Download `url` next to `target` (at most download_cap bytes), decompress (at most its known
+    size), check the hash, then rename into place."""
     import pooch  # lazily: only downloads need it
     from tqdm.auto import tqdm
 
@@ -138,12 +188,13 @@ def _fetch_verified(url, target, sha256, progress):
         # raises while total is None
         bar = tqdm(desc=target.name, total=1, unit="B", unit_scale=True) if progress else False
         try:
-            pooch.HTTPDownloader(progressbar=bar)(url, temps[0], None)
+            with open(temps[0], "wb") as f:
+                pooch.HTTPDownloader(progressbar=bar)(url, _Capped(f, download_cap(target.name), url), None)
         finally:
             if progress:
                 bar.close()
         # by content, not name: a server sending Content-Encoding: gzip hands us raw bytes
-        got = _copy_hash(temps[0], temps[1])
+        got = _copy_hash(temps[0], temps[1], limit=RAW_BYTES.get(target.name, MAX_BYTES + _CHUNK))
         if got != sha256:
             raise DataError(f"{url}: SHA-256 of the decompressed data is {got}, expected {sha256}")
         os.replace(temps[1], target)
@@ -159,7 +210,7 @@ def _download(stem, folder, mirrors, sha256, progress):
         url = f"{base.rstrip('/')}/{stem}.gz"
         try:
             return _fetch_verified(url, folder / stem, sha256, progress)
-        except Exception as e:  # network errors come in many types; try the next mirror
+        except Exception as e:  # noqa: BLE001 (network errors come in many types; try the next mirror)
             why = str(e) if isinstance(e, DataError) else f"{url}: {e}"  # DataError names the url
             errors.append(" ".join(why.split()))  # keep the final message on one line
     raise DataError(f"{folder / stem}: download failed from every mirror ({'; '.join(errors)}); "
@@ -191,7 +242,7 @@ def find_dataset(name: str, data_dir: str | os.PathLike | None = None, mirrors: 
     if data_dir is not None:
         roots = [_explicit_root(data_dir, name)]
     else:
-        roots = [_path(r) for r in (os.environ.get("MINIDL_DATA"), "dataset", SYSTEM_DIR) if r]
+        roots = [_path(r) for r in (_env_root(), "dataset", SYSTEM_DIR) if r]
     for root in roots:
         found = _complete(root / name, stems)
         if found:

@@ -10,96 +10,66 @@ What a careful user expects of a file minidl writes:
 - a symlink is written through: its target gets the new contents, the link stays;
 - atomic: a temporary file beside the target (its name fits the folder's NAME_MAX however long the
   target's name), fsync, rename, so readers see the old file or the new one, never a part;
-- an advisory lock (filelock, fcntl.flock: released by the kernel when the process dies) on a hidden
-  file beside the target, removed again on release; a run holds it from its start, so a second run
-  on the same file is refused at once with "in use by pid N", and leftovers of a killed save are
-  cleared only when their process is gone;
+- of its kind (`files.kinds`): a write says what it writes (`kind_written="checkpoint"`, "metrics", ...);
+  a name that is another kind's, an existing file of another kind or unknown, and a file the same
+  command reads (`reads=`) are refused, so `--metrics ck.npz` or `--onnx ck.npz` cannot destroy ck.npz;
+- advisory locks (`files.locks`; filelock, fcntl.flock: released by the kernel when the process
+  dies), on a hidden file beside the target and one keyed by the target's absolute path in a per-user folder that no
+  `rm -rf` of the target's folder removes ($MINIDL_LOCK_DIR, else $XDG_RUNTIME_DIR/minidl-locks, else
+  <tmp>/minidl-locks-<uid>); a run holds both from its start, so a second run on the same file is
+  refused at once with "in use by pid N", even after the folder was deleted and made again; before
+  each write the lock beside the file is checked to be still there (taken again, or the write
+  refused, where it went with its folder); leftovers of a killed save are cleared only when their
+  process is gone;
 - a full disk (or any refusal of the OS) is one WriteError naming the file and saying what was kept.
 """
 from __future__ import annotations
 
-import atexit
 import errno
-import hashlib
 import os
 import re
 import stat
 import sys
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterable
 
-from filelock import FileLock, Timeout
+from .base import WriteError, _name_max, _stem, _unlink, kind, target
+from .kinds import clash
+from .locks import hold, holder, holds, key_lock_path, lock_path, release, still_held  # noqa: F401
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_held: dict[str, FileLock] = {}               # target -> FileLock held by this process
-
-
-class WriteError(ValueError):
-    """A file cannot be written; the message names it and says what is left at the path."""
-
-
-def target(path: str | os.PathLike) -> str:
-    """The file a write to `path` changes: symlinks followed to their target, as an absolute path."""
-    return os.path.realpath(os.fspath(path))
-
-
-def kind(path: str | os.PathLike) -> str | None:
-    """'a folder', 'a character device', ... for what is at `path` (symlinks followed) when it is
-    not a regular file; None for a regular file or nothing at all."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    return next((name for test, name in _KINDS if test(mode)), None)
-
-
-def _name_max(folder):
-    try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        return 255
-
-
-def _stem(folder, base, room):
-    """The part of a helper file's name (temp, lock) standing for `base`: base itself where the name
-    fits NAME_MAX with `room` more characters, else a cut base and a hash of the whole name."""
-    limit = _name_max(folder) - room
-    if len(base.encode()) <= limit:
-        return base
-    digest = hashlib.sha256(base.encode()).hexdigest()[:12]
-    cut = base.encode()[:max(limit - 13, 1)].decode(errors="ignore")
-    return f"{cut}~{digest}"
 
 
 def _temp_prefix(folder, base):
     return "." + _stem(folder, base, 1 + 1 + 10 + 4) + "."     # "." stem "." pid ".tmp"
 
 
-def lock_path(path: str | os.PathLike) -> str:
-    """The lock file of `path`'s target: hidden, beside it."""
-    folder, base = os.path.split(target(path))
-    return os.path.join(folder, "." + _stem(folder, base, 1 + 5) + ".lock")
-
-
-def problem(path: str | os.PathLike) -> str | None:
+def problem(path: str | os.PathLike, kind_written: str | None = None,
+            reads: Iterable[str | os.PathLike | None] = ()) -> str | None:
     """Why a file cannot be written at `path` (the folder is created where missing), or None.
 
-    Tried for real: the folder is made and a temporary file of the name the write will use is
-    created and removed, so a long name, a read-only folder or a full inode table is found now.
+    kind_written: the kind of file the write makes (files.kinds.KINDS): a name or an existing file
+    of another kind is refused (nothing is created then). reads: the files the same command reads;
+    `path` naming one of them is refused. Then tried for real: the folder is made and a temporary
+    file of the name the write will use is created and removed, so a long name, a read-only folder
+    or a full inode table is found now.
     """
     path = os.fspath(path)
     what = kind(path)
     if what:
         return f"is {what}, not a regular file"
     real = target(path)
+    if any(r is not None and target(r) == real for r in reads):
+        return "is a file this command reads: it is not replaced (write to another name)"
+    why = clash(path, kind_written) if kind_written else None
+    if why:
+        return why
     folder = os.path.dirname(real)
     parent = folder
     while parent and not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if parent and not os.path.isdir(parent):
         return f"cannot be written ({parent} is a file, not a folder)"
-    if len(os.path.basename(real).encode()) > _name_max(parent or "/"):
+    if len(os.fsencode(os.path.basename(real))) > _name_max(parent or "/"):
         return f"cannot be written (its name is longer than the {_name_max(parent or '/')} bytes a file name may have)"
     try:
         os.makedirs(folder, exist_ok=True)
@@ -111,68 +81,6 @@ def problem(path: str | os.PathLike) -> str | None:
     except OSError as e:
         return f"cannot be written ({e.strerror or e})"
     return None
-
-
-def holder(path: str | os.PathLike) -> int | None:
-    """The pid recorded in `path`'s lock file, or None."""
-    try:
-        with open(lock_path(path)) as f:
-            text = f.read(32).strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def _recorder(lock_file):
-    """on_acquired for filelock: the lock must be on the file now at the lock's path (a holder
-    unlinks it before releasing, so a lock taken on the unlinked inode is no lock), then the pid."""
-    def record(fd):
-        if os.fstat(fd).st_ino != os.stat(lock_file).st_ino:
-            raise OSError(errno.EAGAIN, "lock file replaced while locking")
-        os.ftruncate(fd, 0)
-        try:
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:            # a full disk: the lock holds all the same, its holder is unnamed
-            pass
-    return record
-
-
-def hold(path: str | os.PathLike) -> str:
-    """Take `path`'s advisory lock for this process (until release(path) or its exit).
-
-    Another process holding it: WriteError "... is in use by pid N". Returns the target path.
-    """
-    real = target(path)
-    if real in _held:
-        return real
-    os.makedirs(os.path.dirname(real), exist_ok=True)
-    lock = FileLock(lock_path(real), on_acquired=_recorder(lock_path(real)))
-    try:
-        lock.acquire(blocking=False)
-    except (Timeout, FileNotFoundError):
-        pid = holder(real)
-        raise WriteError(f"{path} is in use by {f'pid {pid}' if pid else 'another process'} "
-                         f"(another minidl run writes it)") from None
-    except OSError as e:
-        kept = f"{path} is as it was" if os.path.exists(real) else "nothing was written"
-        raise WriteError(f"{path} cannot be written ({e.strerror or e}, making its lock file); {kept}") from None
-    _held[real] = lock
-    return real
-
-
-def release(path: str | os.PathLike) -> None:
-    """Give `path`'s lock back, its lock file removed first (no one waits on it: every lock here is
-    taken without blocking, and a lock on the removed file is refused by its inode)."""
-    lock = _held.pop(target(path), None)
-    if lock is not None:
-        _unlink(lock.lock_file)
-        lock.release()
-
-
-@atexit.register
-def _release_all():
-    for path in list(_held):
-        release(path)
 
 
 def _alive(pid):
@@ -195,24 +103,32 @@ def _remove_stale(folder, prefix):
             _unlink(os.path.join(folder, name))
 
 
-def write_atomic(path: str | os.PathLike, fill: Callable[[IO[bytes]], Any], replace: bool = True) -> str | os.PathLike:
+def write_atomic(path: str | os.PathLike, fill: Callable[[IO[bytes]], Any], replace: bool = True,
+                 kind_written: str | None = None) -> str | os.PathLike:
     """Write the file at `path` through `fill(f)` (a binary file object): temp file, fsync, rename.
 
-    replace=False: an existing file is never replaced (the rename is a link, which fails where a
-    file appeared meanwhile): WriteError. Takes the file's lock for the write unless this process
-    holds it already. Returns `path`.
+    kind_written: what the file is (files.kinds.KINDS: "checkpoint", "onnx", ...): a name or an
+    existing file of another kind is a WriteError, nothing written. replace=False: an existing file
+    is never replaced (the rename is a link, which fails where a file appeared meanwhile):
+    WriteError. Takes the file's locks for the write unless this process holds them already.
+    Returns `path`.
     """
     given, path = path, os.fspath(path)
     why = kind(path)
     if why:
         raise WriteError(f"{path} is {why}, not a regular file: not written")
+    why = clash(path, kind_written) if kind_written else None
+    if why:
+        raise WriteError(f"{path} {why}")
     real = target(path)
     folder, base = os.path.split(real)
-    mine, existed = real not in _held, os.path.exists(real)
+    mine, existed = not holds(real), os.path.exists(real)
     try:
         os.makedirs(folder, exist_ok=True)
         if mine:
             hold(real)
+        else:
+            still_held(real, path)
         prefix = _temp_prefix(folder, base)
         _remove_stale(folder, prefix)
         tmp = os.path.join(folder, f"{prefix}{os.getpid()}.tmp")
@@ -248,13 +164,6 @@ def _failure(path, e, existed):
     return f"{path} cannot be written ({e.strerror or e}); {kept}"
 
 
-def _unlink(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def _sync_folder(folder):
     """fsync the folder so the rename itself survives a power cut (where the OS allows it)."""
     try:
@@ -269,12 +178,16 @@ def _sync_folder(folder):
         os.close(fd)
 
 
-def open_append(path: str | os.PathLike) -> IO[str]:
-    """A text file at `path` opened for appending, refused unless it is a regular file.
+def open_append(path: str | os.PathLike, kind_written: str | None = None) -> IO[str]:
+    """A text file at `path` opened for appending, refused unless it is a regular file (and, given
+    `kind_written`, one of that kind or empty: files.kinds).
 
     Opened without blocking, so a FIFO that appeared after the checks cannot hang the run.
     """
     path = os.fspath(path)
+    why = clash(path, kind_written) if kind_written and not kind(path) else None
+    if why:
+        raise WriteError(f"{path} {why}")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
     except OSError as e:

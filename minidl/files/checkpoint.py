@@ -2,7 +2,8 @@
 
 A checkpoint holds the architecture (Model.config()), every parameter and running statistic,
 the optimizer's state, the step and the random generator state, so a resumed run continues
-exactly where the saved one stopped.
+exactly where the saved one stopped; and the data it was trained on (`data`, files.checkpoint_data),
+so `minidl infer` scores it on its own data.
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import files
+from .base import CheckpointError, check_readable as _check_readable   # CheckpointError: minidl.files.checkpoint's
+from .checkpoint_data import data_record
+from .kinds import of_format
 
 if TYPE_CHECKING:
     from ..graph.model import Model
@@ -22,17 +26,14 @@ if TYPE_CHECKING:
 FORMAT = "minidl-checkpoint-1"
 
 
-class CheckpointError(ValueError):
-    """A checkpoint is missing, corrupt, or does not fit the model."""
-
-
 def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray], info: dict[str, Any],
               replace: bool = True) -> str | os.PathLike:
     """Write tensors and a JSON record as one .npz through minidl.files' writer (regular files only,
     through symlinks, temp file + fsync + rename); replace=False never replaces an existing file."""
     arrays = dict(arrays, __meta__=np.frombuffer(json.dumps(info).encode(), dtype=np.uint8))
-    # numpy's stub types **kwds of savez as its allow_pickle flag
-    return files.write_atomic(path, lambda f: np.savez(f, **arrays), replace=replace)  # type: ignore[arg-type]
+    # numpy's stub types **kwds of savez as its allow_pickle flag; never onto another kind (files.kinds)
+    return files.write_atomic(path, lambda f: np.savez(f, **arrays), replace=replace,  # type: ignore[arg-type]
+                              kind_written=of_format(info.get("format")))
 
 
 unwritable = files.problem        # why a file cannot be written at a path, or None
@@ -55,26 +56,13 @@ def read_npz(path: str | os.PathLike, what: str = "checkpoint",
         info = json.loads(arrays.pop("__meta__").tobytes())
         if not isinstance(info, dict):
             raise ValueError("its JSON record is not an object")
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (a crafted file fails in any way: named, never a traceback)
         raise error(f"{what} {path} is not a readable minidl {what}: {type(e).__name__}: {e}") from None
     for k, a in arrays.items():
         if a.dtype.kind not in "fiub":
             raise error(f"{what} {path}: tensor {k} has dtype {a.dtype}, expected numbers")
     check_finite(arrays, f"{what} {path}", error)
     return info, arrays
-
-
-def _check_readable(path, what, error):
-    """A regular file this process may read, else `error` naming it (not a PermissionError traceback)."""
-    if not os.path.exists(path):
-        raise error(f"{what} {path}: no such file")
-    if not os.path.isfile(path):
-        raise error(f"{what} {path} is {files.kind(path)}, not a regular file")
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as e:
-        raise error(f"{what} {path} cannot be read ({e.strerror or e})") from None
 
 
 def check_finite(arrays: dict[str, np.ndarray], where: str, error: type[ValueError] | None = None) -> None:
@@ -102,9 +90,10 @@ def _check_members(path):
 
 def save(path: str | os.PathLike, model: Model, optimizer: Optimizer | None = None,
          meta: dict[str, Any] | None = None) -> str | os.PathLike:
-    """Write model (+ optimizer) state to `path` atomically: a temporary file, then rename."""
+    """Write model (+ optimizer) state and its data record (files.checkpoint_data) to `path` atomically."""
     arrays = {f"param/{k}": v for k, v in model.get_weights().items()}
-    info = {"format": FORMAT, "model": model.config(), "meta": meta or {}}
+    meta = meta or {}
+    info = {"format": FORMAT, "model": model.config(), "meta": meta, "data": data_record(model, meta)}
     if optimizer is not None and optimizer.model is not None:
         state = optimizer.state_dict()
         arrays.update({f"optim/{k}": v for k, v in state.pop("arrays").items()})
@@ -281,7 +270,7 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str,
             meta = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
         config = json.loads(meta["model"]) if "model" in meta else None
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (a crafted file fails in any way: named, never a traceback)
         raise CheckpointError(f"weights {path} is not a readable .safetensors file: {type(e).__name__}: {e}") from None
     if meta.get("format") != SAFETENSORS_FORMAT or not isinstance(config, dict):
         raise CheckpointError(f"weights {path}: no minidl model in its metadata (format "

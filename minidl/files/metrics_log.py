@@ -16,9 +16,10 @@ import math
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .. import files
+from .kinds import clash
 
 if TYPE_CHECKING:
     from .tensorboard_log import TensorBoardLog
@@ -27,8 +28,19 @@ if TYPE_CHECKING:
 NUMBERS = ("epoch", "loss", "accuracy", "lr", "images_per_s", "wall_s", "test_loss", "test_accuracy")
 
 
+MAX_LINE = 1 << 20          # bytes: a record is under 1 KB; a longer line is no metrics record
+MAX_STEP = 2 ** 63          # a step beyond int64 is no step of a run
+
+
 def _finite_or_null(v):
-    return v is None or (type(v) in (int, float) and math.isfinite(v))
+    if v is None:
+        return True
+    if type(v) not in (int, float):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:    # an int too large for a float
+        return False
 
 
 class MetricsError(ValueError):
@@ -44,39 +56,69 @@ def _number(v):
 
 
 def repair(path: str | os.PathLike) -> int:
-    """Cut a last line that has no newline (a run killed mid-write) so that appending starts a
-    fresh line; returns the bytes dropped. A resumed run must not glue its first record to it."""
+    """Make a metrics log end with a newline before appending, so a resumed run does not glue its
+    first record to a line; returns the bytes dropped.
+
+    Only the log's own last line is touched: a complete record without its newline gets one; the
+    start of a record cut short (a run killed mid-write, it opens as this writer's records do) is
+    dropped; any other unterminated line is not this writer's, and the log is refused (MetricsError)."""
     try:
         with open(path, "rb+") as f:
             size = f.seek(0, os.SEEK_END)
             if size == 0:
                 return 0
-            f.seek(max(size - 65536, 0))
+            f.seek(max(size - MAX_LINE, 0))
             tail = f.read()
             if tail.endswith(b"\n"):
                 return 0
             cut = tail.rfind(b"\n")
-            keep = size - len(tail) + cut + 1 if cut >= 0 else 0
+            if cut < 0 and size > len(tail):
+                raise MetricsError(f"{path}: its last line is longer than {MAX_LINE:,} bytes and has no newline: "
+                                   f"not a metrics log this run appends to")
+            last = tail[cut + 1:]
+            if _is_record(last):
+                f.write(b"\n")                   # complete: it only lacked its newline
+                return 0
+            if not last.startswith(_OPENINGS):
+                raise MetricsError(f"{path}: its last line ({last[:40]!r}) has no newline and is no metrics record "
+                                   f"this writer began: left as it is, not appended to")
+            keep = size - len(last)
             f.truncate(keep)
             return size - keep
     except (FileNotFoundError, IsADirectoryError):
         return 0
 
 
+_OPENINGS = (b'{"step": ', b'{"eval": ')          # how every record this writer writes begins
+
+
+def _is_record(line):
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(record, dict) and type(record.get("step")) is int
+
+
 class MetricsLog:
     """Appends JSON records to `path`, line-buffered: a killed run keeps every line it wrote.
 
-    Only a regular file is opened (a FIFO would hang the run); a last line cut short by a killed
-    run is dropped first; a write that fails (a full disk) warns once and the run goes on.
+    Only a regular file is opened (a FIFO would hang the run), and only a metrics log or a new or
+    empty file (files.kinds: a checkpoint, an image, a text of another kind are refused, a
+    WriteError naming what the file looks like); a last line cut short by a killed run is dropped
+    first; a write that fails (a full disk) warns once and the run goes on.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path, self.failed = os.fspath(path), False
+        why = clash(self.path, "metrics") if files.kind(self.path) is None else None
+        if why:
+            raise files.WriteError(f"metrics file {self.path} {why}")
         cut = repair(self.path) if files.kind(self.path) is None else 0
         if cut:
             print(f"warning: {self.path}: its last line was cut short ({cut} bytes, a run stopped mid-write); "
                   f"dropped it", file=sys.stderr)
-        self.file = files.open_append(self.path)
+        self.file = files.open_append(self.path, "metrics")
         self.t0 = time.perf_counter()
 
     def write(self, record: dict[str, Any]) -> None:
@@ -144,34 +186,69 @@ def open_logs(path: str | os.PathLike | None = None,
     return Logs(*logs) if len(logs) > 1 else logs[0] if logs else None
 
 
-def read(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(intervals, evaluations): the records of a metrics file, each a list of dicts in file order.
-
-    A missing file, or a line that is not a JSON object with a step, is a MetricsError naming
-    the file and the line. A last line cut short (a run killed mid-write) is skipped.
-    """
+def records(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """The records of a metrics file one at a time, in file order, read line by line (bounded memory
+    however large the file). A missing file, or a line that is not a JSON object with a step in
+    [0, 2^63) and finite numbers, is a MetricsError naming the file and the line; a last line cut
+    short (a run killed mid-write) is skipped."""
     path = os.fspath(path)
+    where = os.fsdecode(path)
     if not os.path.isfile(path):
-        raise MetricsError(f"{path}: no such file")
+        what = files.kind(path)
+        raise MetricsError(f"{where}: " + (f"is {what}, not a regular file" if what else "no such file"))
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except (OSError, UnicodeDecodeError) as e:
-        raise MetricsError(f"{path}: not a readable metrics file ({type(e).__name__})") from None
+        f = open(path, "rb")
+    except OSError as e:
+        raise MetricsError(f"{where}: not a readable metrics file ({e.strerror or e})") from None
+    with f:
+        i = 0
+        while True:
+            try:
+                raw = f.readline(MAX_LINE + 1)
+            except OSError as e:
+                raise MetricsError(f"{where}: not a readable metrics file ({e.strerror or e})") from None
+            if not raw:
+                return
+            i += 1
+            if len(raw) > MAX_LINE:
+                raise MetricsError(f"{where}:{i}: a line longer than {MAX_LINE:,} bytes: not a metrics record")
+            record = _record(where, i, raw, last=not raw.endswith(b"\n"))
+            if record is not None:
+                yield record
+
+
+def _record(where, i, raw, last):
+    """The record on line i, checked; None for a blank line or a torn last one."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MetricsError(f"{where}:{i}: not UTF-8 text: not a metrics record") from None
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except RecursionError:
+        raise MetricsError(f"{where}:{i}: brackets nested too deeply: not a metrics record") from None
+    except ValueError:
+        if last:                 # no newline after it: the writer was stopped mid-line
+            return None
+        raise MetricsError(f"{where}:{i}: not a JSON line: {line[:60]!r}") from None
+    if not isinstance(record, dict) or type(record.get("step")) is not int:
+        raise MetricsError(f"{where}:{i}: expected a JSON object with an integer step, got {line[:60]!r}")
+    if not 0 <= record["step"] < MAX_STEP:
+        raise MetricsError(f"{where}:{i}: step {str(record['step'])[:20]}{'...' * (len(str(record['step'])) > 20)} "
+                           f"is outside [0, 2^63)")
+    bad = next((k for k in NUMBERS if k in record and not _finite_or_null(record[k])), None)
+    if bad:
+        shown = str(record[bad]) if type(record[bad]) is int else json.dumps(record[bad])
+        raise MetricsError(f"{where}:{i}: {bad} is {shown[:40]}, expected a finite number or null")
+    return record
+
+
+def read(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(intervals, evaluations): the records of a metrics file (`records`), each a list of dicts in
+    file order. For a file of any size, `records` reads one at a time."""
     intervals, evaluations = [], []      # type: list[dict[str, Any]], list[dict[str, Any]]
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            if i == len(lines):          # no newline after it: the writer was stopped mid-line
-                continue
-            raise MetricsError(f"{path}:{i}: not a JSON line: {line[:60]!r}") from None
-        if not isinstance(record, dict) or type(record.get("step")) is not int:
-            raise MetricsError(f"{path}:{i}: expected a JSON object with an integer step, got {line[:60]!r}")
-        bad = next((k for k in NUMBERS if k in record and not _finite_or_null(record[k])), None)
-        if bad:
-            raise MetricsError(f"{path}:{i}: {bad} is {json.dumps(record[bad])[:40]}, expected a finite number or null")
+    for record in records(path):
         (evaluations if "eval" in record else intervals).append(record)
     return intervals, evaluations

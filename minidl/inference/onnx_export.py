@@ -193,4 +193,4 @@ def save_onnx(path: str | os.PathLike, model: Model, probabilities: bool = False
     """Write `model`'s inference graph to `path` as ONNX through minidl.files' writer (temp file,
     fsync, rename: a full disk leaves the previous file whole); returns the path."""
     data = to_onnx(model, probabilities, uint8).SerializeToString()
-    return files.write_atomic(path, lambda f: f.write(data))
+    return files.write_atomic(path, lambda f: f.write(data), kind_written="onnx")     # files.kinds: never another kind

@@ -240,7 +240,7 @@ class Trainer:
         loss = float(self.device.to_host(self.metrics.loss))      # nan or inf from there on
         self.step = bad - 1
         raise TrainingDiverged(f"loss is {loss} at step {bad}: training stopped, the weights are those after "
-                               f"step {bad - 1}" + (f"; {path} was not overwritten" if path else ""))
+                               f"step {bad - 1}" + _untouched(path))
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, x: Any, y: Any = None, *, batch_size: int = 1000, steps: int | None = None,
@@ -270,7 +270,7 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str | os.PathLike | None:
         if not bool(self.device.xp.all(self.device.xp.isfinite(self.model.flat))):
-            raise TrainingDiverged(f"parameters are not finite: {path} was not overwritten")
+            raise TrainingDiverged(f"parameters are not finite{_untouched(path)}")
         self._average_state()
         if not self.world.main:              # rank 0 saves: the same checkpoint as one process
             return None
@@ -295,3 +295,9 @@ class Trainer:
                 raise ckpt.CheckpointError(f"checkpoint {path}: {e}") from None
         return meta
 
+
+def _untouched(path) -> str:
+    """What a stop for a loss that is not finite left at `path`: a file there was not overwritten, none was saved."""
+    if not path:
+        return ""
+    return f"; {path} was not overwritten" if os.path.exists(path) else f"; nothing was saved to {path}"
