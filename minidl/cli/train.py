@@ -118,7 +118,7 @@ def parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
-    args = check_args(p, p.parse_args(argv))
+    args = distributed.parse_agreed(p, argv, check_args)    # checked; under mpiexec the ranks agree, or exit 2
     return run_cli(distributed.init().guard(run), args)   # a failing rank ends every rank
 
 

@@ -10,6 +10,11 @@ over the ranks in buckets while backward runs (minidl.distributed.buckets) throu
 (`device.communicator`: MPI on the CPU, NCCL on the GPU), and the optimizer's update multiplies by
 1/N (its grad_scale): N ranks at b then train like one process at N*b. Stop requests are agreed
 one step late, with no blocking collective per step (World.agree_stop).
+
+Before a run the ranks agree on it (minidl.distributed.agreement: the command line's flags and
+MINIDL_* values, or one line naming the first difference and exit status 2), and a Trainer starts
+every rank from rank 0's weights, seed and generator (Reducer.start_alike). Every wait on the host
+polls, so a rank waiting for others that never come still hears SIGTERM (minidl.distributed.waits).
 """
 from __future__ import annotations
 
@@ -22,7 +27,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from .._types import Array
-from .buckets import CAP_MIB, GradientBuckets
+from . import waits
+from .agreement import RanksDisagree, agree, parse_agreed  # noqa: F401 (the package's: before a run)
+from .buckets import GradientBuckets, bucket_mib_from_env, check_cap
 
 if TYPE_CHECKING:
     from ..backend import Device
@@ -92,9 +99,22 @@ class World:
                              f"{batch_size} x {self.size} rank{'s' * (self.size > 1)} is {total}: use {fix}")
         return total
 
-    def reducer(self, device: Device, bucket_mib: float | None = None, grad_reduce: str = "fp32") -> Reducer | None:
+    def reducer(self, device: Device, bucket_mib: float | None = None, grad_reduce: str = "fp32",
+                stop_asked: Callable[[], int | None] | None = None) -> Reducer | None:
         """The Reducer of these ranks on `device`, or None for one process (nothing to reduce)."""
-        return None if self.size == 1 else Reducer(self, device, bucket_mib, grad_reduce=grad_reduce)
+        return None if self.size == 1 else Reducer(self, device, bucket_mib, grad_reduce=grad_reduce,
+                                                   stop_asked=stop_asked)
+
+    def wait_all(self, requests: list[Any], asked: Callable[[], int | None] | None = None) -> None:
+        """Complete MPI `requests`, hearing signals meanwhile (distributed.waits): `asked()` gives a
+        stop request; once one is asked, STOP_GRACE_S more seconds of waiting end the job."""
+        waits.wait_all(requests, asked, self._stuck)
+
+    def _stuck(self, signum, seconds):
+        import signal
+        name = signal.Signals(signum).name
+        _abort(self, f"{name}: rank {self.rank} waited {seconds:.0f} s for the other ranks in a collective they "
+                     f"did not reach (ranks out of step): the job ends, nothing saved", 128 + signum)
 
     def agree_stop(self, signum: int | None, final: bool = False) -> int | None:
         """The stop request the ranks agree on (a signal number, or None), the same on every rank at
@@ -110,15 +130,19 @@ class World:
         if self.size == 1:
             return signum
         agreed = 0
+        asked = lambda: signum          # noqa: E731  # a stop asked here: the waits' patience
         if self._vote is not None:
             request, mine, theirs = self._vote
-            request.Wait()
+            self.wait_all([request], asked)
             agreed, self._vote = int(theirs[0]), None
-        if final:
-            agreed = max(agreed, self.comm.allreduce(signum or 0, op=_mpi().MAX))
-        elif not agreed:
+        if final or not agreed:
             mine, theirs = np.array([signum or 0], np.int64), np.zeros(1, np.int64)
-            self._vote = (self.comm.Iallreduce(mine, theirs, op=_mpi().MAX), mine, theirs)
+            request = self.comm.Iallreduce(mine, theirs, op=_mpi().MAX)
+            if not final:
+                self._vote = (request, mine, theirs)
+            else:
+                self.wait_all([request], asked)
+                agreed = max(agreed, int(theirs[0]))
         return agreed or None
 
     def guard(self, fn: Callable[..., _T]) -> Callable[..., _T]:
@@ -207,13 +231,15 @@ class Reducer:
     """
 
     def __init__(self, world: World, device: Device, bucket_mib: float | None = None, communicator: Any = None,
-                 grad_reduce: str = "fp32") -> None:
+                 grad_reduce: str = "fp32", stop_asked: Callable[[], int | None] | None = None) -> None:
         if grad_reduce not in GRAD_REDUCE:
             raise ValueError(f"grad_reduce must be one of {', '.join(GRAD_REDUCE)}, got {grad_reduce!r}")
+        self.bucket_mib = bucket_mib_from_env() if bucket_mib is None else check_cap(bucket_mib)
         self.world, self.device, self.grad_scale = world, device, 1.0 / world.size
-        self.grad_reduce = grad_reduce
+        self.grad_reduce, self.stop_asked = grad_reduce, stop_asked
         self.coll = communicator or device.communicator(world.comm)
-        self.bucket_mib = float(os.environ.get("MINIDL_BUCKET_MIB", CAP_MIB) if bucket_mib is None else bucket_mib)
+        if hasattr(self.coll, "waits"):        # MPI's requests, waited for on the host: through the World's waits
+            self.coll.waits = lambda requests: world.wait_all(requests, stop_asked)
         self.buckets: GradientBuckets = None     # type: ignore[assignment]  # watch() sets it, before any step
 
     def watch(self, net: Model) -> GradientBuckets:
@@ -229,6 +255,22 @@ class Reducer:
             twin = self.device.xp.empty(net.grads.size, BFLOAT16)
             wires.update({b.lo: twin[b.lo:b.hi] for b in self.buckets.buckets})
         return self.buckets
+
+    def start_alike(self, model: Model, seed: int) -> int:
+        """Every rank as rank 0: its parameters and running statistics (the model's arenas, through
+        the host, so a GPU's NCCL communicator still connecting is not waited for) and its device
+        generator's state; returns rank 0's `seed` (the loaders' shuffling). Before the first step,
+        ranks built with other seeds then train one run."""
+        for a in (model.flat, model.state_flat):
+            if a.size:
+                host = self.device.to_host(a)                  # a NumPy arena: the arena itself
+                self.world.wait_all([self.world.comm.Ibcast(host.reshape(-1).view(np.uint8), root=0)],
+                                    self.stop_asked)
+                if host is not a:
+                    a[...] = self.device.asarray(host)
+        seed, state = self.world.comm.bcast((seed, self.device.rng_state()), root=0)    # in step: at once
+        self.device.set_rng_state(state)
+        return seed
 
     def begin(self) -> Callable[[Layer], None]:
         """A step's backward begins: its hook ready(layer) for Model.backward."""
@@ -256,4 +298,6 @@ class Reducer:
         """A Mean's loss sum, hits and count become the sums over the ranks (so result() is global)."""
         self.coll.allreduce(metrics.loss, "sum")
         self.coll.allreduce(metrics.correct, "sum")
-        metrics.count = self.world.comm.allreduce(metrics.count)
+        count = np.array([metrics.count], np.int64)
+        self.world.wait_all([self.world.comm.Iallreduce(_mpi().IN_PLACE, count, op=_mpi().SUM)], self.stop_asked)
+        metrics.count = int(count[0])

@@ -17,7 +17,9 @@ alignment gaps go with the tensor before them, and the arena's head with the low
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import os
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from .._types import Array
@@ -27,6 +29,24 @@ if TYPE_CHECKING:
     from ..layers.base import Layer
 
 CAP_MIB = 8.0        # per bucket: ~12 all-reduces for ResNet-50's 97 MiB, one for LeNet-5's 0.24 MiB
+MAX_MIB = 65536.0    # 64 GiB: beyond any GPU's gradient arena, so a larger value is a typo
+
+
+def check_cap(value: object, name: str = "bucket_mib") -> float:
+    """`value` (a number, or its text) as a bucket size in MiB, else ValueError naming `name` and the value."""
+    try:
+        mib = float(value)        # type: ignore[arg-type]  # anything float() takes; the rest is refused
+    except (TypeError, ValueError):
+        mib = math.nan
+    if isinstance(value, bool) or not 0 < mib <= MAX_MIB:
+        raise ValueError(f"{name} must be a bucket size in MiB, a number in (0, {MAX_MIB:g}], got {value!r}")
+    return mib
+
+
+def bucket_mib_from_env(environ: Mapping[str, str] | None = None) -> float:
+    """$MINIDL_BUCKET_MIB checked (ValueError naming it), or CAP_MIB where it is unset or empty."""
+    value = (os.environ if environ is None else environ).get("MINIDL_BUCKET_MIB", "")
+    return check_cap(value, "MINIDL_BUCKET_MIB") if value.strip() else CAP_MIB
 
 
 class Bucket(NamedTuple):

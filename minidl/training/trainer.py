@@ -73,7 +73,10 @@ class Trainer:
         if not self.world.main:            # rank 0 prints
             log = self.log = lambda *a, **k: None
             self.progress = False
-        self.reducer = self.world.reducer(self.device, grad_reduce=grad_reduce)     # None for one process
+        self.reducer = self.world.reducer(self.device, grad_reduce=grad_reduce,      # None for one process
+                                          stop_asked=lambda: self._stop)     # its waits hear a stop request
+        if self.reducer:     # every rank starts from rank 0's weights, seed and generator: one run
+            self.seed = self.reducer.start_alike(model, seed)
         self.device.rng.shard(self.world.rank, self.world.size)   # ranks draw as one process would
         self._step = TrainStep(model, optimizer, self.metrics, self.reducer, policy=precision, loss=loss,
                                smoothing=label_smoothing, shift=shift, flip=flip, channels_last=channels_last)

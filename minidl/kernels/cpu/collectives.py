@@ -7,8 +7,14 @@ the CPU is small: MPICH moves a non-blocking collective along only inside MPI ca
 thread by default), so most of the work happens in the next `start` or in `wait`. MPI has no
 bfloat16, so a reduction `through` a narrower dtype is NCCL's arithmetic for two ranks: each
 rank's values rounded to it, summed in float32, the sum rounded again.
+
+Every collective here is non-blocking underneath and completed through `waits`, MPI_Waitall
+unless the Reducer gives minidl.distributed's waits, which poll from Python: a rank whose peers
+never arrive then still hears SIGTERM and Ctrl-C (MPI's own waits spin in C, deaf to them).
 """
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -24,12 +30,13 @@ class Communicator:
 
     def __init__(self, mpi_comm: MPI.Comm) -> None:
         self.comm = mpi_comm
+        self.waits: Callable[[Sequence[MPI.Request]], object] = MPI.Request.Waitall     # completes requests
         self._requests: list[MPI.Request] = []
         self._narrowed: list[tuple[Array, Array]] = []             # (a, wire): sums to round to wire's dtype at wait()
 
     def allreduce(self, a: Array, op: str) -> None:
         """a <- op over the ranks of a, now."""
-        self.comm.Allreduce(MPI.IN_PLACE, a, op=_OPS[op])
+        self.waits([self.comm.Iallreduce(MPI.IN_PLACE, a, op=_OPS[op])])
 
     def start(self, a: Array, op: str, wire: Array | None = None) -> None:
         """a <- op over the ranks of a, begun now; `a` is not to be touched until wait(). `wire`: a's
@@ -41,7 +48,7 @@ class Communicator:
 
     def wait(self) -> None:
         """Complete every reduction started."""
-        MPI.Request.Waitall(self._requests)
+        self.waits(self._requests)
         self._requests.clear()
         for a, wire in self._narrowed:
             _round(a, wire)
@@ -49,7 +56,7 @@ class Communicator:
 
     def broadcast(self, a: Array, root: int = 0) -> None:
         """a <- rank `root`'s a."""
-        self.comm.Bcast(a, root=root)
+        self.waits([self.comm.Ibcast(a, root=root)])
 
     def close(self) -> None:
         self.wait()
