@@ -127,3 +127,22 @@ def test_half_precision_buckets_are_gathered_one_by_one_into_the_same_float32_gr
     assert len(bk) > 1
     np.testing.assert_array_equal(grads(bk), whole)
     assert len(seen) == len(bk) and np.count_nonzero(whole[:bk.buckets[-1].hi])     # the first layers' too
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "1e9", "nan", "inf", " "])
+def test_a_bad_bucket_size_in_the_environment_is_one_error_naming_the_variable_and_its_value(value):
+    env = {"MINIDL_BUCKET_MIB": value}
+    if not value.strip():                       # empty: unset, the default
+        assert buckets.bucket_mib_from_env(env) == buckets.CAP_MIB
+        return
+    with pytest.raises(ValueError, match=f"^MINIDL_BUCKET_MIB must be .* got '{value}'$"):
+        buckets.bucket_mib_from_env(env)
+    assert buckets.bucket_mib_from_env({"MINIDL_BUCKET_MIB": "0.25"}) == 0.25
+    assert buckets.bucket_mib_from_env({}) == buckets.CAP_MIB
+
+
+@pytest.mark.parametrize("value", [0, -2.0, float("nan"), 1e9, "x", True])
+def test_the_reducer_refuses_a_bad_bucket_size_naming_it(value):
+    world, device = distributed.World(0, 2), dl.get_device("cpu")
+    with pytest.raises(ValueError, match="^bucket_mib must be a bucket size in MiB"):
+        distributed.Reducer(world, device, bucket_mib=value, communicator=_SecondRankAlike())

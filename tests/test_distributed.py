@@ -2,6 +2,7 @@
 `mpiexec -n N` on the CPU: N ranks at b end like one process at N*b (gradients in buckets, the mean
 in the update, every per-image draw keyed by the global batch); stops agreed without a host round trip per step
 and resumed exactly; failures end every rank."""
+import contextlib
 import importlib.util
 import os
 import pathlib
@@ -298,10 +299,12 @@ def test_ranks_meet_on_the_host_only_at_monitoring_steps_and_reduce_each_bucket_
     for r in (0, 1):
         c = np.load(tmp_path / f"c.{r}.npz")
         assert int(c["buckets"]) == 2 and int(c["step"]) == 50
-        # blocking: at each of the 2 monitoring steps the loss, hits and count, then the final stop vote
-        assert int(c["blocking"]) == 2 * 3 + 1
-        # non-blocking, per step: each bucket once, the NaN flag, and the stop vote
-        assert int(c["nonblocking"]) == 50 * (2 + 1 + 1)
+        # no blocking MPI call (its wait would spin in C, deaf to SIGTERM): every one is begun
+        # non-blocking and waited for by polling (distributed.waits)
+        assert int(c["blocking"]) == 0
+        # per step: each bucket once, the NaN flag, and the stop vote; at each of the 2 monitoring
+        # steps the loss, hits and count; then the final stop vote
+        assert int(c["nonblocking"]) == 50 * (2 + 1 + 1) + 2 * 3 + 1
 
 
 @needs_mpi
@@ -356,3 +359,107 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_rank_0_saves_a_resumable_
     assert dl.checkpoint.read(str(tmp_path / "l.npz"))[0]["meta"]["step"] == first
     out, second = interrupted("--resume")
     assert f"at step {first}" in out and second > first
+
+
+# -- ranks started on different runs -----------------------------------------------------------------
+TRAIN = [sys.executable, "-m", "minidl.train", "-n", "20", "-m", "10", "-b", "16", "--device", "cpu", "-y", "1"]
+
+
+def launch_apart(rank0, rank1, env1=None, timeout=60):
+    """mpiexec -n 1 <rank 0's command> : -n 1 <rank 1's> (MPMD: each rank its own flags and environment)
+    -> (the finished process, seconds it took)."""
+    extra = [a for k, v in (env1 or {}).items() for a in ("-env", k, v)]
+    cmd = ["mpiexec", "-n", "1", *rank0, ":", "-n", "1", *extra, *rank1]
+    t0 = time.perf_counter()
+    p = subprocess.run(list(map(str, cmd)), env=ENV, capture_output=True, text=True, timeout=timeout)
+    return p, time.perf_counter() - t0
+
+
+@needs_mpi
+@pytest.mark.parametrize("extra,env,line", [
+    (["--seed", "5"], None, "--seed is 5, rank 0 has 0"),
+    (["-b", "48"], None, "-b is 48, rank 0 has 16"),
+    (["--dataset", "fashion-mnist"], None, "--dataset is fashion-mnist, rank 0 has mnist"),
+    (["-m", "7"], None, "-m is 7, rank 0 has 10"),
+    (["-n", "30"], None, "-n is 30, rank 0 has 20"),
+    ([], {"MINIDL_BUCKET_MIB": "4"}, "MINIDL_BUCKET_MIB is 4, rank 0 has unset")])
+def test_ranks_started_on_different_runs_all_exit_2_with_one_line_naming_the_first_difference(tmp_path, extra,
+                                                                                              env, line):
+    """Before any data is read: rank 0 prints the one line, every rank exits 2, no MPI abort, no hang
+    (the -m and -n cases spun for 10 minutes, deaf to SIGTERM; MINIDL_BUCKET_MIB's aborted MPI)."""
+    p, seconds = launch_apart(TRAIN, TRAIN + extra, env)
+    assert p.returncode == 2 and seconds < 30, p.stderr
+    assert p.stderr.splitlines() == [f"error: the ranks were started on different runs: rank 1: {line}"]
+    assert p.stdout == ""
+
+
+@needs_mpi
+def test_flags_each_rank_may_set_for_itself_are_not_compared(tmp_path):
+    """--threads and --metrics may differ (per host, written by rank 0 alone): the run goes on."""
+    p, _ = launch_apart(TRAIN + ["-n", "2", "-x", "16"], TRAIN + ["-n", "2", "-x", "16", "--threads", "1",
+                                                               "--metrics", tmp_path / "m.jsonl"], timeout=120)
+    assert p.returncode == 0 and p.stdout.count("Done.") == 1, p.stderr
+
+
+@needs_mpi
+def test_a_flag_refused_on_one_rank_ends_every_rank_with_its_line():
+    p, seconds = launch_apart(TRAIN, TRAIN + ["-n", "abc"])
+    assert p.returncode == 2 and seconds < 30, p.stderr
+    assert p.stderr.splitlines() == ["error: rank 1: argument -n: invalid positive value: 'abc'"]
+
+
+@pytest.mark.parametrize("n", [0, 2])
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "1e9"])
+def test_a_bad_bucket_size_is_one_line_naming_the_variable_and_exit_2(value, n):
+    if n and MPI_MISSING:
+        pytest.skip(MPI_MISSING)
+    env = dict(ENV, MINIDL_BUCKET_MIB=value)
+    cmd = (["mpiexec", "-n", str(n)] if n else []) + TRAIN
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    assert p.stderr.splitlines() == [f"error: MINIDL_BUCKET_MIB must be a bucket size in MiB, a number in "
+                                     f"(0, 65536], got '{value}'"]
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", ["lenet", "dropout"])
+def test_ranks_built_with_other_seeds_train_one_run_from_rank_0s_weights(tmp_path, mode):
+    """Through the Python API, rank r's model, device and Trainer seeded with r: the Trainer starts
+    every rank from rank 0's weights, seed and generator, so the run is the all-seed-0 run, bit for bit."""
+    apart = launch(2, WORKER, mode, tmp_path / "apart", 16, 5, "--seed-per-rank", "--all-ranks")
+    alike = launch(2, WORKER, mode, tmp_path / "alike", 16, 5, "--all-ranks")
+    assert apart.returncode == 0 and alike.returncode == 0, apart.stderr + alike.stderr
+    r0, r1, same = (np.load(tmp_path / f"{n}.npz") for n in ("apart.0", "apart.1", "alike.0"))
+    np.testing.assert_array_equal(r0["flat"], r1["flat"])
+    np.testing.assert_array_equal(r0["flat"], same["flat"])
+    if mode == "dropout":                         # rank 1 drew its slice of rank 0's masks
+        np.testing.assert_array_equal(r1["mask"], np.load(tmp_path / "alike.1.npz")["mask"])
+
+
+@needs_mpi
+def test_sigterm_ends_ranks_waiting_for_a_rank_that_never_comes(tmp_path):
+    """Rank 0 stalls after step 3 (a rank stuck outside MPI); rank 1 waits in step 4's collectives.
+    SIGTERM to the launcher, recorded as a stop request (the command line's handler): rank 1's wait
+    polls, sees the stop, and STOP_GRACE_S (10 s) later ends the job with one line, status 143.
+    (MPI's own wait spun in C, where no Python signal handler runs: the job went on for ever.)"""
+    cmd = ["mpiexec", "-n", "2", sys.executable, str(WORKER), "lenet", tmp_path / "x", 8, 1000, "--stall", "0:3",
+           "--pid-file"]
+    proc = subprocess.Popen(list(map(str, cmd)), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.perf_counter()
+    while not all((tmp_path / f"x.{r}.pid").exists() for r in (0, 1)) and time.perf_counter() - t0 < 60:
+        time.sleep(0.2)
+    time.sleep(3)                                 # step 3 done: rank 0 asleep, rank 1 waiting
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.perf_counter()
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        for r in (0, 1):                          # the ranks too, which a killed launcher may leave
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((tmp_path / f"x.{r}.pid").read_text()), signal.SIGKILL)
+        pytest.fail("mpiexec -n 2 still running 60 s after SIGTERM")
+    assert proc.returncode == 143 and time.perf_counter() - t0 < 30, err
+    said = [l for l in err.splitlines() if l.startswith("SIGTERM: rank 1 waited")]
+    assert len(said) == 1 and said[0].endswith("in a collective they did not reach (ranks out of step): "
+                                               "the job ends, nothing saved"), err

@@ -17,7 +17,9 @@ every rank writes OUT.<rank>.npz.
 --nudge: the initial weights moved by one ulp (a rounding-sized difference, to measure chaos);
 --checkpoint C: stop requests and --resume use C; --stop-at R:S: rank R alone asks to stop during
 step S; --count: count the host's MPI calls (the npz gets `blocking`, `nonblocking`, `buckets`);
---device cuda: one GPU per rank (TF32 off); --bucket-mib M: the reducer's bucket size; --eager: no
+--seed-per-rank: rank r builds its model, device and Trainer with seed r (the Trainer makes them
+rank 0's); --stall R:S: rank R sleeps 10 minutes after step S (the others wait for it in a
+collective), and SIGTERM asks the trainer to stop, as the command line's handler does; --device cuda: one GPU per rank (TF32 off); --bucket-mib M: the reducer's bucket size; --eager: no
 CUDA graph; --watchdog S: a rank still running after S seconds prints every thread's Python stack
 and exits (faulthandler), so a hang ends with where each rank waits.
 """
@@ -27,6 +29,7 @@ import faulthandler
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -51,10 +54,10 @@ def bn_net(device=None):
     return dl.Model(x, y, device=device or dl.get_device("cpu"), seed=0)
 
 
-def dropout_net(device):
+def dropout_net(device, seed=0):
     x = L.Input((1, 28, 28))
     h = L.Dropout(0.5, name="drop")(L.ReLU()(L.Dense(64)(L.Flatten()(x))))
-    return dl.Model(x, L.Softmax()(L.Dense(10)(h)), device=device, seed=0)
+    return dl.Model(x, L.Softmax()(L.Dense(10)(h)), device=device, seed=seed)
 
 
 class CountingComm:
@@ -99,6 +102,8 @@ def parse(argv):
     p.add_argument("--grad-reduce", default="fp32")
     p.add_argument("--pid-file", action="store_true")
     p.add_argument("--precision", default="fp32")
+    p.add_argument("--seed-per-rank", action="store_true")
+    p.add_argument("--stall")
     return p.parse_args(argv)
 
 
@@ -109,7 +114,8 @@ def main(*argv):
     world = distributed.init()
     if args.count:
         world.comm = CountingComm(world.comm)
-    device = dl.get_device(args.device, dtype="float64" if args.float64 else "float32",
+    seed = world.rank if args.seed_per_rank else 0
+    device = dl.get_device(args.device, dtype="float64" if args.float64 else "float32", seed=seed,
                            gpu=world.local_rank if world.size > 1 else None)
     device.set_tf32(False)
     if args.bucket_mib is not None:
@@ -122,13 +128,13 @@ def main(*argv):
             raise ValueError("injected failure")
         trainer.fit(train, steps=100_000, batch_size=8)      # waits on rank 1 in the all-reduce
         return
-    model = {"lenet": lambda: models.get("lenet", device=device, seed=0), "bn": lambda: bn_net(device),
-             "dropout": lambda: dropout_net(device)}[args.mode]()
+    model = {"lenet": lambda: models.get("lenet", device=device, seed=seed), "bn": lambda: bn_net(device),
+             "dropout": lambda: dropout_net(device, seed)}[args.mode]()
     opt = optim.get("momentum", lr=0.01, momentum=0.9) if args.momentum else optim.Adam(lr=1e-3)
     if args.nudge:
         flat = device.to_host(model.flat)
         model.flat[...] = device.xp.asarray(np.nextafter(flat, np.inf, dtype=flat.dtype))
-    trainer = dl.Trainer(model, opt, seed=0, world=world, graph=not args.eager, shift=args.shift, flip=args.flip,
+    trainer = dl.Trainer(model, opt, seed=seed, world=world, graph=not args.eager, shift=args.shift, flip=args.flip,
                          grad_reduce=args.grad_reduce,
                          precision=precision.policy(args.precision, always=True))   # however small the net
     if args.drop_bucket is not None and trainer.reducer:
@@ -140,6 +146,9 @@ def main(*argv):
     if args.resume:
         trainer.resume(args.checkpoint)
     stop = [_StopAt(world, *map(int, args.stop_at.split(":")))] if args.stop_at else []
+    if args.stall:
+        stop.append(_StallAt(world, *map(int, args.stall.split(":"))))
+        signal.signal(signal.SIGTERM, lambda signum, frame: trainer.request_stop(signum))
     arrays = {}
     try:
         result = trainer.fit(train, steps=args.steps - trainer.step, batch_size=args.b, monitor=25,
@@ -180,6 +189,17 @@ class _StopAt(callbacks.Callback):
     def on_step_end(self, run):
         if self.world.rank == self.rank and run.step == self.step:
             run.trainer.request_stop(signal.SIGTERM)
+
+
+class _StallAt(callbacks.Callback):
+    """Rank `rank` stops answering after step `step`: it sleeps (a rank stuck outside MPI)."""
+
+    def __init__(self, world, rank, step):
+        self.world, self.rank, self.step = world, rank, step
+
+    def on_step_end(self, run):
+        if self.world.rank == self.rank and run.step == self.step:
+            time.sleep(600)
 
 
 if __name__ == "__main__":
