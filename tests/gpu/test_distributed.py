@@ -4,7 +4,9 @@ second rank that is slow on purpose; and NCCL over a world of one rank, its buck
 the captured step, leaving training exactly as it was. On two GPUs (skipped with fewer): two ranks
 at b16 against one process at b32 under the recipe's shifts and flips, under the MPI launcher in
 $MINIDL_MPIEXEC (default mpiexec): the summed gradient of step 1 (which a dropped bucket fails),
-10 steps, gradients sent as bfloat16, and 50 steps measured against one GPU's own chaos.
+10 steps, gradients sent as bfloat16, and 50 steps measured against one GPU's own chaos; ranks
+built with other seeds start from rank 0's weights (sent through the host); ranks started with other
+flags end at once, exit 2, naming the difference.
 
     NCCL_NVLS_ENABLE=0 MINIDL_MPIEXEC="mpirun --allow-run-as-root" python -m pytest -q tests/gpu/test_distributed.py
 """
@@ -90,8 +92,9 @@ def test_the_reduction_stream_forks_after_backward_and_joins_before_the_update(c
 class _OneRankOverNCCL(distributed.World):
     """One rank that reduces anyway (over itself), so the NCCL path runs on a single GPU."""
 
-    def reducer(self, device, bucket_mib=None, grad_reduce="fp32"):
-        return distributed.Reducer(self, device, bucket_mib=0.05, grad_reduce=grad_reduce)   # LeNet-5: 2 buckets
+    def reducer(self, device, bucket_mib=None, grad_reduce="fp32", stop_asked=None):
+        return distributed.Reducer(self, device, bucket_mib=0.05, grad_reduce=grad_reduce,   # LeNet-5: 2 buckets
+                                   stop_asked=stop_asked)
 
 
 def _train(world, graph=True, steps=30):
@@ -241,3 +244,36 @@ def test_sigterm_to_the_launcher_saves_once_and_one_gpu_resumes_the_run_at_the_s
     resumed = subprocess.run(common + ["-b", "32", "--resume"], env=env, cwd=tmp_path, capture_output=True,
                              text=True, timeout=300)
     assert resumed.returncode == 0 and f"at step {step}" in resumed.stdout, resumed.stderr[-2000:]
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                NCCL_NVLS_ENABLE="0")
+
+
+@pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
+def test_two_gpus_built_with_other_seeds_train_one_run_from_rank_0s_weights(tmp_path):
+    """Rank r's model, device and Trainer seeded with r: the Trainer sends rank 0's weights (through
+    the host: device -> MPI -> device), seed and generator to every rank, so both GPUs hold the same
+    weights after 5 steps, and the run is the all-seed-0 run (to the rounding of other cuDNN engines)."""
+    worker = ROOT / "tests" / "helpers" / "dist_worker.py"
+    for name, flags in (("apart", ["--seed-per-rank"]), ("alike", [])):
+        cmd = _launcher() + ["-n", "2", sys.executable, str(worker), "lenet", str(tmp_path / name), "16", "5",
+                             "--momentum", "--device", "cuda", "--watchdog", "120", "--all-ranks", *RECIPE, *flags]
+        p = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+    r0, r1, alike = (dict(np.load(tmp_path / f"{n}.npz")) for n in ("apart.0", "apart.1", "alike.0"))
+    np.testing.assert_array_equal(r0["flat"], r1["flat"])
+    assert _relative(alike, r0) <= 1e-5
+
+
+def test_ranks_started_with_other_flags_exit_2_naming_the_first_difference():
+    """Under this machine's launcher (Open MPI's mpirun on ours), each rank its own -n (MPMD): before any
+    GPU work every rank exits 2 and rank 0 names the difference once (the launcher may add its own note)."""
+    import time
+    common = [sys.executable, "-m", "minidl.train", "-n", "20", "-m", "10", "-b", "16"]
+    t0 = time.perf_counter()
+    p = subprocess.run(_launcher() + ["-n", "1", *common, ":", "-n", "1", *common, "-n", "30"], env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    said = [l for l in p.stderr.splitlines() if "rank 1: -n is 30, rank 0 has 20" in l]
+    assert p.returncode == 2 and len(said) == 1 and time.perf_counter() - t0 < 60, p.stderr[-2000:]
