@@ -95,8 +95,7 @@ def parse_agreed(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
         r = failed[0] if failed else helped[0]
         text = outcomes[r][1] if r == 0 or not failed else f"error: rank {r}: {_last_line(outcomes[r][1])}\n"
         _end(world, outcomes[r][0], text)
-    options = getattr(parser, "options", {})
-    flags = {options.get(k, k): v for k, v in vars(args).items() if k not in set(per_rank)}
+    flags = _as_typed(parser, {k: v for k, v in vars(args).items() if k not in set(per_rank)})
     try:
         agree(world, describe(flags))
     except RanksDisagree as e:
@@ -105,6 +104,15 @@ def parse_agreed(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
     if problem:
         _end(world, 2, f"error: {problem}\n")
     return args
+
+
+def _as_typed(parser, values):
+    """{dest: value} keyed by the option that sets it as the user types it (Parser.options, else the
+    dest); a flag that stores False (--no-graph) shows as given (on) or not (off)."""
+    options = getattr(parser, "options", {})
+    negated = {a.dest for a in parser._actions if isinstance(a, argparse._StoreFalseAction)
+               and a.option_strings and a.option_strings[0] == options.get(a.dest, a.option_strings[0])}
+    return {options.get(k, k): not v if k in negated and isinstance(v, bool) else v for k, v in values.items()}
 
 
 def _parse_quietly(parser, argv, check):
