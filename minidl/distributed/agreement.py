@@ -8,7 +8,8 @@ order), `MINIDL_BUCKET_MIB` differing cut the gradients into other buckets and M
 every rank parses and checks its own flags, rank 0 broadcasts its run description (the flags that
 shape the run and the MINIDL_* values, minus what may differ per rank or host), every rank compares
 it with its own, and all end alike: rank 0 prints the first difference of the lowest rank that has
-one (`error: rank 1: -n is 30, rank 0 has 20`) and every rank exits 2. A rank whose flags fail
+one (`error: the ranks were started on different runs: rank 1: -n is 30, rank 0 has 20`) and every
+rank exits 2. A rank whose flags fail
 their check does not leave the others waiting: MPI is set up before the flags are read, and the
 ranks' outcomes are gathered, so they all exit with the failing rank's status, rank 0 printing its
 message once.
@@ -95,7 +96,8 @@ def parse_agreed(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
         r = failed[0] if failed else helped[0]
         text = outcomes[r][1] if r == 0 or not failed else f"error: rank {r}: {_last_line(outcomes[r][1])}\n"
         _end(world, outcomes[r][0], text)
-    flags = _as_typed(parser, {k: v for k, v in vars(args).items() if k not in set(per_rank)})
+    own = set(per_rank)
+    flags = _as_typed(parser, {k: v for k, v in vars(args).items() if k not in own})
     try:
         agree(world, describe(flags))
     except RanksDisagree as e:
@@ -126,11 +128,13 @@ def _parse_quietly(parser, argv, check):
             if isinstance(code, str):          # sys.exit("error: ...")
                 print(code, file=sys.stderr)
             return (code if isinstance(code, int) else 0 if code is None else 1), out.getvalue(), None
+        except Exception as e:                 # noqa: BLE001  one rank alone must not leave the others waiting
+            return 1, f"error: {e or type(e).__name__}\n", None
 
 
 def _last_line(text):
     line = text.strip().splitlines()[-1] if text.strip() else "its flags were refused"
-    return line.split(": error: ", 1)[-1]       # argparse's `prog: error: argument -n: ...`
+    return line.split(": error: ", 1)[-1].removeprefix("error: ")     # argparse's `prog: error: argument -n: ...`
 
 
 def _end(world, status, text):
