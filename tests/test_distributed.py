@@ -68,6 +68,19 @@ def test_one_process_never_imports_mpi4py():
     assert p.returncode == 0, p.stderr
 
 
+def test_the_run_description_holds_the_flags_and_the_minidl_values_a_host_may_not_set_for_itself():
+    from minidl.distributed import agreement
+    env = {"MINIDL_BUCKET_MIB": "4", "MINIDL_DATA": "/data", "MINIDL_CACHE": "/c", "HOME": "/root"}
+    d = agreement.describe({"-n": 20, "--seed": 0}, env)
+    assert d == {"-n": 20, "--seed": 0, "MINIDL_BUCKET_MIB": "4"}
+    assert agreement.first_difference(d, d, 1) is None
+    assert agreement.first_difference({**d, "--seed": 5, "-n": 30}, d, 3) == "rank 3: -n is 30, rank 0 has 20"
+    assert agreement.first_difference(agreement.describe({"-n": 20, "--seed": 0}, {}), d, 1) == \
+        "rank 1: MINIDL_BUCKET_MIB is unset, rank 0 has 4"
+    assert agreement.first_difference({**d, "MINIDL_NEW": "1"}, d, 1) == "rank 1: MINIDL_NEW is 1, rank 0 has unset"
+    assert agreement.first_difference({**d, "-n": 20.0}, d, 1) is not None        # 20 and 20.0: other types
+
+
 # -- under mpiexec ---------------------------------------------------------------------------------
 @needs_mpi
 @pytest.mark.parametrize("optimizer,buckets", [("adam", None), ("momentum", None), ("momentum", 0.05)])
@@ -399,6 +412,12 @@ def test_flags_each_rank_may_set_for_itself_are_not_compared(tmp_path):
     p, _ = launch_apart(TRAIN + ["-n", "2", "-x", "16"], TRAIN + ["-n", "2", "-x", "16", "--threads", "1",
                                                                "--metrics", tmp_path / "m.jsonl"], timeout=120)
     assert p.returncode == 0 and p.stdout.count("Done.") == 1, p.stderr
+
+
+@needs_mpi
+def test_help_under_two_ranks_is_printed_once():
+    p = launch(2, "-m", "minidl.train", "-h", timeout=60)
+    assert p.returncode == 0 and p.stdout.count("usage:") == 1 and p.stderr == "", p.stderr
 
 
 @needs_mpi
