@@ -436,8 +436,8 @@ def test_a_bad_bucket_size_is_one_line_naming_the_variable_and_exit_2(value, n):
     cmd = (["mpiexec", "-n", str(n)] if n else []) + TRAIN
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stdout == "", p.stderr
-    assert p.stderr.splitlines() == [f"error: MINIDL_BUCKET_MIB must be a bucket size in MiB, a number in "
-                                     f"(0, 65536], got '{value}'"]
+    line = f"error: MINIDL_BUCKET_MIB must be a bucket size in MiB, a number in (0, 65536], got '{value}'"
+    assert p.stderr.splitlines() == [line]
 
 
 @needs_mpi

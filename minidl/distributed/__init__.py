@@ -130,7 +130,7 @@ class World:
         if self.size == 1:
             return signum
         agreed = 0
-        asked = lambda: signum          # noqa: E731  # a stop asked here: the waits' patience
+        asked = lambda: signum          # a stop asked here: the waits' patience
         if self._vote is not None:
             request, mine, theirs = self._vote
             self.wait_all([request], asked)
@@ -228,6 +228,8 @@ class Reducer:
     device's, made here unless given. grad_reduce: "fp32" sums the float32 gradients as they are;
     "bf16" sends them as bfloat16 (rounded, summed in bfloat16 by NCCL, widened back: half the bytes,
     PyTorch DDP's bf16_compress_hook), each gradient then carrying bfloat16's 8-bit mantissa.
+    stop_asked: gives the stop request a signal handler recorded (a signal number) or None; a wait on
+    the host that goes on STOP_GRACE_S past one ends the job (minidl.distributed.waits).
     """
 
     def __init__(self, world: World, device: Device, bucket_mib: float | None = None, communicator: Any = None,
