@@ -20,7 +20,7 @@ def _net(name, depth=None):
 
 
 def _trainable_backward(net):
-    return [l.name for l in reversed(net.layers) if any(p.trainable for p in l.params.values())]
+    return [layer.name for layer in reversed(net.layers) if any(p.trainable for p in layer.params.values())]
 
 
 @pytest.mark.parametrize("name,depth,cap_mib", [("lenet", None, 0.02), ("lenet", None, buckets.CAP_MIB),
@@ -34,7 +34,7 @@ def test_buckets_tile_the_arena_in_backward_order(name, depth, cap_mib):
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))             # no gap, no overlap
     assert [b.lo for b in plan] == sorted((b.lo for b in plan), reverse=True)   # the arena end first
     assert [n for b in plan for n in b.layers] == _trainable_backward(net)     # backward order
-    size = {l.name: sum(p.size for p in l.params.values() if p.trainable) * 4 for l in net.layers}
+    size = {layer.name: sum(p.size for p in layer.params.values() if p.trainable) * 4 for layer in net.layers}
     for b in plan[:-1]:                       # as small as the cap allows: full, less its last layer not
         assert (b.hi - b.lo) * 4 >= cap and sum(size[n] for n in b.layers[:-1]) < cap
     if cap_mib < 1:

@@ -96,7 +96,7 @@ def test_two_ranks_at_b16_end_with_the_weights_of_one_process_at_b32(tmp_path, o
         launch(2, WORKER, "lenet", tmp_path / "two.npz", 16, 50, *flag)
     assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
     assert two.stdout.count("step:   50") == 1                   # rank 0 prints, the same line
-    lines = [[float(v) for v in re.findall(r"\d+\.\d+", l)] for l in (one.stdout, two.stdout)]
+    lines = [[float(v) for v in re.findall(r"\d+\.\d+", out)] for out in (one.stdout, two.stdout)]
     np.testing.assert_allclose(lines[1], lines[0], rtol=2e-2)    # the same run, after rounding drift
     a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
     assert int(b["size"]) == 2
@@ -300,7 +300,7 @@ def test_three_ranks_run_the_command_line_and_rank_0_prints_and_saves(tmp_path):
                "-y", "2", "--device", "cpu", "-s", "--checkpoint", ckpt, "--grad-reduce", "bf16", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     out = p.stdout.splitlines()
-    assert sum(l.startswith("step:") for l in out) == 2 and out.count("Done.") == 1
+    assert sum(line.startswith("step:") for line in out) == 2 and out.count("Done.") == 1
     assert "batch 8 x 3 ranks" in p.stdout and "(first 1800 of 10000)" in p.stdout
     dl.checkpoint.load_weights(str(ckpt), models.get("lenet", device=dl.get_device("cpu")))
 
@@ -365,7 +365,7 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_rank_0_saves_a_resumable_
             lines.append(line)
         proc.send_signal(sig)                            # mpiexec hands it to every rank
         out, err = proc.communicate(timeout=60)
-        said = [l for l in err.splitlines() if l.startswith(f"{sig.name}: stopped at step")]
+        said = [line for line in err.splitlines() if line.startswith(f"{sig.name}: stopped at step")]
         assert proc.returncode == status and len(said) == 1, err   # rank 0 tells, once
         return "".join(lines), int(re.search(r"step (\d+)", said[0]).group(1))
     _, first = interrupted()
@@ -479,6 +479,6 @@ def test_sigterm_ends_ranks_waiting_for_a_rank_that_never_comes(tmp_path):
                 os.kill(int((tmp_path / f"x.{r}.pid").read_text()), signal.SIGKILL)
         pytest.fail("mpiexec -n 2 still running 60 s after SIGTERM")
     assert proc.returncode == 143 and time.perf_counter() - t0 < 30, err
-    said = [l for l in err.splitlines() if l.startswith("SIGTERM: rank 1 waited")]
+    said = [line for line in err.splitlines() if line.startswith("SIGTERM: rank 1 waited")]
     assert len(said) == 1 and said[0].endswith("in a collective they did not reach (ranks out of step): "
                                                "the job ends, nothing saved"), err

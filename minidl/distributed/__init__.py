@@ -11,10 +11,8 @@ over the ranks in buckets while backward runs (minidl.distributed.buckets) throu
 1/N (its grad_scale): N ranks at b then train like one process at N*b. Stop requests are agreed
 one step late, with no blocking collective per step (World.agree_stop).
 
-Before a run the ranks agree on it (minidl.distributed.agreement: the command line's flags and
-MINIDL_* values, or one line naming the first difference and exit status 2), and a Trainer starts
-every rank from rank 0's weights, seed and generator (Reducer.start_alike). Every wait on the host
-polls, so a rank waiting for others that never come still hears SIGTERM (minidl.distributed.waits).
+Before a run the ranks agree on its flags (agreement.py); a Trainer starts every rank from rank 0's
+weights (Reducer.start_alike); host waits poll, so a rank waiting for others still hears SIGTERM (waits.py).
 """
 from __future__ import annotations
 
@@ -130,10 +128,9 @@ class World:
         if self.size == 1:
             return signum
         agreed = 0
-        asked = lambda: signum          # a stop asked here: the waits' patience
         if self._vote is not None:
             request, mine, theirs = self._vote
-            self.wait_all([request], asked)
+            self.wait_all([request], lambda: signum)          # a stop asked here: the wait's patience
             agreed, self._vote = int(theirs[0]), None
         if final or not agreed:
             mine, theirs = np.array([signum or 0], np.int64), np.zeros(1, np.int64)
@@ -141,7 +138,7 @@ class World:
             if not final:
                 self._vote = (request, mine, theirs)
             else:
-                self.wait_all([request], asked)
+                self.wait_all([request], lambda: signum)
                 agreed = max(agreed, int(theirs[0]))
         return agreed or None
 
@@ -206,7 +203,8 @@ def _mpi_world():
         from mpi4py import MPI
     except ImportError:
         from ..install_hint import install_hint
-        sys.exit(f"error: started by an MPI launcher, but mpi4py is missing ({install_hint('dist', 'mpi4py', 'mpich')})")
+        hint = install_hint("dist", "mpi4py", "mpich")
+        sys.exit(f"error: started by an MPI launcher, but mpi4py is missing ({hint})")
     comm = MPI.COMM_WORLD
     host = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)     # the ranks on this host
     return World(comm.rank, comm.size, host.rank, comm, host)
@@ -221,7 +219,8 @@ class Reducer:
     as soon as backward has finished its layers (on the GPU on a second stream, in the captured
     step too; under a precision policy its range is first cast from the compute-dtype copies,
     net.gather, so half-precision buckets also travel while backward goes on), and `finish(flag)`
-    starts what is left, ANDs the ranks' NaN flags behind it, and makes the update wait for all of it. The sum becomes the mean inside the update:
+    starts what is left, ANDs the ranks' NaN flags behind it, and makes the update wait for all of it.
+    The sum becomes the mean inside the update:
     `grad_scale` = 1/N is the optimizer's. Outside steps: `average(a)` (BatchNorm's running
     statistics before evaluation and saving), `sum_metrics(metrics)` (a Mean's sums and count).
     bucket_mib: bucket size (default $MINIDL_BUCKET_MIB, else buckets.CAP_MIB); communicator: the

@@ -126,7 +126,7 @@ def _launcher():
 def _gpus():
     try:
         return cp.cuda.runtime.getDeviceCount()
-    except Exception:                  # no driver: conftest skips this file's tests anyway
+    except Exception:                  # noqa: BLE001  no driver: conftest skips this file's tests anyway
         return 0
 
 
@@ -234,8 +234,8 @@ def test_sigterm_to_the_launcher_saves_once_and_one_gpu_resumes_the_run_at_the_s
     for pid in ranks:
         os.kill(int(pid), signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    lines = [l for l in err.splitlines() if l.strip() and "step/s" not in l]     # no progress bars
-    said = [l for l in lines if l.startswith("SIGTERM: stopped at step")]
+    lines = [line for line in err.splitlines() if line.strip() and "step/s" not in line]     # no progress bars
+    said = [line for line in lines if line.startswith("SIGTERM: stopped at step")]
     assert proc.returncode == 143 and len(said) == 1, (proc.returncode, lines[-20:])
     step = int(re.search(r"step (\d+)", said[0]).group(1))
     refused = subprocess.run(common + ["-b", "16", "--resume"], env=env, cwd=tmp_path, capture_output=True,
@@ -275,5 +275,5 @@ def test_ranks_started_with_other_flags_exit_2_naming_the_first_difference():
     t0 = time.perf_counter()
     p = subprocess.run(_launcher() + ["-n", "1", *common, ":", "-n", "1", *common, "-n", "30"], env=_env(),
                        capture_output=True, text=True, timeout=120)
-    said = [l for l in p.stderr.splitlines() if "rank 1: -n is 30, rank 0 has 20" in l]
+    said = [line for line in p.stderr.splitlines() if "rank 1: -n is 30, rank 0 has 20" in line]
     assert p.returncode == 2 and len(said) == 1 and time.perf_counter() - t0 < 60, p.stderr[-2000:]

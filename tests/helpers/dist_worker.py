@@ -19,7 +19,8 @@ every rank writes OUT.<rank>.npz.
 step S; --count: count the host's MPI calls (the npz gets `blocking`, `nonblocking`, `buckets`);
 --seed-per-rank: rank r builds its model, device and Trainer with seed r (the Trainer makes them
 rank 0's); --stall R:S: rank R sleeps 10 minutes after step S (the others wait for it in a
-collective), and SIGTERM asks the trainer to stop, as the command line's handler does; --device cuda: one GPU per rank (TF32 off); --bucket-mib M: the reducer's bucket size; --eager: no
+collective), and SIGTERM asks the trainer to stop, as the command line's handler does;
+--device cuda: one GPU per rank (TF32 off); --bucket-mib M: the reducer's bucket size; --eager: no
 CUDA graph; --watchdog S: a rank still running after S seconds prints every thread's Python stack
 and exits (faulthandler), so a hang ends with where each rank waits.
 """
