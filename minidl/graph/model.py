@@ -87,8 +87,9 @@ class Model(FamiliarAPI):
             if layer.name:
                 continue
             stem = layer.prefix or type(layer).__name__.lower()
+            stem = f"{stem}_layer" if checks.RESERVED.fullmatch(stem) else stem    # a user's class Output
             i = counters.get(stem, layer.first_index)
-            while (name := stem if i == 0 else f"{stem}_{i}") in taken or checks.RESERVED.fullmatch(name):
+            while (name := stem if i == 0 else f"{stem}_{i}") in taken:
                 i += 1
             layer.name, counters[stem] = name, i + 1
             taken.add(name)
