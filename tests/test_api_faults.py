@@ -329,3 +329,14 @@ def test_minidls_own_layers_keep_the_contract_the_checks_hold_users_to(make, mon
     assert all(trainer._step.net._checked)
     images = np.random.default_rng(0).integers(0, 256, (8, *shape), dtype=np.uint8)
     trainer.fit((images, np.arange(8) % 10), steps=1, batch_size=4)
+
+
+@pytest.mark.parametrize("shape", [None, (), (None, -1), (None, 2.5)])
+def test_a_users_build_that_returns_no_shape_is_named(shape):
+    class NoShape(ReLU):
+        def build(self, in_shapes, device):
+            return shape
+    x = L.Input((1, 8, 8))
+    with pytest.raises(ValueError, match=r"layer noshape \(NoShape\): build returned .*; it must return the output "
+                                         r"shape"):
+        dl.Model(x, NoShape()(x))

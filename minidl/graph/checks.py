@@ -103,6 +103,19 @@ def weights(model: Model, weights: Mapping[str, Any], strict: bool) -> None:
         group.pop("layer").check_weights(group)
 
 
+def built_shape(layer: Any, shape: Any) -> tuple[int | None, ...]:
+    """What a layer's build returned, as its output shape: a sequence of positive ints (None for the batch)."""
+    try:
+        dims = tuple(shape)
+        ok = bool(dims) and all(d is None or (isinstance(d, (int, np.integer)) and d > 0) for d in dims)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise layer.error(f"build returned {shape!r}; it must return the output shape, a tuple of positive ints "
+                          f"with the batch dimension first (None)")
+    return tuple(None if d is None else int(d) for d in dims)
+
+
 def layer_output(node: Node, xs: Sequence[Array], y: Any, xp: Any) -> None:
     """A user's layer's forward result against its build: one array of the device's kind, of the shape
     build declared (the batch its input has), in the dtype the graph carries there (its input's, or its

@@ -111,7 +111,7 @@ class Model(FamiliarAPI):
             dtype = dtypes.pop()
             at = device.dtype if layer.keeps_fp32 and layer.io_in_compute_dtype else dtype   # parameters' dtype
             layer.device = devices[at] = devices.get(at) or device.compute_in(at)
-            node.shape = tuple(layer.build([p.shape for p in node.parents], layer.device))
+            node.shape = checks.built_shape(layer, layer.build([p.shape for p in node.parents], layer.device))
             node.dtype = layer.out_dtype or dtype
             layer._model = me              # a second Model of these nodes copies this layer (Graph.free_of_other_models)
         self.params = {f"{layer.name}/{k}": p for layer in self.layers for k, p in layer.params.items()}
@@ -121,7 +121,7 @@ class Model(FamiliarAPI):
         # The layers whose results are checked (a user's: checks.layer_output, layer_grads); their inputs' shapes.
         self._checked = [self.checks_every_layer or not registry.is_minidl(type(n.layer).__module__)
                          for n in self.nodes]
-        self._inputs_seen: dict[int, list[tuple[tuple[int, ...], Any]]] = {}
+        self._inputs_seen = {}             # id(node) -> [(shape, dtype)] of the values its forward read
 
     def build(self, device: Device, weights: Mapping[str, Any] | None = None) -> None:
         """Infer every shape, declare parameters and make kernel plans on `device`; then allocate.

@@ -23,7 +23,7 @@ def register(cls: type) -> None:
 def find(name: str, module: str | None = None) -> type:
     """The layer class a config names: `name` from `module` (None: a config that did not record it);
     a ValueError saying which class is missing and what to import."""
-    if (module, name) in _classes:
+    if module is not None and (module, name) in _classes:
         return _classes[(module, name)]
     ours = [c for (m, n), c in _classes.items() if n == name and is_minidl(m)]
     theirs = [c for (m, n), c in _classes.items() if n == name and not is_minidl(m)]
