@@ -76,7 +76,7 @@ class Model(FamiliarAPI):
     def lower(self, passes: Callable[[Graph], Graph]) -> Model:
         """This model rewritten by `passes` (Graph -> Graph), training the same parameters."""
         lowered = Model.of_graph(passes(Graph.of(self, share_params=True)), self.device, self.name, shares=self)
-        self._lowerings.append(weakref.ref(lowered))        # to() refuses while one lives (a Trainer's step)
+        self._lowerings = [r for r in self._lowerings if r() is not None] + [weakref.ref(lowered)]   # see to()
         return lowered
 
     # -- construction ---------------------------------------------------------------------
