@@ -3,10 +3,9 @@ names that clash, gradients before a forward, weights that do not fit, and a lay
 breaks the layer contract (an output unlike what its build declared, a backward of the wrong arity)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence
-
 import gc
 import re
+from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence
 
 import numpy as np
 
