@@ -340,3 +340,16 @@ def test_a_users_build_that_returns_no_shape_is_named(shape):
     with pytest.raises(ValueError, match=r"layer noshape \(NoShape\): build returned .*; it must return the output "
                                          r"shape"):
         dl.Model(x, NoShape()(x))
+
+
+def test_an_unbuilt_layer_copies_and_a_built_one_is_refused_naming_the_model_as_the_way():
+    layer = L.Conv2D(3, 3, padding=1, name="c")
+    twin = copy.deepcopy(layer)
+    assert type(twin) is L.Conv2D and twin.config() == layer.config() and twin.name == "c"
+    assert pickle.loads(pickle.dumps(layer)).config() == layer.config()
+    x = L.Input((1, 8, 8))
+    dl.Model(x, layer(x))
+    for how in (copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match=r"layer c \(Conv2D\) is built into a model.*pickle or copy.deepcopy "
+                                            r"the model"):
+            how(layer)

@@ -220,6 +220,14 @@ class Layer:
         """The constructor arguments, for checkpoints (JSON-serialisable)."""
         return {k: v for k, v in getattr(self, "_config", {}).items() if k != "name"}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """An unbuilt layer pickles and copies as it is; a built one is refused (its weights are views
+        into its model's arena, its kernels the device's): pickle or copy the model, or take clone()."""
+        if getattr(self, "device", None) is not None:
+            raise TypeError(f"layer {self.name} ({type(self).__name__}) is built into a model, whose arena holds "
+                            f"its weights: pickle or copy.deepcopy the model, or take layer.clone() (unbuilt)")
+        return self.__dict__
+
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r})"
 
