@@ -1,5 +1,5 @@
-"""The names users bring to a Model: Keras's `predict`, PyTorch's `parameters` / `named_parameters`,
-and a repr that says what the model is. Model (graph/model.py) takes them in as a base class.
+"""The names users bring to a Model: Keras's `predict`, `get_layer` (`layer`) and `get_weights`, PyTorch's
+`parameters` / `named_parameters`, pickle and copy.deepcopy, and a repr that says what the model is. Model (graph/model.py) takes them in as a base class.
 
 `predict` is the graph room's one use of `data`: images go through the Loader, as fit's and
 evaluate's do, so the input contract (docs/input.md) and the normalisation are decided in one place.
@@ -14,6 +14,7 @@ import numpy as np
 from .._types import Array
 from ..data.errors import DataError
 from ..data.loader import Loader, images_in, takes_images
+from ..layers.base import _fmt
 from .summary import print_summary
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class FamiliarAPI:
         releases: bool
         _out_shapes: list[tuple[int, ...]] | None
         _deaths: list[list[int]] | None
+        seed: int
+
+        def config(self) -> dict[str, Any]: ...
 
         @property
         def n_params(self) -> int: ...
@@ -106,3 +110,50 @@ class FamiliarAPI:
         where = f"{device.name} {device.dtype.name}" if device is not None else "not built"
         return (f"Model({self.name!r}: input {ins}, {len(self.layers)} layers, {self.n_params:,} parameters, "
                 f"{where})")
+
+    # -- the model's input, its layers and arrays by name --------------------------------------
+    def prepare_input(self, x: Any, i: int = 0) -> Array:
+        """x as the array this model's input `i` reads: checked for shape, on its device, in its dtype."""
+        node, shape = self.inputs[i], tuple(getattr(x, "shape", ()))
+        if shape[1:] != node.shape[1:]:
+            raise ValueError(f"{self.name}: input {node.name} expects shape {_fmt(node.shape)}, got {shape}")
+        if shape[0] < 1:
+            raise ValueError(f"{self.name}: input {node.name} got an empty batch {shape}; N must be >= 1")
+        if not isinstance(x, self.device.xp.ndarray):
+            return self.device.asarray(x, dtype=self.device.dtype)
+        if x.dtype != self.device.dtype:
+            if x.dtype.kind not in "fiub":
+                raise ValueError(f"{self.name}: input {node.name} has dtype {x.dtype}, expected numbers")
+            return x.astype(self.device.dtype)
+        return x
+
+    def layer(self, name: str) -> Layer:
+        """The layer named `name` (Keras's get_layer); a KeyError lists the names there are."""
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(f"{self.name} has no layer {name!r}; layers: {', '.join(l.name for l in self.layers)}")
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """{'layer/param': NumPy array} for every parameter and running statistic."""
+        return {k: np.array(self.device.to_host(p.data)) for k, p in self.params.items()}
+
+    def get_grads(self) -> dict[str, np.ndarray]:
+        """{'layer/param': NumPy array} of the trainable parameters' gradients."""
+        return {k: np.array(self.device.to_host(p.grad)) for k, p in self.params.items() if p.trainable}
+
+    # -- pickle and copy ----------------------------------------------------------------------
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A model pickles as its config, weights, device, dtype and seed, and unpickles (copy.deepcopy,
+        copy.copy) as a new model of its own arenas with equal weights. The layer classes travel as
+        pickle's references, so unpickling imports the modules that define them."""
+        classes = sorted({type(layer) for layer in self.layers}, key=lambda c: (c.__module__, c.__name__))
+        return _unpickle, (type(self), self.config(), self.get_weights(), self.device.name, self.device.dtype.name,
+                           self.seed, classes)
+
+
+def _unpickle(model: Any, config: dict[str, Any], weights: dict[str, np.ndarray], device: str, dtype: str,
+              seed: int, classes: list[type]) -> Any:
+    """Model.__reduce__'s inverse: `model` is the Model class (`classes` are there so that pickle imports
+    the modules defining the layers first)."""
+    return model.from_config(config, device=device, dtype=dtype, seed=seed, weights=weights)

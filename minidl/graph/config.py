@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..layers.base import Layer
+from ..layers import registry
 from ..layers.node import Input, Node
 
 if TYPE_CHECKING:
@@ -17,7 +17,8 @@ def config_of(model: Model) -> dict[str, Any]:
     layers: list[dict[str, Any]] = []
     for node in model.nodes:
         index[id(node)] = len(model.inputs) + len(layers)
-        layers.append({"class": type(node.layer).__name__, "name": node.layer.name,
+        cls = type(node.layer)              # its module too: a user's ReLU is not minidl's (layers/registry.py)
+        layers.append({"class": cls.__name__, "module": cls.__module__, "name": node.layer.name,
                        "config": node.layer.config(), "inputs": [index[id(p)] for p in node.parents]})
     return {"name": model.name, "inputs": [list(n.shape[1:]) for n in model.inputs], "layers": layers,
             "outputs": [index[id(o)] for o in model.outputs]}
@@ -39,10 +40,13 @@ def graph_of_config(config: Any) -> tuple[Node | list[Node], Node | list[Node]]:
         where = f"model config layer {i}"
         if not isinstance(spec, dict) or not isinstance(spec.get("config", {}), dict):
             raise ValueError(f"{where}: expected an object with 'class', 'name', 'config', 'inputs'")
-        layer_cls = (Layer.registry.get(spec.get("class"))  # type: ignore[arg-type]  # a str: checked below
-                     if isinstance(spec.get("class"), str) else None)
-        if layer_cls is None:
-            raise ValueError(f"{where}: unknown layer class {spec.get('class')!r}")
+        name, module = spec.get("class"), spec.get("module")
+        if not isinstance(name, str) or not isinstance(module, (str, type(None))):
+            raise ValueError(f"{where}: 'class' must be a name and 'module' a module's name, got {name!r}, {module!r}")
+        try:
+            layer_cls = registry.find(name, module)
+        except ValueError as e:
+            raise ValueError(f"{where} ({spec.get('name')}): {e}") from None
         refs = spec.get("inputs")
         if not (isinstance(refs, list) and refs and all(type(r) is int and 0 <= r < len(nodes) for r in refs)):
             raise ValueError(f"{where} ({spec.get('name')}): inputs must index earlier nodes, got {refs!r}")
@@ -68,8 +72,7 @@ def without_preprocessing(config: dict[str, Any], mean: float, std: float) -> di
     if not isinstance(layers, list):
         return config
     for j, spec in enumerate(layers):
-        name = spec.get("class") if isinstance(spec, dict) else None
-        cls = Layer.registry.get(name) if isinstance(name, str) else None
+        cls = _class_of(spec)
         ins = spec.get("inputs") if cls is not None else None
         if not (getattr(cls, "takes_images", False) and isinstance(ins, list) and len(ins) == 1
                 and type(ins[0]) is int and ins[0] < n_in and spec.get("config") == {"mean": mean, "std": std}):
@@ -83,3 +86,13 @@ def without_preprocessing(config: dict[str, Any], mean: float, std: float) -> di
         config["outputs"] = [ref(r) for r in config.get("outputs") or []]
         return config
     return config
+
+
+def _class_of(spec: Any) -> type | None:
+    """The layer class a config entry names, or None where it names none known."""
+    name = spec.get("class") if isinstance(spec, dict) else None
+    module = spec.get("module") if isinstance(spec, dict) else None
+    try:
+        return registry.find(name, module) if isinstance(name, str) and isinstance(module, (str, type(None))) else None
+    except ValueError:
+        return None

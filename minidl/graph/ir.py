@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Iterable, Mapping
 
+import numpy as np
+
 from ..layers.node import Node, toposort
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from ..layers.base import Layer
     from .model import Model
 
@@ -51,6 +51,31 @@ class Graph:
                                  f"graph passes ({e}): decorate its __init__ with @record_config") from None
             copies[id(node)] = Node(layer, [copies[id(p)] for p in node.parents], node.shape)
         return cls([copies[id(n)] for n in model.inputs], [copies[id(n)] for n in model.outputs], weights)
+
+    def free_of_other_models(self, snapshot: bool = True) -> tuple[Graph, dict[str, np.ndarray]]:
+        """This graph for a new Model: where a layer is built into another model still alive (a second
+        Model of the same nodes), a copy of the whole graph in which such layers are clones, so each model
+        owns its layers and arenas (sharing them would leave the first training nothing); and with
+        `snapshot`, {'layer/param': host array} of those layers' weights, for the clones to start from."""
+        def taken(layer):
+            owner = getattr(layer, "_model", None)
+            return owner is not None and owner() is not None
+        if not any(taken(n.layer) for n in self.nodes):
+            return self, {}
+        weights = {f"{n.layer.name}/{k}": np.array(n.layer.device.to_host(p.data)) for n in self.nodes
+                   if snapshot and taken(n.layer) for k, p in n.layer.params.items() if p.data is not None}
+        copies = {id(n): Node(None, (), n.shape, name=n.name) for n in self.inputs}
+        for node in self.nodes:
+            layer = node.layer
+            if taken(layer):
+                try:
+                    layer = layer.clone()
+                except TypeError as e:
+                    raise ValueError(f"layer {layer.name} ({type(layer).__name__}) is built into another Model, "
+                                     f"and a second Model copies its layers; it cannot be copied ({e}): decorate "
+                                     f"its __init__ with @record_config") from None
+            copies[id(node)] = Node(layer, [copies[id(p)] for p in node.parents], node.shape)
+        return Graph([copies[id(n)] for n in self.inputs], [copies[id(n)] for n in self.outputs]), weights
 
     # -- reading ----------------------------------------------------------------------------
     def readers(self, node: Node) -> list[Node]:

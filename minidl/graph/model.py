@@ -9,13 +9,15 @@ model rewritten by graph passes, training the same parameters (see minidl.graph.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .._types import Array, DTypeLike
 from ..backend import Device, get_device
-from ..layers.base import Layer, Need, _fmt
+from ..layers import registry
+from ..layers.base import Layer, Need
 from ..layers.node import Input, Node
 from . import arena, checks, liveness
 from .api import FamiliarAPI
@@ -29,8 +31,12 @@ class Model(FamiliarAPI):
     forward(x, training) -> y;  backward(gy) -> gx, adding parameter gradients into `grads`.
     predict(images) -> class probabilities, parameters() / named_parameters(): graph/api.py.
     weights: {'layer/param': array} to start from (checked against the model before anything is
-    allocated) instead of the seeded initializers.
+    allocated) instead of the seeded initializers. Nodes another Model was built on give this one
+    copies of their layers, starting from that model's weights (each model trains its own).
+    A model pickles (and deep-copies) as its config and weights.
     """
+
+    checks_every_layer = False     # True: minidl's own layers' results are checked too (the tests' switch)
 
     def __init__(self, inputs: Node | Sequence[Node], outputs: Node | Sequence[Node], device: str | Device = "cpu",
                  dtype: DTypeLike = "float32", seed: int = 0, name: str = "model",
@@ -39,6 +45,7 @@ class Model(FamiliarAPI):
         self.single_output = isinstance(outputs, Node)
         graph = Graph([inputs] if self.single_input else inputs,  # type: ignore[list-item, arg-type]  # Node or nodes
                       [outputs] if self.single_output else outputs)  # type: ignore[list-item, arg-type]
+        graph, taken = graph.free_of_other_models(snapshot=weights is None)
         self.inputs, self.outputs, self.nodes = graph.inputs, graph.outputs, graph.nodes
         self.layers = [n.layer for n in self.nodes]
         self.name, self.seed = name, seed
@@ -46,14 +53,17 @@ class Model(FamiliarAPI):
             checks.no_layers(name)
         self._out_shapes = None            # the last forward's output shapes: backward's gradients must match
         self._name_layers()
+        checks.names(self)
         self.device, self.copies, self.side_arenas = None, [], {}  # type: ignore[assignment]  # build sets device
         self.releases, self._deaths = False, None  # True: drop each value after its last reader (liveness.py)
+        self._lowerings: list[weakref.ref[Model]] = []
         if _shares is not None:            # a lowering: the same parameters, already in an arena
             self._build_shared(_shares)
             return
         self.build(get_device(device, dtype=dtype, seed=seed), weights)
         if weights is None:
             self.init_weights(seed)
+            self.set_weights(taken, strict=False)       # copies of another model's layers start as they are
 
     @classmethod
     def of_graph(cls, graph: Graph, device: Device, name: str = "model", weights: Mapping[str, Any] | None = None,
@@ -65,7 +75,9 @@ class Model(FamiliarAPI):
 
     def lower(self, passes: Callable[[Graph], Graph]) -> Model:
         """This model rewritten by `passes` (Graph -> Graph), training the same parameters."""
-        return Model.of_graph(passes(Graph.of(self, share_params=True)), self.device, self.name, shares=self)
+        lowered = Model.of_graph(passes(Graph.of(self, share_params=True)), self.device, self.name, shares=self)
+        self._lowerings = [r for r in self._lowerings if r() is not None] + [weakref.ref(lowered)]   # see to()
+        return lowered
 
     # -- construction ---------------------------------------------------------------------
     def _name_layers(self):
@@ -75,15 +87,12 @@ class Model(FamiliarAPI):
             if layer.name:
                 continue
             stem = layer.prefix or type(layer).__name__.lower()
+            stem = f"{stem}_layer" if checks.RESERVED.fullmatch(stem) else stem    # a user's class Output
             i = counters.get(stem, layer.first_index)
             while (name := stem if i == 0 else f"{stem}_{i}") in taken:
                 i += 1
             layer.name, counters[stem] = name, i + 1
             taken.add(name)
-        names = [layer.name for layer in self.layers]
-        dup = {n for n in names if names.count(n) > 1}
-        if dup:
-            raise ValueError(f"layer names must be unique in a model: {', '.join(sorted(dup))}")
 
     def _infer_shapes(self, device):
         """Build every layer: shapes, dtypes, parameter declarations, kernel plans.
@@ -92,6 +101,7 @@ class Model(FamiliarAPI):
         and passes it on, a Cast (`out_dtype`) its own; BN (`io_in_compute_dtype`) is built in the device's.
         """
         self.device, devices = device, {device.dtype: device}
+        me = weakref.ref(self)
         for node in self.inputs:
             node.dtype = device.dtype
         for node in self.nodes:
@@ -101,12 +111,17 @@ class Model(FamiliarAPI):
             dtype = dtypes.pop()
             at = device.dtype if layer.keeps_fp32 and layer.io_in_compute_dtype else dtype   # parameters' dtype
             layer.device = devices[at] = devices.get(at) or device.compute_in(at)
-            node.shape = tuple(layer.build([p.shape for p in node.parents], layer.device))
+            node.shape = checks.built_shape(layer, layer.build([p.shape for p in node.parents], layer.device))
             node.dtype = layer.out_dtype or dtype
+            layer._model = me              # a second Model of these nodes copies this layer (Graph.free_of_other_models)
         self.params = {f"{layer.name}/{k}": p for layer in self.layers for k, p in layer.params.items()}
         self._dtypes = {f"{layer.name}/{k}": layer.device.dtype for layer in self.layers for k in layer.params}
         # What each backward must give: an input's gradient only where a layer reads it.
         self._needs = [tuple(p.layer is not None for p in node.parents) for node in self.nodes]
+        # The layers whose results are checked (a user's: checks.layer_output, layer_grads); their inputs' shapes.
+        self._checked = [self.checks_every_layer or not registry.is_minidl(type(n.layer).__module__)
+                         for n in self.nodes]
+        self._inputs_seen = {}             # id(node) -> [(shape, dtype)] of the values its forward read
 
     def build(self, device: Device, weights: Mapping[str, Any] | None = None) -> None:
         """Infer every shape, declare parameters and make kernel plans on `device`; then allocate.
@@ -138,9 +153,17 @@ class Model(FamiliarAPI):
             p.data[...] = self.device.asarray(p.initializer(rng, p.shape, *p.fan).astype(p.data.dtype))
 
     def to(self, device: str | Device, dtype: DTypeLike | None = None) -> Model:
-        """Rebuild on another device (or dtype), keeping the weights and running statistics."""
+        """Rebuild on another device (or dtype), keeping the weights and running statistics; on the device
+        and dtype it is on already, nothing changes (torch's `to`). A model a Trainer trains is refused (its
+        step trains these arenas): Trainer(model, optimizer, device=...) moves it before it trains."""
+        if device is self.device and dtype is None:
+            return self
+        dev = get_device(device, dtype=dtype or self.device.dtype, seed=self.seed)
+        if not isinstance(device, Device) and (dev.name, dev.dtype) == (self.device.name, self.device.dtype):
+            return self
+        checks.not_lowered(self, dev)
         weights = self.get_weights()
-        self.build(get_device(device, dtype=dtype or self.device.dtype, seed=self.seed), weights)
+        self.build(dev, weights)
         return self
 
     # -- running --------------------------------------------------------------------------
@@ -163,8 +186,12 @@ class Model(FamiliarAPI):
         values, deaths = {}, self._deaths or liveness.forward_deaths(self.nodes, self.outputs)
         for i, (node, x) in enumerate(zip(self.inputs, xs)):
             values[id(node)] = self.prepare_input(self.images_in(x, i), i)    # uint8 / 255 (docs/input.md)
-        for node, dead in zip(self.nodes, deaths):
-            values[id(node)] = node.layer.forward([values[id(p)] for p in node.parents], training)
+        for node, dead, check in zip(self.nodes, deaths, self._checked):
+            ins = [values[id(p)] for p in node.parents]
+            y = values[id(node)] = node.layer.forward(ins, training)
+            if check:                      # a user's layer: its output against its build
+                checks.layer_output(node, ins, y, self.device.xp)
+                self._inputs_seen[id(node)] = [(tuple(x.shape), x.dtype) for x in ins]
             for v in dead if self.releases else ():
                 del values[v]
         self._values, self._deaths = None if self.releases else values, deaths
@@ -173,21 +200,6 @@ class Model(FamiliarAPI):
         return outs[0] if self.single_output else outs
 
     __call__ = forward
-
-    def prepare_input(self, x: Any, i: int = 0) -> Array:
-        """x as the array this model's input `i` reads: checked for shape, on its device, in its dtype."""
-        node, shape = self.inputs[i], tuple(getattr(x, "shape", ()))
-        if shape[1:] != node.shape[1:]:
-            raise ValueError(f"{self.name}: input {node.name} expects shape {_fmt(node.shape)}, got {shape}")
-        if shape[0] < 1:
-            raise ValueError(f"{self.name}: input {node.name} got an empty batch {shape}; N must be >= 1")
-        if not isinstance(x, self.device.xp.ndarray):
-            return self.device.asarray(x, dtype=self.device.dtype)
-        if x.dtype != self.device.dtype:
-            if x.dtype.kind not in "fiub":
-                raise ValueError(f"{self.name}: input {node.name} has dtype {x.dtype}, expected numbers")
-            return x.astype(self.device.dtype)
-        return x
 
     def backward(self, *gys: Array, input_grads: bool = True, accumulate: bool = True,
                  ready: Callable[[Layer], object] | None = None) -> Any:
@@ -213,10 +225,12 @@ class Model(FamiliarAPI):
         add = self.device.kernels.merge.add_fprop     # a value read twice: its gradients add
         for o, g in zip(self.outputs, gys):
             grads[id(o)] = g if id(o) not in grads else grads[id(o)] + g
-        for node, reads in zip(reversed(self.nodes), reversed(self._needs)):       # the reverse walk
+        for node, reads, check in zip(reversed(self.nodes), reversed(self._needs), reversed(self._checked)):
             gy = grads.pop(id(node), None)       # None: this node does not lead to the outputs
             need = Need(tuple(input_grads or r for r in reads), accumulate)
             gxs = () if gy is None else node.layer.backward(gy, need)
+            if check and gy is not None:         # a user's layer: one gradient per input, of its shape
+                checks.layer_grads(node, gxs, need, self._inputs_seen[id(node)], self.device.xp)
             for hook in done:
                 hook(node.layer, gy is not None)
             for parent, gx in zip(node.parents, gxs):
@@ -248,25 +262,12 @@ class Model(FamiliarAPI):
             c.gather(self.grads, lo, hi)
 
     def zero_grad(self) -> None:
+        """Zero the parameter gradients (and the compute-dtype copies'), as torch's zero_grad; backward adds."""
         self.grads.fill(0)
         for c in self.copies:
             c.zero_grad()
 
     # -- parameters by name -------------------------------------------------------------
-    def layer(self, name: str) -> Layer:
-        for layer in self.layers:
-            if layer.name == name:
-                return layer
-        raise KeyError(f"{self.name} has no layer {name!r}; layers: {', '.join(l.name for l in self.layers)}")
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """{'layer/param': NumPy array} for every parameter and running statistic."""
-        return {k: np.array(self.device.to_host(p.data)) for k, p in self.params.items()}
-
-    def get_grads(self) -> dict[str, np.ndarray]:
-        """{'layer/param': NumPy array} of the trainable parameters' gradients."""
-        return {k: np.array(self.device.to_host(p.grad)) for k, p in self.params.items() if p.trainable}
-
     def _check_weights(self, weights, strict):
         checks.weights(self, weights, strict)
 
@@ -298,7 +299,6 @@ class Model(FamiliarAPI):
         part that is wrong; with `weights`, they are checked against it before any allocation.
         """
         return cls(*graph_of_config(config), name=str(config.get("name", "model")), **kwargs)
-
 
 def Sequential(layers: Sequence[Layer], input_shape: Sequence[int], **kwargs: Any) -> Model:
     """A Model that chains `layers` from one input of per-sample `input_shape`."""

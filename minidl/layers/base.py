@@ -8,6 +8,7 @@ import numpy as np
 from .. import init as _init
 from .._types import Array, BatchShape, Initializer, Kernels
 from ..backend import DtypeError
+from . import registry as _registry
 from .node import Node
 
 if TYPE_CHECKING:
@@ -82,7 +83,6 @@ class Layer:
     `kind`, the constructor arguments (`config()`), the parameters, and the class attributes below.
     """
 
-    registry: dict[str, type[Layer]] = {}   # class name -> class, for rebuilding models from their configs
     kind: str | None = None        # what passes see: "conv2d", "batchnorm", "relu", ... (default: prefix)
     prefix: str | None = None      # the C++ trainer's layer-name stem, e.g. "conv2d", "fbn"
     n_inputs: int | None = 1       # None: any number >= 2
@@ -110,7 +110,7 @@ class Layer:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if not cls.__name__.startswith("_"):
-            Layer.registry[cls.__name__] = cls
+            _registry.register(cls)    # for rebuilding models from their configs (layers/registry.py)
         if cls.kind is None and cls.prefix is not None:
             cls.kind = cls.prefix
 
@@ -144,9 +144,17 @@ class Layer:
                 raise self.error(f"has no parameter {k!r}; it has {', '.join(self.params) or 'none'}")
             if tuple(np.shape(a)) != self.params[k].shape:
                 raise self.error(f"parameter {k} has shape {self.params[k].shape}, got {tuple(np.shape(a))}")
+            if not np.isfinite(np.asarray(a, dtype=np.float64)).all():
+                raise self.error(f"parameter {k} holds non-finite values (NaN or infinity)")
+        self.check_weights(weights)
         for k, a in weights.items():
             p = self.params[k]
             p.data[...] = self.device.asarray(np.asarray(a), dtype=p.data.dtype)
+
+    def check_weights(self, weights: Mapping[str, ArrayLike]) -> None:
+        """Refuse values this layer's parameters cannot hold (one error naming the layer and parameter);
+        every path that sets weights calls it (Model.set_weights, checkpoints, artifacts). `weights`:
+        {param name: array}, some of the layer's parameters. BatchNorm2D: a negative running_var."""
 
     # -- the contract -------------------------------------------------------------------------
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
@@ -211,6 +219,14 @@ class Layer:
     def config(self) -> dict[str, Any]:
         """The constructor arguments, for checkpoints (JSON-serialisable)."""
         return {k: v for k, v in getattr(self, "_config", {}).items() if k != "name"}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """An unbuilt layer pickles and copies as it is; a built one is refused (its weights are views
+        into its model's arena, its kernels the device's): pickle or copy the model, or take clone()."""
+        if getattr(self, "device", None) is not None:
+            raise TypeError(f"layer {self.name} ({type(self).__name__}) is built into a model, whose arena holds "
+                            f"its weights: pickle or copy.deepcopy the model, or take layer.clone() (unbuilt)")
+        return self.__dict__
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r})"

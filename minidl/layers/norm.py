@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from numbers import Real
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
@@ -11,6 +11,8 @@ from .._types import Array, BatchShape
 from .base import ALL, Layer, Need, record_config
 
 if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
     from .._types import Initializer
     from ..backend import Device
 
@@ -54,6 +56,13 @@ class BatchNorm2D(Layer):
         self.kern, self.dense, self.act = self.kernel_families(device, "norm", "dense", "activation")
         self._zeros = self._ones = None     # evaluation-mode backward constants, made at first use
         return tuple(shape)
+
+    def check_weights(self, weights: Mapping[str, ArrayLike]) -> None:
+        """A variance below zero would make evaluation's sqrt(var + eps) NaN for every image: refused."""
+        if "running_var" in weights:
+            negative = int(np.count_nonzero(np.asarray(weights["running_var"], dtype=np.float64) < 0))
+            if negative:
+                raise self.error(f"running_var holds {negative} negative value(s); a variance is >= 0")
 
     def forward(self, xs: Sequence[Array], training: bool) -> Array:
         x, = xs

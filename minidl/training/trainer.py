@@ -250,6 +250,9 @@ class Trainer:
                  data_format: str | None = None) -> Score:
         """Score(mean loss, accuracy as a fraction) over the whole set, or over its first `steps`
         batches; the data as fit takes it (arrays, a dataset, batches, a Loader; data_format as fit's)."""
+        for what, v in (("steps", steps), ("batch_size", batch_size)):     # steps=None: the whole set
+            if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v <= 0):
+                raise ValueError(f"evaluate: {what} must be a positive int, got {v!r}")
         loader = loader_for(x, y, self.model, self.device, where="evaluate", batch_size=batch_size, training=False,
                             seed=self.seed, rank=self.world.rank, world=self.world.size, data_format=data_format,
                             fits=self._check_fits)
