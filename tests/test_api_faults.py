@@ -133,6 +133,11 @@ def test_a_users_class_named_relu_does_not_take_over_loading(tmp_path):
     for spec in old["layers"]:
         spec.pop("module")
     assert type(dl.Model.from_config(old).layers[-1]) is L.ReLU
+    with pytest.raises(ckpt.CheckpointError, match=r"saved from another model: layer \d \(relu\) is ReLU of module "
+                                                    r"'minidl\.layers\..*' in it, of '.*test_api_faults' in the model"):
+        ckpt.load(tmp_path / "m.npz", mine)            # minidl's ReLU does not load into the user's
+    with pytest.raises(ckpt.CheckpointError, match=r"is ReLU of module '.*test_api_faults' in it"):
+        ckpt.load(tmp_path / "mine.npz", minidls)
 
 
 def test_loading_a_layer_class_not_imported_says_which_and_what_to_import(tmp_path, monkeypatch):
