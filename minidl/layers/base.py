@@ -1,6 +1,10 @@
 """The Layer contract, parameters, and the small helpers every layer family shares."""
 from __future__ import annotations
 
+import functools
+import inspect
+import json
+import reprlib
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
 
 import numpy as np
@@ -113,6 +117,8 @@ class Layer:
             Layer.registry[cls.__name__] = cls
         if cls.kind is None and cls.prefix is not None:
             cls.kind = cls.prefix
+        if "__init__" in cls.__dict__:           # Keras's get_config, without writing one: the arguments
+            cls.__init__ = record_config(cls.__dict__["__init__"])   # are recorded (checkpoints, clones)
 
     def __init__(self, name: str | None = None) -> None:
         self.name: str = name if name is None else str(name)  # type: ignore[assignment]  # None: the model names it
@@ -168,7 +174,8 @@ class Layer:
         share_params=True: the clone uses this layer's Parameter objects (a lowering of a model
         that trains the same weights); else it declares its own when built.
         """
-        layer = type(self)(**{**self.config(), **changes}, name=self.name)
+        own = type(self).config is not Layer.config            # a layer that writes its own config
+        layer = type(self)(**{**(self.config() if own else getattr(self, "_config", {})), **changes}, name=self.name)
         if share_params:
             layer.params = self.params
         return layer
@@ -209,8 +216,12 @@ class Layer:
         return activation
 
     def config(self) -> dict[str, Any]:
-        """The constructor arguments, for checkpoints (JSON-serialisable)."""
-        return {k: v for k, v in getattr(self, "_config", {}).items() if k != "name"}
+        """The constructor arguments (but `name`), as JSON data: a checkpoint rebuilds the layer from them.
+
+        Recorded by every subclass's `__init__` without a decorator (`__init_subclass__` wraps it): the
+        arguments bound by its signature, defaults applied, tuples as lists.
+        """
+        return {k: _jsonable(v) for k, v in getattr(self, "_config", {}).items()}
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r})"
@@ -244,26 +255,73 @@ _Init = TypeVar("_Init", bound=Callable[..., None])
 
 
 def record_config(init: _Init) -> _Init:
-    """Decorator for __init__: keep the constructor arguments (for checkpoints and summaries)."""
-    import functools
-    import inspect
+    """`__init__` that records its arguments as the layer's config (`Layer.config`).
 
+    Every Layer subclass's `__init__` is wrapped so when the class is made (`Layer.__init_subclass__`);
+    the decorator is kept for code that names it, and wrapping twice is wrapping once. The outermost
+    `__init__` records (a subclass's, not the `super().__init__` it calls); `name` is accepted even
+    where the signature lacks it; an argument a config cannot hold (not JSON data) is refused here,
+    in one line naming the layer and the argument, unless the class writes its own `config()`.
+    """
+    if getattr(init, "_records_config", False):
+        return init
     sig = inspect.signature(init)
+    kinds = {k: p.kind for k, p in sig.parameters.items()}
+    takes_name = "name" in kinds or inspect.Parameter.VAR_KEYWORD in kinds.values()
 
     @functools.wraps(init)
     def wrapper(self, *args, **kwargs):
-        bound = sig.bind(self, *args, **kwargs)
+        if type(self).__init__ is not wrapper:        # a super().__init__ call: the subclass records
+            return init(self, *args, **kwargs)
+        name = None if takes_name else kwargs.pop("name", None)
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{type(self).__name__}: {e}") from None
         bound.apply_defaults()
-        cfg = {k: v for k, v in bound.arguments.items() if k != "self"}
+        if "params" not in vars(self):                # an __init__ that never calls super().__init__()
+            Layer.__init__(self)
         init(self, *args, **kwargs)
-        self._config = {k: _jsonable(v) for k, v in cfg.items()}
+        if name is not None:
+            self.name = str(name)
+        self._config = _recorded(self, bound, kinds)
+    wrapper._records_config = True  # type: ignore[attr-defined]  # marks a wrapped __init__
     return wrapper  # type: ignore[return-value]  # functools.wraps: the signature of init
 
 
+def _recorded(layer, bound, kinds):
+    """{argument: value} of a bound __init__ call, **kwargs spread, `name` left out; each checked to be JSON data."""
+    config: dict[str, Any] = {}
+    for k, v in list(bound.arguments.items())[1:]:          # [0]: self
+        if kinds[k] is inspect.Parameter.VAR_KEYWORD:
+            config.update(v)
+        elif kinds[k] is inspect.Parameter.VAR_POSITIONAL:
+            if v:
+                raise layer.error(f"takes *{k}, which its config cannot record by name: give __init__ named "
+                                  f"arguments", TypeError)
+        else:
+            config[k] = v
+    config.pop("name", None)
+    if type(layer).config is Layer.config:                   # else the class's own config() decides
+        for k, v in config.items():
+            try:
+                json.dumps(_jsonable(v))
+            except (TypeError, ValueError):
+                raise layer.error(f"hyper-parameter {k}={reprlib.repr(v)} cannot be recorded in its config (a "
+                                  f"checkpoint rebuilds the layer from it): pass numbers, strings, bools, None, or "
+                                  f"lists and dicts of them", TypeError) from None
+    return config
+
+
 def _jsonable(v):
-    """Tuples as lists and NumPy scalars as Python numbers, so configs go through JSON."""
+    """Tuples as lists, NumPy scalars as Python numbers and NumPy arrays as nested lists, so configs go
+    through JSON."""
     if isinstance(v, np.generic):
         return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
     if isinstance(v, (tuple, list)):
         return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
     return v
