@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
-import reprlib
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
 
 import numpy as np
@@ -12,6 +10,7 @@ import numpy as np
 from .. import init as _init
 from .._types import Array, BatchShape, Initializer, Kernels
 from ..backend import DtypeError
+from . import recording
 from .node import Node
 
 if TYPE_CHECKING:
@@ -221,7 +220,7 @@ class Layer:
         Recorded by every subclass's `__init__` without a decorator (`__init_subclass__` wraps it): the
         arguments bound by its signature, defaults applied, tuples as lists.
         """
-        return {k: _jsonable(v) for k, v in getattr(self, "_config", {}).items()}
+        return {k: recording.jsonable(v) for k, v in getattr(self, "_config", {}).items()}
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r})"
@@ -261,7 +260,8 @@ def record_config(init: _Init) -> _Init:
     the decorator is kept for code that names it, and wrapping twice is wrapping once. The outermost
     `__init__` records (a subclass's, not the `super().__init__` it calls); `name` is accepted even
     where the signature lacks it; an argument a config cannot hold (not JSON data) is refused here,
-    in one line naming the layer and the argument, unless the class writes its own `config()`.
+    in one line naming the layer and the argument, unless the class writes its own `config()`
+    (layers/recording.py).
     """
     if getattr(init, "_records_config", False):
         return init
@@ -279,49 +279,9 @@ def record_config(init: _Init) -> _Init:
         except TypeError as e:
             raise TypeError(f"{type(self).__name__}: {e}") from None
         bound.apply_defaults()
-        if "params" not in vars(self):                # an __init__ that never calls super().__init__()
-            Layer.__init__(self)
         init(self, *args, **kwargs)
         if name is not None:
             self.name = str(name)
-        self._config = _recorded(self, bound, kinds)
+        self._config = recording.arguments(self, bound, kinds, check=type(self).config is Layer.config)
     wrapper._records_config = True  # type: ignore[attr-defined]  # marks a wrapped __init__
     return wrapper  # type: ignore[return-value]  # functools.wraps: the signature of init
-
-
-def _recorded(layer, bound, kinds):
-    """{argument: value} of a bound __init__ call, **kwargs spread, `name` left out; each checked to be JSON data."""
-    config: dict[str, Any] = {}
-    for k, v in list(bound.arguments.items())[1:]:          # [0]: self
-        if kinds[k] is inspect.Parameter.VAR_KEYWORD:
-            config.update(v)
-        elif kinds[k] is inspect.Parameter.VAR_POSITIONAL:
-            if v:
-                raise layer.error(f"takes *{k}, which its config cannot record by name: give __init__ named "
-                                  f"arguments", TypeError)
-        else:
-            config[k] = v
-    config.pop("name", None)
-    if type(layer).config is Layer.config:                   # else the class's own config() decides
-        for k, v in config.items():
-            try:
-                json.dumps(_jsonable(v))
-            except (TypeError, ValueError):
-                raise layer.error(f"hyper-parameter {k}={reprlib.repr(v)} cannot be recorded in its config (a "
-                                  f"checkpoint rebuilds the layer from it): pass numbers, strings, bools, None, or "
-                                  f"lists and dicts of them", TypeError) from None
-    return config
-
-
-def _jsonable(v):
-    """Tuples as lists, NumPy scalars as Python numbers and NumPy arrays as nested lists, so configs go
-    through JSON."""
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if isinstance(v, (tuple, list)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
-    return v
