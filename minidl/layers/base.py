@@ -1,16 +1,14 @@
 """The Layer contract, parameters, and the small helpers every layer family shares."""
 from __future__ import annotations
 
-import functools
-import inspect
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from .. import init as _init
 from .._types import Array, BatchShape, Initializer, Kernels
 from ..backend import DtypeError
-from . import recording
+from .recording import jsonable, record_config, recorded_arguments
 from .node import Node
 
 if TYPE_CHECKING:
@@ -83,29 +81,43 @@ class Layer:
 
     What the graph passes need is declared here, never looked up by class name:
     `kind`, the constructor arguments (`config()`), the parameters, and the class attributes below.
+    A subclass's `__init__` arguments are recorded as its config without a decorator (`record_config`).
     """
 
     registry: dict[str, type[Layer]] = {}   # class name -> class, for rebuilding models from their configs
-    kind: str | None = None        # what passes see: "conv2d", "batchnorm", "relu", ... (default: prefix)
-    prefix: str | None = None      # the C++ trainer's layer-name stem, e.g. "conv2d", "fbn"
-    n_inputs: int | None = 1       # None: any number >= 2
-    first_index = 0                # the C++ trainer numbered adds from add_1
-    overwrites_grads = False       # backward honours need.accumulate=False (its kernels take the flag)
-    fusable_activation: str | None = None  # "relu": a producer that takes this activation can apply it instead
-    activations: tuple[str, ...] = ()      # activations this layer can apply to its output (its `activation` argument)
-    layouts: tuple[str, ...] = ()          # memory orders it can write its output in ("channels_last": its argument)
-    commutes_with: tuple[str, ...] = ()    # activations f with layer(f(x)) = f(layer(x)), gradients too
-                                           # (max-pool: ReLU)
-    takes_residual = False         # the layer can add a second input of its output's shape (passes.fuse_residual_adds)
-    inference_identity = False     # the layer is the identity in evaluation (dropout): inference drops it
-    needs_rng = False              # forward draws random numbers from device.rng in training (dropout)
-    keeps_fp32 = False             # computes in float32 under every precision policy (BN statistics, softmax)
-    io_in_compute_dtype = False    # with keeps_fp32: float32 parameters and arithmetic, but reads and writes
-                                   # the compute dtype (BN: no casts around it)
-    out_dtype: np.dtype | None = None      # the dtype of its output where it differs from its input's (Cast)
-    channels_last_params: tuple[str, ...] = ()  # (K, C, kH, kW) parameters its kernels read faster lying
-                                                # K, kH, kW, C (a channels-last conv's filters): their
-                                                # compute-dtype copies lie so
+    kind: str | None = None
+    """What passes see: "conv2d", "batchnorm", "relu", ... (default: `prefix`)."""
+    prefix: str | None = None
+    """The C++ trainer's layer-name stem, e.g. "conv2d", "fbn": a model names layers prefix, prefix_1, ..."""
+    n_inputs: int | None = 1
+    """How many inputs it reads; None: any number >= 2."""
+    first_index = 0
+    """The number the first layer of this prefix gets (0: none, `conv2d`; the C++ trainer's first add was add_1)."""
+    overwrites_grads = False
+    """backward honours need.accumulate=False (its kernels take the flag)."""
+    fusable_activation: str | None = None
+    """"relu": a producer that takes this activation can apply it instead."""
+    activations: tuple[str, ...] = ()
+    """Activations this layer can apply to its output (its `activation` argument)."""
+    layouts: tuple[str, ...] = ()
+    """Memory orders it can write its output in ("channels_last": its argument)."""
+    commutes_with: tuple[str, ...] = ()
+    """Activations f with layer(f(x)) = f(layer(x)), gradients too (max-pool: ReLU)."""
+    takes_residual = False
+    """It can add a second input of its output's shape (passes.fuse_residual_adds)."""
+    inference_identity = False
+    """It is the identity in evaluation (dropout): inference drops it."""
+    needs_rng = False
+    """forward draws random numbers from device.rng in training (dropout)."""
+    keeps_fp32 = False
+    """It computes in float32 under every precision policy (BN statistics, softmax)."""
+    io_in_compute_dtype = False
+    """With keeps_fp32: float32 parameters and arithmetic, but it reads and writes the compute dtype (BN)."""
+    out_dtype: np.dtype | None = None
+    """The dtype of its output where it differs from its input's (Cast)."""
+    channels_last_params: tuple[str, ...] = ()
+    """(K, C, kH, kW) parameters its kernels read faster lying K, kH, kW, C (a channels-last conv's
+    filters): their compute-dtype copies lie so."""
     activation: str | None         # the activation it applies (layers with `activations` only)
     channels_last: bool            # it writes its output channels-last (layers with `layouts` only)
     _called: bool                  # set when the layer is first applied to nodes (Node.from_layer)
@@ -214,13 +226,14 @@ class Layer:
             raise self.error(f"activation must be None or one of {list(self.activations)}, got {activation!r}")
         return activation
 
+    @recorded_arguments
     def config(self) -> dict[str, Any]:
         """The constructor arguments (but `name`), as JSON data: a checkpoint rebuilds the layer from them.
 
         Recorded by every subclass's `__init__` without a decorator (`__init_subclass__` wraps it): the
         arguments bound by its signature, defaults applied, tuples as lists.
         """
-        return {k: recording.jsonable(v) for k, v in getattr(self, "_config", {}).items()}
+        return {k: jsonable(v) for k, v in getattr(self, "_config", {}).items()}
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r})"
@@ -248,40 +261,3 @@ def positive_pair(layer: Layer, v: int | Sequence[int], what: str) -> tuple[int,
     if min(p) <= 0:
         raise layer.error(f"{what} must be positive, got {v!r}")
     return p
-
-
-_Init = TypeVar("_Init", bound=Callable[..., None])
-
-
-def record_config(init: _Init) -> _Init:
-    """`__init__` that records its arguments as the layer's config (`Layer.config`).
-
-    Every Layer subclass's `__init__` is wrapped so when the class is made (`Layer.__init_subclass__`);
-    the decorator is kept for code that names it, and wrapping twice is wrapping once. The outermost
-    `__init__` records (a subclass's, not the `super().__init__` it calls); `name` is accepted even
-    where the signature lacks it; an argument a config cannot hold (not JSON data) is refused here,
-    in one line naming the layer and the argument, unless the class writes its own `config()`
-    (layers/recording.py).
-    """
-    if getattr(init, "_records_config", False):
-        return init
-    sig = inspect.signature(init)
-    kinds = {k: p.kind for k, p in sig.parameters.items()}
-    takes_name = "name" in kinds or inspect.Parameter.VAR_KEYWORD in kinds.values()
-
-    @functools.wraps(init)
-    def wrapper(self, *args, **kwargs):
-        if type(self).__init__ is not wrapper:        # a super().__init__ call: the subclass records
-            return init(self, *args, **kwargs)
-        name = None if takes_name else kwargs.pop("name", None)
-        try:
-            bound = sig.bind(self, *args, **kwargs)
-        except TypeError as e:
-            raise TypeError(f"{type(self).__name__}: {e}") from None
-        bound.apply_defaults()
-        init(self, *args, **kwargs)
-        if name is not None:
-            self.name = str(name)
-        self._config = recording.arguments(self, bound, kinds, check=type(self).config is Layer.config)
-    wrapper._records_config = True  # type: ignore[attr-defined]  # marks a wrapped __init__
-    return wrapper  # type: ignore[return-value]  # functools.wraps: the signature of init

@@ -6,12 +6,57 @@ than when the model is saved (after the training it took).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import reprlib
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
+
+
+_Init = TypeVar("_Init", bound=Callable[..., None])
+_Config = TypeVar("_Config", bound=Callable[..., Any])
+
+
+def recorded_arguments(config: _Config) -> _Config:
+    """Marks Layer.config: a class whose config() is this one has its arguments checked to be JSON data
+    when made (a class that writes its own config() decides for itself)."""
+    config._from_arguments = True  # type: ignore[attr-defined]  # read by record_config's wrapper
+    return config
+
+
+def record_config(init: _Init) -> _Init:
+    """`__init__` that records its arguments as the layer's config (`Layer.config`).
+
+    Every Layer subclass's `__init__` is wrapped so when the class is made (`Layer.__init_subclass__`);
+    the decorator is kept for code that names it, and wrapping twice is wrapping once. The outermost
+    `__init__` records (a subclass's, not the `super().__init__` it calls); `name` is accepted even
+    where the signature lacks it; an argument a config cannot hold (not JSON data) is refused here,
+    in one line naming the layer and the argument, unless the class writes its own `config()`.
+    """
+    if getattr(init, "_records_config", False):
+        return init
+    sig = inspect.signature(init)
+    kinds = {k: p.kind for k, p in sig.parameters.items()}
+    takes_name = "name" in kinds or inspect.Parameter.VAR_KEYWORD in kinds.values()
+
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        if type(self).__init__ is not wrapper:        # a super().__init__ call: the subclass records
+            return init(self, *args, **kwargs)
+        name = None if takes_name else kwargs.pop("name", None)
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{type(self).__name__}: {e}") from None
+        bound.apply_defaults()
+        init(self, *args, **kwargs)
+        if name is not None:
+            self.name = str(name)
+        self._config = arguments(self, bound, kinds, check=getattr(type(self).config, "_from_arguments", False))
+    wrapper._records_config = True  # type: ignore[attr-defined]  # marks a wrapped __init__
+    return wrapper  # type: ignore[return-value]  # functools.wraps: the signature of init
 
 
 def arguments(layer: Any, bound: inspect.BoundArguments, kinds: dict[str, Any], check: bool = True) -> dict[str, Any]:
