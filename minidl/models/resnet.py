@@ -1,6 +1,6 @@
 """ResNet-18/34/50/101/152 (He et al., 2016) in the C++ trainer's form for 28x28 inputs.
 
-Stem: Normalize (preprocess=False: without it, models/_input.py), Pad2D(3), conv 64@7x7 stride 2,
+Stem: Normalize of MNIST's mean and std (preprocess=False: without it), Pad2D(3), conv 64@7x7 stride 2,
 BN, ReLU, max-pool 3 stride 2 pad 1; four stages of residual blocks (widths 64, 128, 256, 512;
 stride 2 in the first block of stages 2-4, on the 3x3 conv); global average pooling, Dense, Softmax.
 This is torchvision's ResNet (v1.5: the stride on the 3x3 conv), so its weights load at any input
@@ -123,7 +123,8 @@ def resnet(depth: int, input_shape: tuple[int, ...] = (1, 28, 28), classes: int 
     """ResNet-`depth` for depth in 18, 34 (basic blocks) and 50, 101, 152 (bottleneck blocks).
 
     x (N, C, H, W) -> probabilities (N, classes). zero_init_residual: each residual branch's last BN
-    starts with gamma = 0 (False: 1). preprocess: starts with Normalize (models/_input.py).
+    starts with gamma = 0 (False: 1). preprocess: the model starts with Normalize (MNIST's mean and std),
+    so it takes images (docs/input.md); False: normalised floats, as models from before it.
     global_pool: as build_resnet (None: global average pooling at any input size).
     model_kwargs (device, dtype, seed, name) go to Model.
 
