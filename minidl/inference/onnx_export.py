@@ -180,7 +180,7 @@ def to_onnx(model: Model, probabilities: bool = False, uint8: bool = False) -> o
         w = {k[len(stem):]: v for k, v in weights.items() if k.startswith(stem)}
         ins = [names[id(p)] for p in node.parents]
         out = node.layer.name
-        names[id(node)] = own(emit, ins, out, w) if own else getattr(emit, node.kind)(node, ins, out, w)
+        names[id(node)] = own(emit, ins, out, w) if own else getattr(emit, str(node.kind))(node, ins, out, w)
     outputs = []
     for i, node in enumerate(lowered.outputs):
         name = "output" if len(lowered.outputs) == 1 else f"output_{i}"

@@ -52,7 +52,7 @@ def torchvision_names(state_dict: Mapping[str, Any]) -> list[tuple[str, str]]:
     return names + [("fc", "dense")]
 
 
-def _read(state_dict_or_path):
+def _read(state_dict_or_path: Any) -> dict[str, np.ndarray]:
     """{key: float NumPy array} of a state dict, or of a .pth/.pt (torch.load) or .safetensors file."""
     if isinstance(state_dict_or_path, (str, os.PathLike)):
         path = os.fspath(state_dict_or_path)
@@ -83,7 +83,7 @@ def load_torchvision_resnet(model: Model, state_dict_or_path: Mapping[str, Any] 
     preprocess=True the model normalises by MNIST's mean and std first, which torchvision's does not).
     Every name and shape is checked before anything is copied; a mismatch is one ValueError naming it.
     """
-    sd = _read(state_dict_or_path)
+    sd: dict[str, np.ndarray] = _read(state_dict_or_path)
     names = torchvision_names(sd)
     layers = [n.layer for n in model.nodes if n.kind in ("conv2d", "batchnorm", "dense")]
     if len(layers) != len(names):
@@ -103,7 +103,8 @@ def load_torchvision_resnet(model: Model, state_dict_or_path: Mapping[str, Any] 
                 raise ValueError(f"{key} has shape {sd[key].shape}, {model.name}'s {layer.name}/{ours} {want}"
                                  + (" (build the model with classes=" + str(sd[key].shape[0]) + ")"
                                     if kind == "dense" else ""))
-            weights[f"{layer.name}/{ours}"], _ = sd[key], used.add(key)
+            weights[f"{layer.name}/{ours}"] = sd[key]
+            used.add(key)
     extra = sorted(set(sd) - used)
     if extra:
         raise ValueError(f"the state dict has {len(extra)} keys {model.name} has no place for, e.g. {extra[0]}")
