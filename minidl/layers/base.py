@@ -167,12 +167,15 @@ class Layer:
 
     # -- the contract -------------------------------------------------------------------------
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
+        """Check the input shapes (batch first, maybe None), declare parameters (`param`), return the output shape."""
         raise NotImplementedError
 
     def forward(self, xs: Sequence[Array], training: bool) -> Array:
+        """y of the inputs `xs` (arrays of `device.xp`); keep what backward needs in `self.saved`."""
         raise NotImplementedError
 
     def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
+        """One gradient per input (None where `need` says it is not read); add into each `param(...).grad`."""
         raise NotImplementedError
 
     def __call__(self, *nodes: Node) -> Node:
