@@ -120,6 +120,7 @@ def test_torchvisions_own_resnet_loads_and_gives_its_outputs(depth, size, tmp_pa
             if isinstance(mod, torch.nn.BatchNorm2d):
                 mod.running_mean.uniform_(-0.1, 0.1), mod.running_var.uniform_(0.5, 1.5)
                 mod.weight.uniform_(0.5, 1.0), mod.bias.uniform_(-0.1, 0.1)
+        net.fc.weight.mul_(20)                    # logits of a few units, not the init's tenths: a sharper test
     net.eval()
     torch.save(net.state_dict(), tmp_path / "net.pth")
     model = models.resnet(depth, input_shape=(3, size, size), classes=1000, preprocess=False)
