@@ -27,8 +27,7 @@ class Model(FamiliarAPI):
     """A DAG of layers from `inputs` to `outputs`, built on `device` in `dtype`.
 
     forward(x, training) -> y;  backward(gy) -> gx, adding parameter gradients into `grads`.
-    predict(images) -> class probabilities; parameters(), named_parameters(), summary(): the names users
-    bring from Keras and PyTorch (listed below with the rest).
+    predict(images) -> class probabilities; parameters(), named_parameters(), summary(): below.
     weights: {'layer/param': array} to start from (checked against the model before anything is
     allocated) instead of the seeded initializers.
     """
@@ -249,7 +248,7 @@ class Model(FamiliarAPI):
             c.gather(self.grads, lo, hi)
 
     def zero_grad(self) -> None:
-        """Set every parameter gradient to 0 (backward adds into them), as PyTorch's zero_grad."""
+        """Zero the parameter gradients (and the compute-dtype copies'), as torch's zero_grad; backward adds."""
         self.grads.fill(0)
         for c in self.copies:
             c.zero_grad()
