@@ -248,7 +248,6 @@ class Model(FamiliarAPI):
             c.gather(self.grads, lo, hi)
 
     def zero_grad(self) -> None:
-        """Zero the parameter gradients (and the compute-dtype copies'), as torch's zero_grad; backward adds."""
         self.grads.fill(0)
         for c in self.copies:
             c.zero_grad()

@@ -1,4 +1,4 @@
-"""The Layer contract, parameters, and the small helpers every layer family shares."""
+"""The Layer contract and parameters; the argument helpers the layer families share are in args.py."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
@@ -8,6 +8,7 @@ import numpy as np
 from .. import init as _init
 from .._types import Array, BatchShape, Initializer, Kernels
 from ..backend import DtypeError
+from .args import _fans, _fmt, pair, positive_pair  # noqa: F401  # the layer families import them from here
 from .recording import jsonable, record_config, recorded_arguments
 from .node import Node
 
@@ -39,14 +40,6 @@ class Parameter:
 
     def __repr__(self):
         return f"Parameter({self.name!r}, {self.shape})"
-
-
-def _fans(shape):
-    """(fan_in, fan_out) for a dense (K, C) or conv (K, C, kH, kW) weight."""
-    if len(shape) < 2:
-        return (shape[0] if shape else 1,) * 2
-    receptive = int(np.prod(shape[2:]))
-    return shape[1] * receptive, shape[0] * receptive
 
 
 class Need(NamedTuple):
@@ -240,27 +233,3 @@ class Layer:
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r})"
-
-
-def _fmt(shape):
-    return "(" + ", ".join("N" if s is None else str(s) for s in shape) + ")"
-
-
-def pair(v: int | Sequence[int], what: str = "value") -> tuple[int, int]:
-    """An int or a 2-sequence as a pair of ints."""
-    if isinstance(v, (int, np.integer)):
-        return int(v), int(v)
-    t = tuple(int(x) for x in v)
-    if len(t) != 2:
-        raise ValueError(f"{what} must be an int or a pair, got {v!r}")
-    return t
-
-
-def positive_pair(layer: Layer, v: int | Sequence[int], what: str) -> tuple[int, int]:
-    try:
-        p = pair(v, what)
-    except (TypeError, ValueError):
-        raise layer.error(f"{what} must be an int or a pair of ints, got {v!r}") from None
-    if min(p) <= 0:
-        raise layer.error(f"{what} must be positive, got {v!r}")
-    return p
