@@ -64,7 +64,13 @@ def test_the_head_is_a_global_average_pool_at_any_size_and_the_28x28_one_is_unch
     # at 56x56 the last stage is 2x2: the Dense reads 512 pooled features, not 2048
     m = models.resnet(18, input_shape=(1, 56, 56))
     assert m.layer("dense").w.shape == (10, 512) and m.forward(rng.random((1, 1, 56, 56), np.float32)).shape == (1, 10)
-    assert models.resnet(18, input_shape=(1, 56, 56), global_pool=False).layer("dense").w.shape == (10, 2048)
+    old = models.resnet(18, input_shape=(1, 56, 56), global_pool=False)        # the head before: 2048 features
+    assert old.layer("dense").w.shape == (10, 2048)
+    checkpoint.save(tmp_path / "r18_56.npz", old)                # such a checkpoint loads as it was built
+    assert [n.kind for n in checkpoint.load_model(tmp_path / "r18_56.npz").nodes][-3:] == ["flatten", "dense", "softmax"]
+    checkpoint.load_weights(tmp_path / "r18_56.npz", models.resnet(18, input_shape=(1, 56, 56), global_pool=False))
+    with pytest.raises(checkpoint.CheckpointError, match=r"dense/w has shape \(10, 512\), got \(10, 2048\)"):
+        checkpoint.load_weights(tmp_path / "r18_56.npz", models.resnet(18, input_shape=(1, 56, 56)))
 
 
 def test_torchvision_names_map_onto_the_zoo_net_in_its_graph_order():
