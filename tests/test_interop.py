@@ -27,7 +27,8 @@ def torchvision_shapes(block, blocks, classes=1000):
         for i in range(n):
             p = f"layer{s}.{i}."
             if block == "basic":
-                conv(p + "conv1", width, C, 3), bn(p + "bn1", width), conv(p + "conv2", width, width, 3), bn(p + "bn2", width)
+                conv(p + "conv1", width, C, 3), bn(p + "bn1", width)
+                conv(p + "conv2", width, width, 3), bn(p + "bn2", width)
             else:
                 conv(p + "conv1", width, C, 1), bn(p + "bn1", width), conv(p + "conv2", width, width, 3)
                 bn(p + "bn2", width), conv(p + "conv3", C_out, width, 1), bn(p + "bn3", C_out)
@@ -67,7 +68,8 @@ def test_the_head_is_a_global_average_pool_at_any_size_and_the_28x28_one_is_unch
     old = models.resnet(18, input_shape=(1, 56, 56), global_pool=False)        # the head before: 2048 features
     assert old.layer("dense").w.shape == (10, 2048)
     checkpoint.save(tmp_path / "r18_56.npz", old)                # such a checkpoint loads as it was built
-    assert [n.kind for n in checkpoint.load_model(tmp_path / "r18_56.npz").nodes][-3:] == ["flatten", "dense", "softmax"]
+    kinds = [n.kind for n in checkpoint.load_model(tmp_path / "r18_56.npz").nodes]
+    assert kinds[-3:] == ["flatten", "dense", "softmax"]
     checkpoint.load_weights(tmp_path / "r18_56.npz", models.resnet(18, input_shape=(1, 56, 56), global_pool=False))
     with pytest.raises(checkpoint.CheckpointError, match=r"dense/w has shape \(10, 512\), got \(10, 2048\)"):
         checkpoint.load_weights(tmp_path / "r18_56.npz", models.resnet(18, input_shape=(1, 56, 56)))
