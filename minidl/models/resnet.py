@@ -1,4 +1,4 @@
-"""ResNet-18/34/50/101/152 (He et al., 2016) in the C++ trainer's form for 28x28 inputs.
+"""ResNet-18/34/50/101/152 (He et al., 2016) at any input size, in the C++ trainer's form at 28x28.
 
 Stem: Normalize of MNIST's mean and std (preprocess=False: without it), Pad2D(3), conv 64@7x7 stride 2,
 BN, ReLU, max-pool 3 stride 2 pad 1; four stages of residual blocks (widths 64, 128, 256, 512;
