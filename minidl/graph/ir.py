@@ -48,7 +48,7 @@ class Graph:
                 layer = node.layer.clone(share_params=share_params)
             except TypeError as e:
                 raise ValueError(f"layer {node.layer.name} ({type(node.layer).__name__}) cannot be copied for the "
-                                 f"graph passes ({e}): decorate its __init__ with @record_config") from None
+                                 f"graph passes ({e}): its __init__ must take back what its config() returns") from None
             copies[id(node)] = Node(layer, [copies[id(p)] for p in node.parents], node.shape)
         return cls([copies[id(n)] for n in model.inputs], [copies[id(n)] for n in model.outputs], weights)
 
@@ -72,8 +72,8 @@ class Graph:
                     layer = layer.clone()
                 except TypeError as e:
                     raise ValueError(f"layer {layer.name} ({type(layer).__name__}) is built into another Model, "
-                                     f"and a second Model copies its layers; it cannot be copied ({e}): decorate "
-                                     f"its __init__ with @record_config") from None
+                                     f"and a second Model copies its layers; it cannot be copied ({e}): its "
+                                     f"__init__ must take back what its config() returns") from None
             copies[id(node)] = Node(layer, [copies[id(p)] for p in node.parents], node.shape)
         return Graph([copies[id(n)] for n in self.inputs], [copies[id(n)] for n in self.outputs]), weights
 

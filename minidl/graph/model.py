@@ -29,7 +29,7 @@ class Model(FamiliarAPI):
     """A DAG of layers from `inputs` to `outputs`, built on `device` in `dtype`.
 
     forward(x, training) -> y;  backward(gy) -> gx, adding parameter gradients into `grads`.
-    predict(images) -> class probabilities, parameters() / named_parameters(): graph/api.py.
+    predict(images) -> class probabilities; parameters(), named_parameters(), summary(): below.
     weights: {'layer/param': array} to start from (checked against the model before anything is
     allocated) instead of the seeded initializers. Nodes another Model was built on give this one
     copies of their layers, starting from that model's weights (each model trains its own).

@@ -46,7 +46,8 @@ def _onnx_pads(t, b, l, r):
 
 
 class _Emitter:
-    """Collects ONNX nodes and initializers; one method per minidl node kind."""
+    """Collects ONNX nodes and initializers; one method per minidl node kind. A layer of another kind
+    is handed it as `builder`, of which it calls `op(op_type, ins, out, **attrs)` and `const(name, array)`."""
 
     def __init__(self, helper, numpy_helper):
         self.h, self.nh = helper, numpy_helper
@@ -170,11 +171,16 @@ def to_onnx(model: Model, probabilities: bool = False, uint8: bool = False) -> o
             names[id(node)] = emit.op("Div", [cast, emit.const(f"{names[id(node)]}/255", np.array(255, np.float32))],
                                       names[id(node)] + "/unit")
     for node in lowered.nodes:
-        if node.kind not in KINDS:
-            raise ValueError(f"{model.name}: layer {node.layer.name} of kind {node.kind!r} has no ONNX mapping")
+        # a kind of its own: the layer's onnx(builder, ins, out, weights) writes it (docs/custom-layers.md)
+        own = None if node.kind in KINDS else getattr(node.layer, "onnx", None)
+        if node.kind not in KINDS and not callable(own):
+            raise ValueError(f"{model.name}: layer {node.layer.name} of kind {node.kind!r} has no ONNX mapping "
+                             f"(a layer of your own gives one with an onnx(builder, ins, out, weights) method)")
         stem = node.layer.name + "/"
         w = {k[len(stem):]: v for k, v in weights.items() if k.startswith(stem)}
-        names[id(node)] = getattr(emit, node.kind)(node, [names[id(p)] for p in node.parents], node.layer.name, w)
+        ins = [names[id(p)] for p in node.parents]
+        out = node.layer.name
+        names[id(node)] = own(emit, ins, out, w) if own else getattr(emit, str(node.kind))(node, ins, out, w)
     outputs = []
     for i, node in enumerate(lowered.outputs):
         name = "output" if len(lowered.outputs) == 1 else f"output_{i}"

@@ -1,7 +1,7 @@
-"""The Layer contract, parameters, and the small helpers every layer family shares."""
+"""The Layer contract and parameters; the argument helpers the layer families share are in args.py."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -9,6 +9,8 @@ from .. import init as _init
 from .._types import Array, BatchShape, Initializer, Kernels
 from ..backend import DtypeError
 from . import registry as _registry
+from .args import _fans, _fmt, pair, positive_pair  # noqa: F401  # the layer families import them from here
+from .recording import jsonable, record_config, recorded_arguments
 from .node import Node
 
 if TYPE_CHECKING:
@@ -39,14 +41,6 @@ class Parameter:
 
     def __repr__(self):
         return f"Parameter({self.name!r}, {self.shape})"
-
-
-def _fans(shape):
-    """(fan_in, fan_out) for a dense (K, C) or conv (K, C, kH, kW) weight."""
-    if len(shape) < 2:
-        return (shape[0] if shape else 1,) * 2
-    receptive = int(np.prod(shape[2:]))
-    return shape[1] * receptive, shape[0] * receptive
 
 
 class Need(NamedTuple):
@@ -81,28 +75,42 @@ class Layer:
 
     What the graph passes need is declared here, never looked up by class name:
     `kind`, the constructor arguments (`config()`), the parameters, and the class attributes below.
+    A subclass's `__init__` arguments are recorded as its config without a decorator (`record_config`).
     """
 
-    kind: str | None = None        # what passes see: "conv2d", "batchnorm", "relu", ... (default: prefix)
-    prefix: str | None = None      # the C++ trainer's layer-name stem, e.g. "conv2d", "fbn"
-    n_inputs: int | None = 1       # None: any number >= 2
-    first_index = 0                # the C++ trainer numbered adds from add_1
-    overwrites_grads = False       # backward honours need.accumulate=False (its kernels take the flag)
-    fusable_activation: str | None = None  # "relu": a producer that takes this activation can apply it instead
-    activations: tuple[str, ...] = ()      # activations this layer can apply to its output (its `activation` argument)
-    layouts: tuple[str, ...] = ()          # memory orders it can write its output in ("channels_last": its argument)
-    commutes_with: tuple[str, ...] = ()    # activations f with layer(f(x)) = f(layer(x)), gradients too
-                                           # (max-pool: ReLU)
-    takes_residual = False         # the layer can add a second input of its output's shape (passes.fuse_residual_adds)
-    inference_identity = False     # the layer is the identity in evaluation (dropout): inference drops it
-    needs_rng = False              # forward draws random numbers from device.rng in training (dropout)
-    keeps_fp32 = False             # computes in float32 under every precision policy (BN statistics, softmax)
-    io_in_compute_dtype = False    # with keeps_fp32: float32 parameters and arithmetic, but reads and writes
-                                   # the compute dtype (BN: no casts around it)
-    out_dtype: np.dtype | None = None      # the dtype of its output where it differs from its input's (Cast)
-    channels_last_params: tuple[str, ...] = ()  # (K, C, kH, kW) parameters its kernels read faster lying
-                                                # K, kH, kW, C (a channels-last conv's filters): their
-                                                # compute-dtype copies lie so
+    kind: str | None = None
+    """What passes see: "conv2d", "batchnorm", "relu", ... (default: `prefix`)."""
+    prefix: str | None = None
+    """The C++ trainer's layer-name stem, e.g. "conv2d", "fbn": a model names layers prefix, prefix_1, ..."""
+    n_inputs: int | None = 1
+    """How many inputs it reads; None: any number >= 2."""
+    first_index = 0
+    """The number the first layer of this prefix gets (0: none, `conv2d`; the C++ trainer's first add was add_1)."""
+    overwrites_grads = False
+    """backward honours need.accumulate=False (its kernels take the flag)."""
+    fusable_activation: str | None = None
+    """"relu": a producer that takes this activation can apply it instead."""
+    activations: tuple[str, ...] = ()
+    """Activations this layer can apply to its output (its `activation` argument)."""
+    layouts: tuple[str, ...] = ()
+    """Memory orders it can write its output in ("channels_last": its argument)."""
+    commutes_with: tuple[str, ...] = ()
+    """Activations f with layer(f(x)) = f(layer(x)), gradients too (max-pool: ReLU)."""
+    takes_residual = False
+    """It can add a second input of its output's shape (passes.fuse_residual_adds)."""
+    inference_identity = False
+    """It is the identity in evaluation (dropout): inference drops it."""
+    needs_rng = False
+    """forward draws random numbers from device.rng in training (dropout)."""
+    keeps_fp32 = False
+    """It computes in float32 under every precision policy (BN statistics, softmax)."""
+    io_in_compute_dtype = False
+    """With keeps_fp32: float32 parameters and arithmetic, but it reads and writes the compute dtype (BN)."""
+    out_dtype: np.dtype | None = None
+    """The dtype of its output where it differs from its input's (Cast)."""
+    channels_last_params: tuple[str, ...] = ()
+    """(K, C, kH, kW) parameters its kernels read faster lying K, kH, kW, C (a channels-last conv's
+    filters): their compute-dtype copies lie so."""
     activation: str | None         # the activation it applies (layers with `activations` only)
     channels_last: bool            # it writes its output channels-last (layers with `layouts` only)
     _called: bool                  # set when the layer is first applied to nodes (Node.from_layer)
@@ -113,6 +121,8 @@ class Layer:
             _registry.register(cls)    # for rebuilding models from their configs (layers/registry.py)
         if cls.kind is None and cls.prefix is not None:
             cls.kind = cls.prefix
+        if "__init__" in cls.__dict__:           # Keras's get_config, without writing one: the arguments
+            cls.__init__ = record_config(cls.__dict__["__init__"])   # are recorded (checkpoints, clones)
 
     def __init__(self, name: str | None = None) -> None:
         self.name: str = name if name is None else str(name)  # type: ignore[assignment]  # None: the model names it
@@ -158,12 +168,15 @@ class Layer:
 
     # -- the contract -------------------------------------------------------------------------
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
+        """Check the input shapes (batch first, maybe None), declare parameters (`param`), return the output shape."""
         raise NotImplementedError
 
     def forward(self, xs: Sequence[Array], training: bool) -> Array:
+        """y of the inputs `xs` (arrays of `device.xp`); keep what backward needs in `self.saved`."""
         raise NotImplementedError
 
     def backward(self, gy: Array, need: Need = ALL) -> tuple[Array | None, ...]:
+        """One gradient per input (None where `need` says it is not read); add into each `param(...).grad`."""
         raise NotImplementedError
 
     def __call__(self, *nodes: Node) -> Node:
@@ -176,7 +189,8 @@ class Layer:
         share_params=True: the clone uses this layer's Parameter objects (a lowering of a model
         that trains the same weights); else it declares its own when built.
         """
-        layer = type(self)(**{**self.config(), **changes}, name=self.name)
+        own = type(self).config is not Layer.config            # a layer that writes its own config
+        layer = type(self)(**{**(self.config() if own else getattr(self, "_config", {})), **changes}, name=self.name)
         if share_params:
             layer.params = self.params
         return layer
@@ -216,9 +230,14 @@ class Layer:
             raise self.error(f"activation must be None or one of {list(self.activations)}, got {activation!r}")
         return activation
 
+    @recorded_arguments
     def config(self) -> dict[str, Any]:
-        """The constructor arguments, for checkpoints (JSON-serialisable)."""
-        return {k: v for k, v in getattr(self, "_config", {}).items() if k != "name"}
+        """The constructor arguments (but `name`), as JSON data: a checkpoint rebuilds the layer from them.
+
+        Recorded by every subclass's `__init__` without a decorator (`__init_subclass__` wraps it): the
+        arguments bound by its signature, defaults applied, tuples as lists.
+        """
+        return {k: jsonable(v) for k, v in getattr(self, "_config", {}).items()}
 
     def __getstate__(self) -> dict[str, Any]:
         """An unbuilt layer pickles and copies as it is; a built one is refused (its weights are views
@@ -230,56 +249,3 @@ class Layer:
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r})"
-
-
-def _fmt(shape):
-    return "(" + ", ".join("N" if s is None else str(s) for s in shape) + ")"
-
-
-def pair(v: int | Sequence[int], what: str = "value") -> tuple[int, int]:
-    """An int or a 2-sequence as a pair of ints."""
-    if isinstance(v, (int, np.integer)):
-        return int(v), int(v)
-    t = tuple(int(x) for x in v)
-    if len(t) != 2:
-        raise ValueError(f"{what} must be an int or a pair, got {v!r}")
-    return t
-
-
-def positive_pair(layer: Layer, v: int | Sequence[int], what: str) -> tuple[int, int]:
-    try:
-        p = pair(v, what)
-    except (TypeError, ValueError):
-        raise layer.error(f"{what} must be an int or a pair of ints, got {v!r}") from None
-    if min(p) <= 0:
-        raise layer.error(f"{what} must be positive, got {v!r}")
-    return p
-
-
-_Init = TypeVar("_Init", bound=Callable[..., None])
-
-
-def record_config(init: _Init) -> _Init:
-    """Decorator for __init__: keep the constructor arguments (for checkpoints and summaries)."""
-    import functools
-    import inspect
-
-    sig = inspect.signature(init)
-
-    @functools.wraps(init)
-    def wrapper(self, *args, **kwargs):
-        bound = sig.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        cfg = {k: v for k, v in bound.arguments.items() if k != "self"}
-        init(self, *args, **kwargs)
-        self._config = {k: _jsonable(v) for k, v in cfg.items()}
-    return wrapper  # type: ignore[return-value]  # functools.wraps: the signature of init
-
-
-def _jsonable(v):
-    """Tuples as lists and NumPy scalars as Python numbers, so configs go through JSON."""
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, (tuple, list)):
-        return [_jsonable(x) for x in v]
-    return v

@@ -1,9 +1,12 @@
-"""ResNet-18/34/50/101/152 (He et al., 2016) in the C++ trainer's form for 28x28 inputs.
+"""ResNet-18/34/50/101/152 (He et al., 2016) at any input size, in the C++ trainer's form at 28x28.
 
-Stem: Normalize (preprocess=False: without it, models/_input.py), Pad2D(3), conv 64@7x7 stride 2,
+Stem: Normalize of MNIST's mean and std (preprocess=False: without it), Pad2D(3), conv 64@7x7 stride 2,
 BN, ReLU, max-pool 3 stride 2 pad 1; four stages of residual blocks (widths 64, 128, 256, 512;
-stride 2 in the first block of stages 2-4, on the 3x3 conv); Flatten, Dense, Softmax. A 28x28 input leaves 1x1 spatially at the end, so the
-Flatten is a global pool there; larger inputs give the Dense C*H*W features (the C++ trainer's form).
+stride 2 in the first block of stages 2-4, on the 3x3 conv); global average pooling, Dense, Softmax.
+This is torchvision's ResNet (v1.5: the stride on the 3x3 conv), so its weights load at any input
+size (minidl.interop). A 28x28 or 32x32 input leaves the last stage 1x1, where the pool is the
+identity: there the head is Flatten + Dense as the C++ trainer built it (the same function, the same
+weights, its layer names and checkpoints unchanged); a larger input gets GlobalAvgPool2D first.
 
 Layer names follow the C++ trainer's listing: in each block the projection shortcut (if any) comes
 first, then the residual branch, then add and relu, because blocks call Add(shortcut, branch)
@@ -72,13 +75,25 @@ def _bottleneck(x, C, width, stride, last_gamma="zeros"):
     return L.ReLU()(L.Add()(s, h))                       # shortcut first: the C++ trainer's name order
 
 
+def last_stage_size(input_shape: Sequence[int]) -> tuple[int, int]:
+    """(H, W) of the last stage for an input (C, H, W): five halvings, each rounding up (stem conv, max-pool,
+    the strided convs of stages 2-4): 28 -> 1, 32 -> 1, 224 -> 7."""
+    hw = tuple(int(s) for s in input_shape[-2:])
+    for _ in range(5):
+        hw = tuple((s + 1) // 2 for s in hw)
+    return hw  # type: ignore[return-value]  # two ints
+
+
 def build_resnet(block: str, blocks: Sequence[int], input_shape: tuple[int, ...] = (1, 28, 28),
                  classes: int = 10, zero_init_residual: bool = True, preprocess: bool = True,
-                 **model_kwargs: Any) -> Model:
+                 global_pool: bool | None = None, **model_kwargs: Any) -> Model:
     """A ResNet of `block` ('basic' or 'bottleneck') with `blocks` per stage (four ints).
 
     x (N, C, H, W) -> probabilities (N, classes). `resnet(depth)` is the usual entry point;
     this one builds other stage counts (e.g. the C++ trainer's faulty (3, 6, 4, 3) ResNet-50).
+    global_pool: None puts GlobalAvgPool2D before the head where the last stage is larger than 1x1
+    (at 1x1 it is the identity, and left out); True always; False never (the C++ trainer's head:
+    Dense over C*H*W features).
     """
     if block not in EXPANSION:
         raise ValueError(f"unknown ResNet block {block!r}: expected 'basic' or 'bottleneck'")
@@ -97,17 +112,25 @@ def build_resnet(block: str, blocks: Sequence[int], input_shape: tuple[int, ...]
         for i in range(n):
             h = unit(h, C, width, 2 if stage > 0 and i == 0 else 1, "zeros" if zero_init_residual else "ones")
             C = EXPANSION[block] * width
+    if global_pool or (global_pool is None and last_stage_size(input_shape) != (1, 1)):
+        h = L.GlobalAvgPool2D()(h)
     y = L.Softmax()(L.Dense(classes)(L.Flatten()(h)))
     return Model(x, y, **model_kwargs)
 
 
 def resnet(depth: int, input_shape: tuple[int, ...] = (1, 28, 28), classes: int = 10, zero_init_residual: bool = True,
-           preprocess: bool = True, **model_kwargs: Any) -> Model:
+           preprocess: bool = True, global_pool: bool | None = None, **model_kwargs: Any) -> Model:
     """ResNet-`depth` for depth in 18, 34 (basic blocks) and 50, 101, 152 (bottleneck blocks).
 
     x (N, C, H, W) -> probabilities (N, classes). zero_init_residual: each residual branch's last BN
-    starts with gamma = 0 (False: 1). preprocess: starts with Normalize (models/_input.py).
+    starts with gamma = 0 (False: 1). preprocess: the model starts with Normalize (MNIST's mean and std),
+    so it takes images (docs/input.md); False: normalised floats, as models from before it.
+    global_pool: as build_resnet (None: global average pooling at any input size).
     model_kwargs (device, dtype, seed, name) go to Model.
+
+    torchvision's ResNet-`depth` is `resnet(depth, input_shape=(3, 224, 224), classes=1000,
+    preprocess=False)`: the same layers and parameter count (11,689,512 for ResNet-18), and
+    minidl.interop.load_torchvision_resnet loads its weights.
     """
     if isinstance(depth, str) and depth.isdigit():
         depth = int(depth)
@@ -116,4 +139,5 @@ def resnet(depth: int, input_shape: tuple[int, ...] = (1, 28, 28), classes: int 
                          f"{', '.join(map(str, RESNET_DEPTHS))}")
     block, blocks = RESNET_DEPTHS[depth]
     model_kwargs.setdefault("name", f"resnet{depth}")
-    return build_resnet(block, blocks, input_shape, classes, zero_init_residual, preprocess, **model_kwargs)
+    return build_resnet(block, blocks, input_shape, classes, zero_init_residual, preprocess, global_pool,
+                        **model_kwargs)

@@ -1,7 +1,8 @@
 """Helpers shared by the tests (and the benchmarks), never shipped in the package.
 
     from tests.helpers import reference                        # naive loop forwards (float64)
-    from tests.helpers.gradcheck import gradcheck, check_model, numeric_grad, rel_error
+    from minidl.testing import check_gradients, check_model_gradients    # the public gradient checker
+    from tests.helpers.gradcheck import gradcheck, check_model            # its names in the tests
     from tests.helpers import randomize_weights                # non-trivial BN statistics and biases
 
 `tests/conftest.py` puts the repository root on sys.path (pytest runs with --import-mode=importlib,

@@ -5,13 +5,13 @@ import numpy as np
 def conv2d(x, w, b, stride, pads, dilation):
     N, C, H, W = x.shape
     K, _, kH, kW = w.shape
-    t, bo, l, r = pads
-    xp = np.zeros((N, C, H + t + bo, W + l + r))
-    xp[:, :, t:t + H, l:l + W] = x
+    t, bo, lf, r = pads
+    xp = np.zeros((N, C, H + t + bo, W + lf + r))
+    xp[:, :, t:t + H, lf:lf + W] = x
     sh, sw = stride
     dh, dw = dilation
     oH = (H + t + bo - (kH - 1) * dh - 1) // sh + 1
-    oW = (W + l + r - (kW - 1) * dw - 1) // sw + 1
+    oW = (W + lf + r - (kW - 1) * dw - 1) // sw + 1
     y = np.zeros((N, K, oH, oW))
     for n in range(N):
         for k in range(K):
@@ -30,9 +30,9 @@ def conv2d_backward(x, w, gy, stride, pads, dilation):
     """(gx, gw) of conv2d: each output's gradient sent back along the products that made it."""
     N, C, H, W = x.shape
     K, _, kH, kW = w.shape
-    t, bo, l, r = pads
-    xp = np.zeros((N, C, H + t + bo, W + l + r))
-    xp[:, :, t:t + H, l:l + W] = x
+    t, bo, lf, r = pads
+    xp = np.zeros((N, C, H + t + bo, W + lf + r))
+    xp[:, :, t:t + H, lf:lf + W] = x
     gxp, gw = np.zeros_like(xp), np.zeros(w.shape)
     (sh, sw), (dh, dw) = stride, dilation
     for n in range(N):
@@ -45,17 +45,17 @@ def conv2d_backward(x, w, gy, stride, pads, dilation):
                                 h, v = i * sh + a * dh, j * sw + e * dw
                                 gxp[n, c, h, v] += gy[n, k, i, j] * w[k, c, a, e]
                                 gw[k, c, a, e] += gy[n, k, i, j] * xp[n, c, h, v]
-    return gxp[:, :, t:t + H, l:l + W], gw
+    return gxp[:, :, t:t + H, lf:lf + W], gw
 
 
 def _pool_out(x, ksize, stride, pads, value):
     """x padded with `value`, and the floor output size."""
     N, C, H, W = x.shape
-    t, bo, l, r = pads
-    xp = np.full((N, C, H + t + bo, W + l + r), value, dtype=np.float64)
-    xp[:, :, t:t + H, l:l + W] = x
+    t, bo, lf, r = pads
+    xp = np.full((N, C, H + t + bo, W + lf + r), value, dtype=np.float64)
+    xp[:, :, t:t + H, lf:lf + W] = x
     oH = (H + t + bo - ksize[0]) // stride[0] + 1
-    oW = (W + l + r - ksize[1]) // stride[1] + 1
+    oW = (W + lf + r - ksize[1]) // stride[1] + 1
     return xp, oH, oW
 
 
@@ -80,8 +80,8 @@ def maxpool2d_backward(x, gy, ksize, stride, pads):
     """Each gy added to the first (row-major) maximum of its window of x padded with -inf."""
     xp, oH, oW = _pool_out(x, ksize, stride, pads, -np.inf)
     N, C, H, W = x.shape
-    t, l = pads[0], pads[2]
-    gx = np.zeros((N, C, H + t + pads[1], W + l + pads[3]))
+    t, lf = pads[0], pads[2]
+    gx = np.zeros((N, C, H + t + pads[1], W + lf + pads[3]))
     for n in range(N):
         for c in range(C):
             for i in range(oH):
@@ -93,7 +93,7 @@ def maxpool2d_backward(x, gy, ksize, stride, pads):
                             if at is None or v > best:
                                 best, at = v, (i * stride[0] + a, j * stride[1] + e)
                     gx[n, c, at[0], at[1]] += gy[n, c, i, j]
-    return gx[:, :, t:t + H, l:l + W]
+    return gx[:, :, t:t + H, lf:lf + W]
 
 
 def avgpool2d(x, ksize, stride, pads):
