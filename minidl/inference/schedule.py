@@ -57,8 +57,20 @@ def _arrays(layer):
     return layer.w.data, (None if layer.b is None else layer.b.data)
 
 
+def _takes_one(node, activations=("relu",)):
+    """A node of one input whose layer applies only what a direct kernel applies after its own map: an
+    activation among `activations` (or none), no residual added (a residual conv reads two inputs)."""
+    layer = node.layer
+    return (len(node.parents) == 1 and not getattr(layer, "residual", False)
+            and getattr(layer, "activation", None) in (None, *activations)
+            and not getattr(layer, "channels_last", False))
+
+
 def _conv_pool_ok(dk, conv, pool):
-    """A stride-1 conv read only by a 2x2 stride-2 unpadded max-pool, of a size the direct kernel takes."""
+    """A plain stride-1 conv (`_takes_one`: one input, ReLU or none) read only by a 2x2 stride-2 unpadded
+    max-pool, of a size the direct kernel takes."""
+    if conv.kind != "conv2d" or pool.kind != "pool" or not _takes_one(conv) or len(pool.parents) != 1:
+        return False
     c, p = conv.layer, pool.layer
     return (c.stride == (1, 1) and c.dilation == (1, 1) and tuple(p.plan.ksize) == (2, 2)
             and tuple(p.plan.stride) == (2, 2) and not any(p.plan.pads)
@@ -75,32 +87,36 @@ def value_ids(model: Model) -> dict[int, int]:
 def plan(model: Model, dk: Kernels | None) -> tuple[list[Step], Step | None]:
     """(steps at any batch size, the chain step for small batches or None) of an inference model.
 
-    dk: the device's direct kernel family, or None to run one layer per step.
+    dk: the device's direct kernel family, or None to run one layer per step. A rule fuses nodes only
+    where the fused call computes exactly what they do: each node reads only what the call gives it
+    (one input, no residual), applies only what the call applies (ReLU or nothing), and every value
+    inside the call is read by the next node alone (no other reader, not a model output).
     """
     nodes, n_in, vid = model.nodes, len(model.inputs), value_ids(model)
     outputs = {vid[id(o)] for o in model.outputs}
     ins = [[vid[id(p)] for p in n.parents] for n in nodes]
     readers = Counter(v for i in ins for v in i) + Counter(outputs)
 
-    def sole(i):                             # node i's value is read once, by the next node
+    def sole(i):                             # node i's value is read once, by the next node, its one input
         v = n_in + i
         return readers[v] == 1 and v not in outputs and i + 1 < len(nodes) and ins[i + 1] == [v]
+
+    def conv_pool(i):                        # nodes i (the conv) and i + 1 (its pool)
+        return sole(i) and _conv_pool_ok(dk, nodes[i], nodes[i + 1])
 
     steps, i = [], 0
     while i < len(nodes):
         node = nodes[i]
-        if dk is not None and dk.X_AFFINE and node.kind == "normalize" and sole(i) \
-                and nodes[i + 1].kind == "conv2d" and sole(i + 1) and nodes[i + 2].kind == "pool" \
-                and _conv_pool_ok(dk, nodes[i + 1], nodes[i + 2]):          # normalised as the input is staged
+        if dk is not None and dk.X_AFFINE and node.kind == "normalize" and len(node.parents) == 1 \
+                and sole(i) and conv_pool(i + 1):          # normalised as the input is staged
             steps.append(_conv_pool_step(dk, nodes[i + 1], nodes[i + 2], ins[i], n_in + i + 2, node))
             i += 3
-        elif dk is not None and node.kind == "conv2d" and sole(i) and nodes[i + 1].kind == "pool" \
-                and _conv_pool_ok(dk, node, nodes[i + 1]):
+        elif dk is not None and conv_pool(i):
             steps.append(_conv_pool_step(dk, node, nodes[i + 1], ins[i], n_in + i + 1))
             i += 2
-        elif dk is not None and node.kind == "dense":
+        elif dk is not None and node.kind == "dense" and _takes_one(node):
             j = i
-            while j + 1 < len(nodes) and nodes[j + 1].kind == "dense" and sole(j):
+            while j + 1 < len(nodes) and nodes[j + 1].kind == "dense" and _takes_one(nodes[j + 1]) and sole(j):
                 j += 1
             steps.append(_mlp_step(dk, nodes[i:j + 1], ins[i], n_in + j))
             i = j + 1
