@@ -135,6 +135,46 @@ def test_every_node_kind_exports_and_equals_minidl(probabilities):
     assert ("Softmax" in ops) == probabilities and "Dropout" not in ops
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 6, 9])
+def test_lrn_of_every_size_exports_a_file_onnxruntime_runs(size):
+    """onnxruntime takes odd LRN sizes only; ONNX defines even ones as minidl computes them (one channel
+    more ahead than behind), so an even size is written out as that definition: the same outputs."""
+    pytest.importorskip("onnx")
+    x = L.Input((6, 5, 5))
+    model = dl.Model(x, L.Flatten()(L.LRN(size=size, alpha=0.5, beta=0.75, k=1.0)(x)), device="cpu")
+    images = np.random.default_rng(size).random((3, 6, 5, 5), dtype=np.float32) * 3
+    proto, got = onnx_run(model, images)
+    np.testing.assert_allclose(got, model.forward(images), rtol=1e-5, atol=1e-6)
+    assert ("LRN" in {n.op_type for n in proto.graph.node}) == bool(size % 2)
+
+
+@pytest.mark.parametrize("make", [
+    lambda h: L.MaxPool2D(4, stride=3, padding="same")(h), lambda h: L.AvgPool2D(2, stride=1, padding="same")(h),
+    lambda h: L.AvgPool2D((2, 3), padding=1)(h), lambda h: L.Conv2D(3, 4, stride=2, padding="same")(h),
+    lambda h: L.Conv2D(3, 3, dilation=2, padding="same")(h), lambda h: L.Conv2D(3, 2, padding=(0, 1, 2, 0))(h),
+    lambda h: L.Pad2D((2, 0, 1, 3), value=-0.7)(h), lambda h: L.LRN(size=8, alpha=2.0, beta=1.5, k=0.5)(h),
+    lambda h: L.BatchNorm2D(activation="relu")(L.MaxPool2D(2)(h)), lambda h: L.Add(activation="relu")(h, h, h)])
+def test_hyper_parameters_at_their_edges_export_as_minidl_computes_them(make):
+    """Asymmetric 'same' pads of even windows, count_include_pad average pools, dilated and strided 'same'
+    convs, valued pads, an LRN window wider than the channels, three-input Adds: onnxruntime's outputs
+    are minidl's."""
+    pytest.importorskip("onnx")
+    x = L.Input((4, 9, 9))
+    model = randomize_weights(dl.Model(x, L.Flatten()(make(x)), device="cpu"))
+    images = np.random.default_rng(0).random((2, 4, 9, 9), dtype=np.float32)
+    np.testing.assert_allclose(onnx_run(model, images)[1], model.forward(images), rtol=1e-5, atol=1e-6)
+
+
+def test_a_layers_weights_are_matched_by_its_exact_name():
+    """'d' and 'd/w' are two layers: dropping or exporting the weights of 'd' must not take 'd/w/w'."""
+    from types import SimpleNamespace
+
+    from minidl.graph import Graph
+    g = Graph([], [], weights={"d/w": 1, "d/b": 2, "d/w/w": 3, "d/w/b": 4, "dd/w": 5})
+    g._drop_weights(SimpleNamespace(name="d"))
+    assert sorted(g.weights) == ["d/w/b", "d/w/w", "dd/w"]
+
+
 def test_a_kind_without_onnx_mapping_is_named():
     pytest.importorskip("onnx")
     from minidl.inference.onnx_export import to_onnx

@@ -136,9 +136,28 @@ class _Emitter:
         return self.op("Pad", ins + [pads, value], out, mode="constant")
 
     def lrn(self, node, ins, out, w):
-        # minidl's window and alpha/size scaling are ONNX's (and cuDNN's): the same four numbers
+        # minidl's window and alpha/size scaling are ONNX's (and cuDNN's): the same four numbers. ONNX
+        # defines an even size as minidl does (floor((size-1)/2) channels behind, ceil((size-1)/2) ahead),
+        # but onnxruntime takes odd sizes only: an even one is written out as its definition
         size, alpha, beta, k = node.layer.hyper()
-        return self.op("LRN", ins, out, size=size, alpha=alpha, beta=beta, bias=k)
+        if size % 2:
+            return self.op("LRN", ins, out, size=size, alpha=alpha, beta=beta, bias=k)
+        return self._lrn_ops(node.shape[1], size, alpha, beta, k, ins[0], out)
+
+    def _lrn_ops(self, C, size, alpha, beta, k, x, out):
+        """y = x / (k + alpha/size * sum of x^2 over the window)^beta in plain ops: the window's sum is a
+        1x1 Conv whose (C, C) weights are 1 inside each channel's window (clipped at the edges), else 0."""
+        behind, ahead = (size - 1) // 2, size // 2
+        window = np.zeros((C, C, 1, 1), np.float32)                       # (out channel, in channel, 1, 1)
+        for c in range(C):
+            window[c, max(0, c - behind):min(C, c + ahead + 1)] = 1.0
+        sq = self.op("Mul", [x, x], out + "/square")
+        total = self.op("Conv", [sq, self.const(f"{out}/window", window)], out + "/window_sum", kernel_shape=[1, 1])
+        scaled = self.op("Mul", [total, self.const(f"{out}/alpha", np.array(alpha / size, np.float32))],
+                         out + "/scaled")
+        base = self.op("Add", [scaled, self.const(f"{out}/k", np.array(k, np.float32))], out + "/base")
+        denom = self.op("Pow", [base, self.const(f"{out}/beta", np.array(beta, np.float32))], out + "/denom")
+        return self.op("Div", [x, denom], out)
 
     def softmax(self, node, ins, out, w):
         return self.op("Softmax", ins, out, axis=1)
@@ -176,8 +195,7 @@ def to_onnx(model: Model, probabilities: bool = False, uint8: bool = False) -> o
         if node.kind not in KINDS and not callable(own):
             raise ValueError(f"{model.name}: layer {node.layer.name} of kind {node.kind!r} has no ONNX mapping "
                              f"(a layer of your own gives one with an onnx(builder, ins, out, weights) method)")
-        stem = node.layer.name + "/"
-        w = {k[len(stem):]: v for k, v in weights.items() if k.startswith(stem)}
+        w = {k.rpartition("/")[2]: v for k, v in weights.items() if k.rpartition("/")[0] == node.layer.name}
         ins = [names[id(p)] for p in node.parents]
         out = node.layer.name
         names[id(node)] = own(emit, ins, out, w) if own else getattr(emit, str(node.kind))(node, ins, out, w)
