@@ -22,7 +22,7 @@ def digits():
     return images[:N_IMAGES, None].astype(np.float32) / 255, labels[:N_IMAGES]      # (N, 1, 28, 28)
 
 
-def onnx_run(model, x, probabilities=False, uint8=False):
+def onnx_run(model, x, probabilities=None, uint8=False):
     ort = pytest.importorskip("onnxruntime")
     from minidl.inference.onnx_export import to_onnx
     proto = to_onnx(model, probabilities, uint8)
@@ -49,14 +49,17 @@ def test_onnx_logits_equal_minidl_inference_on_mnist(name, digits):
     pytest.importorskip("onnx")
     x, labels = digits
     model = NETS[name]()
-    proto, got = onnx_run(model, x)
-    want = inference.compile(model, device="cpu").predict(x)
+    proto, got = onnx_run(model, x, probabilities=False)
+    want = inference.compile(model, device="cpu", probabilities=False).predict(x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert (got.argmax(1) == want.argmax(1)).all()
     if name == "trained-lenet5":
         assert (got.argmax(1) == labels).mean() > 0.8            # 88% after 94 steps
     ops = [n.op_type for n in proto.graph.node]
     assert not {"BatchNormalization", "Dropout", "Softmax"} & set(ops)      # folded, removed, dropped
+    proto, probs = onnx_run(model, x[:500])                       # by default: Model.predict's outputs
+    np.testing.assert_allclose(probs, model.predict(x[:500]), rtol=1e-4, atol=1e-5)
+    assert proto.graph.node[-2].op_type == "Softmax"
 
 
 @pytest.mark.parametrize("name", ["lenet", "simplenet", "resnet18"])
@@ -78,16 +81,17 @@ def test_onnx_starts_with_the_preprocessing_and_takes_uint8_too(name, digits):
     assert proto8.graph.input[0].type.tensor_type.elem_type == 2           # TensorProto.UINT8
 
 
-def test_onnx_of_a_model_without_the_preprocessing_takes_normalised_floats(digits):
+def test_onnx_of_a_model_without_the_preprocessing_takes_the_images_as_they_are(digits):
+    """No Normalize, nothing normalises: the ONNX graph reads [0, 1] floats (or uint8 / 255), as the model
+    was trained and as Model.predict gives them to it."""
     pytest.importorskip("onnx")
-    from minidl.inference.onnx_export import to_onnx
     model = randomize_weights(models.lenet5(seed=8, preprocess=False))
-    x = ((digits[0][:64] - MNIST_MEAN) / MNIST_STD).astype(np.float32)
+    x = digits[0][:64]
+    u8 = np.rint(x * 255).astype(np.uint8)
     proto, got = onnx_run(model, x)
-    np.testing.assert_allclose(got, inference.compile(model, device="cpu").predict(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, model.predict(x), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(onnx_run(model, u8, uint8=True)[1], model.predict(u8), rtol=1e-4, atol=1e-5)
     assert proto.graph.node[0].op_type == "Conv"
-    with pytest.raises(ValueError, match="takes normalised floats"):
-        to_onnx(model, uint8=True)
 
 
 def test_onnx_graph_has_opset_17_and_a_dynamic_batch():
@@ -123,7 +127,7 @@ def every_kind():
 def test_every_node_kind_exports_and_equals_minidl(probabilities):
     pytest.importorskip("onnx")
     model = every_kind()
-    x = np.random.default_rng(0).standard_normal((7, 3, 12, 12)).astype(np.float32)
+    x = np.random.default_rng(0).random((7, 3, 12, 12), dtype=np.float32)            # images in [0, 1]
     proto, got = onnx_run(model, x, probabilities)
     compiled = inference.compile(model, device="cpu", probabilities=probabilities)
     assert compiled.stats["add_fused"] == 1
@@ -232,7 +236,8 @@ def test_safetensors_loads_into_the_torch_twin_strictly(name, tmp_path):
     x = np.random.default_rng(0).random((4, 1, 28, 28), dtype=np.float32)          # images in [0, 1]
     with torch.no_grad():
         got = twin.eval()(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(got, inference.compile(model, device="cpu").predict(x), rtol=1e-4, atol=1e-4)
+    logits = inference.compile(model, device="cpu", probabilities=False).predict(x)     # the twin has no Softmax
+    np.testing.assert_allclose(got, logits, rtol=1e-4, atol=1e-4)
 
 
 def test_checkpoint_loads_safetensors_weights(tmp_path):

@@ -7,13 +7,14 @@ node (or two, with a fused ReLU) per minidl node, read from node kinds and layer
 The graph is the one minidl.inference.compile runs: Graph.of(model, weights) through
 minidl.graph.passes.inference (dropout removed, zero pads and BN folded into the convs, ReLUs
 fused, the final Softmax dropped unless probabilities=True), built on the CPU in float32 so that
-every layer's plan (pads, windows, strides) is decided.
+every layer's plan (pads, windows, strides) is decided. Its outputs are Model.predict's: the final
+Softmax is kept (probabilities=False drops it: logits).
 
-Inputs are what minidl's entry points take (docs/input.md). A model that carries its preprocessing
-(layers.Normalize) exports a graph that starts with it: float32 images in [0, 1], normalised by a
-Sub and a Div (or, where the inference passes folded it into the first conv, by that conv's
-weights); `uint8=True` makes the input uint8 in [0, 255], followed by a Cast and a Div by 255.
-A model from before takes normalised floats, as minidl's forward does.
+Inputs are what minidl's entry points take (docs/input.md): float32 images in [0, 1]; `uint8=True`
+makes the input uint8 in [0, 255], followed by a Cast and a Div by 255. A model that carries its
+preprocessing (layers.Normalize) exports a graph that starts with it, a Sub and a Div (or, where the
+inference passes folded it into the first conv, that conv's weights); a model without one reads the
+[0, 1] images as they are, as it was trained.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ KINDS = ("normalize", "conv2d", "dense", "pool", "avgpool", "gap", "flatten", "a
          "sigmoid", "tanh", "pad", "lrn", "softmax")
 
 
-def lower(model: Model, probabilities: bool = False) -> Model:
+def lower(model: Model, probabilities: bool = True) -> Model:
     """The inference lowering of `model`, as minidl.inference.compile makes it, on the CPU in float32."""
     return inference.lower(model, "cpu", probabilities)[0]
 
@@ -163,20 +164,17 @@ class _Emitter:
         return self.op("Softmax", ins, out, axis=1)
 
 
-def to_onnx(model: Model, probabilities: bool = False, uint8: bool = False) -> onnx.ModelProto:
-    """An onnx.ModelProto of `model`'s inference graph (float32, opset 17, dynamic batch).
+def to_onnx(model: Model, probabilities: bool | None = None, uint8: bool = False) -> onnx.ModelProto:
+    """An onnx.ModelProto of `model`'s inference graph (float32, opset 17, dynamic batch), whose outputs
+    are Model.predict's for the same images.
 
-    uint8: the input is uint8 images in [0, 255] (a Cast and a Div by 255 first); only for a model
-    that carries its preprocessing (else its input is normalised floats, which uint8 cannot hold).
+    probabilities: None or True keep a final Softmax; False drops it (logits).
+    uint8: the input is uint8 images in [0, 255] (a Cast and a Div by 255 first), else floats in [0, 1].
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from ..data.loader import takes_images
-    if uint8 and not takes_images(model):
-        raise ValueError(f"{model.name} takes normalised floats (it carries no layers.Normalize): a uint8 input "
-                         "needs a model that carries its preprocessing")
-    lowered = lower(model, probabilities)
+    lowered = lower(model, probabilities is not False)
     weights = lowered.get_weights()
     emit = _Emitter(helper, numpy_helper)
     names = {}
@@ -212,7 +210,7 @@ def to_onnx(model: Model, probabilities: bool = False, uint8: bool = False) -> o
     return proto
 
 
-def save_onnx(path: str | os.PathLike, model: Model, probabilities: bool = False,
+def save_onnx(path: str | os.PathLike, model: Model, probabilities: bool | None = None,
               uint8: bool = False) -> str | os.PathLike:
     """Write `model`'s inference graph to `path` as ONNX through minidl.files' writer (temp file,
     fsync, rename: a full disk leaves the previous file whole); returns the path."""

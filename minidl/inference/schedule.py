@@ -10,7 +10,11 @@ family takes the shapes and the dtype (its DTYPES: float32):
 - a whole model of conv-pool stages, a flatten and a dense chain (LeNet-5) -> ONE `chain`
   kernel at batch sizes up to CHAIN_MAX_BATCH (latency); the steps above beyond (throughput);
   the input preprocessing it keeps (layers.Normalize before a padded conv) runs first, or inside
-  the chain kernel where the family declares X_AFFINE (`Step.kernels` counts the launches).
+  the chain kernel where the family declares X_AFFINE; a final Softmax it keeps (the model's
+  probabilities) runs after it (`Step.kernels` counts the launches).
+A rule fuses only nodes whose whole computation its call makes (tests/test_fusion_equivalence.py):
+one input each (a residual conv reads two), an activation it applies (ReLU) or none, and values
+inside the call read by the next node alone.
 Everything else is the node's own layer in evaluation mode.
 """
 from __future__ import annotations
@@ -162,19 +166,23 @@ def _mlp_step(dk, nodes, inputs, out):
 
 def _chain_step(dk, model, steps, outputs):
     """The whole model as one chain kernel call, if it is conv-pool stages, a flatten, a dense chain,
-    after the input preprocessing where the model keeps it (a padded first conv: not folded). A
-    family that declares X_AFFINE takes it as `x_affine=(a, b)`, applied as it stages the input (its
-    zero padding stays zero: the first conv_pool step carries it), so the chain stays one kernel;
+    after the input preprocessing where the model keeps it (a padded first conv: not folded), and before
+    a final Softmax where the model keeps it (the probabilities it outputs: one kernel more). A
+    family that declares X_AFFINE takes the preprocessing as `x_affine=(a, b)`, applied as it stages the
+    input (its zero padding stays zero: the first conv_pool step carries it), so the chain stays one kernel;
     else it runs first, one elementwise kernel (the step's `kernels`: 2)."""
     if len(model.inputs) != 1 or len(outputs) != 1 or not steps:
         return None
-    pre = None
+    pre = post = None
     if steps[0].kind == "normalize" and steps[0].inputs == [0] and len(steps) > 1:
         pre, steps = steps[0], steps[1:]
+    if steps[-1].kind == "softmax" and len(steps) > 1 and steps[-1].inputs == [steps[-2].out]:
+        post, steps = steps[-1], steps[:-1]
+    end = post.out if post is not None else steps[-1].out
     stages, prev = [], 0 if pre is None else pre.out
     for j, st in enumerate(steps):
         last = j == len(steps) - 1
-        if st.inputs != [prev] or (last and st.out not in outputs):
+        if st.inputs != [prev] or (last and end not in outputs):
             return None
         dense_seen = any(s[0] == "dense" for s in stages)
         if st.kind == "conv_pool" and not dense_seen and (j == 0 or st.x_affine is None):
@@ -189,15 +197,21 @@ def _chain_step(dk, model, steps, outputs):
         prev = st.out
     if not dk.supported_chain(model.inputs[0].shape[1:], stages):
         return None
-    nodes = [n for st in ([pre] if pre else []) + steps for n in st.nodes]
+    nodes = [n for st in ([pre] if pre else []) + steps + ([post] if post else []) for n in st.nodes]
     name = f"{nodes[0].layer.name}..{nodes[-1].layer.name}"
     ab = steps[0].x_affine
     if ab is not None:
-        return Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(xs[0], stages, x_affine=ab))
-    if pre is None:
-        return Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(xs[0], stages))
-    step = Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(pre.run(xs), stages))
-    step.kernels = 2
+        def chain(xs):
+            return dk.chain_fprop(xs[0], stages, x_affine=ab)
+    elif pre is None:
+        def chain(xs):
+            return dk.chain_fprop(xs[0], stages)
+    else:
+        def chain(xs):
+            return dk.chain_fprop(pre.run(xs), stages)
+    run = chain if post is None else (lambda xs: post.run([chain(xs)]))
+    step = Step(name, "chain", nodes, [0], end, run)
+    step.kernels = 1 + (pre is not None and ab is None) + (post is not None)
     return step
 
 
