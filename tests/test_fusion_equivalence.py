@@ -69,6 +69,19 @@ def test_compiled_logits_equal_the_model_without_its_softmax(seed, seen):
     _close(m.predict(x), logits.forward(x))
 
 
+@pytest.mark.parametrize("seed", [s for s in SEEDS if s % 3 == 0])
+def test_compiled_predict_by_default_equals_model_predict_on_uint8_images(seed):
+    """The compiled model's default outputs are Model.predict's (the model's Softmax kept), for the same
+    uint8 images, (N, C, H, W) or, for one channel, (N, H, W)."""
+    model = fusion_nets.net(seed)
+    if len(model.outputs) > 1:
+        pytest.skip("Model.predict takes one-output models")
+    u8 = np.random.default_rng(seed).integers(0, 256, (4, *model.inputs[0].shape[1:]), dtype=np.uint8)
+    m = inference.compile(model)
+    for x in (u8, u8[:, 0]) if u8.shape[1] == 1 else (u8,):
+        _close(m.predict(x), model.predict(x))
+
+
 @pytest.mark.parametrize("seed", [s for s in SEEDS if s % 4 == 0])
 def test_a_family_without_x_affine_runs_the_normalize_first(seed, monkeypatch):
     """A direct family that cannot stage a Normalize (X_AFFINE False, as a GPU family may declare) runs it

@@ -19,7 +19,7 @@ from minidl import layers as L
 from .weights import randomize_weights
 
 # every fused call the schedule makes, and every rewrite of the inference passes: each must run on some net
-SCHEDULE_RULES = ("conv_pool", "normalize+conv_pool", "mlp", "add_relu", "chain", "chain+normalize")
+SCHEDULE_RULES = ("conv_pool", "normalize+conv_pool", "mlp", "add_relu", "chain", "chain+normalize", "chain+softmax")
 PASS_RULES = ("batchnorm_folded", "pad_folded", "normalize_folded", "relu_fused", "add_fused", "dropout_removed",
               "softmax_removed")
 
@@ -155,5 +155,7 @@ def rules(m):
             seen.add(st.kind)
     if m.chain is not None:
         seen.add("chain+normalize" if m.chain.nodes[0].kind == "normalize" else "chain")
+        if m.chain.nodes[-1].kind == "softmax":
+            seen.add("chain+softmax")
     seen.update(k for k in PASS_RULES if m.stats.get(k))
     return seen
