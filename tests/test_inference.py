@@ -420,6 +420,30 @@ def test_cli_prints_the_models_eval_accuracy(trained, tmp_path):
     assert f"accuracy: {acc:.3f}%" in p.stdout                # a partial last batch changes nothing
 
 
+def test_cli_scores_issue_38s_residual_net_as_the_model_does(tmp_path):
+    """Issue 38.1: Add(3x3 conv, 1x1 conv) -> ReLU -> 2x2 max-pool scored 83.74% by `minidl infer` where the
+    model scored 92.19% (the conv+pool fusion dropped the Add's second input). Now infer, its artifact and
+    --no-direct print the model's own accuracy, and bf16 is compared with the model itself."""
+    data_dir = tmp_path / "data"
+    train, test = _synthetic_mnist(data_dir)
+    x = L.Input((1, 28, 28))
+    h = L.Normalize()(x)
+    h = L.MaxPool2D(2)(L.ReLU()(L.Add()(L.Conv2D(6, 3, padding=1)(h), L.Conv2D(6, 1)(h))))
+    model = dl.Model(x, L.Softmax()(L.Dense(10)(L.Flatten()(h))), name="res", seed=0)
+    trainer = dl.Trainer(model, optim.get("adam", lr=1e-3), log=lambda *a: None, progress=False)
+    trainer.fit(train, steps=40, batch_size=32, monitor=1000)
+    acc = trainer.evaluate(test, batch_size=1000).percent
+    assert acc > 20
+    ckpt, art = checkpoint.save(tmp_path / "res.npz", model), tmp_path / "res.artifact.npz"
+    for args in (["--checkpoint", str(ckpt), "--save-artifact", str(art)], ["--artifact", str(art)],
+                 ["--checkpoint", str(ckpt), "--no-direct"]):
+        p = infer(*args, "--device", "cpu", data_dir=data_dir)
+        assert p.returncode == 0, p.stderr
+        assert f"accuracy: {acc:.3f}%" in p.stdout, (args, p.stdout)
+    p = infer("--checkpoint", str(ckpt), "--device", "cpu", "--precision", "bf16", data_dir=data_dir)
+    assert p.returncode == 0 and "(the fp32 model itself, Model.forward)" in p.stdout, p.stderr
+
+
 def test_cli_latency_and_profile(trained):
     data_dir, ckpt, _ = trained
     p = infer("--checkpoint", str(ckpt), "--device", "cpu", "--latency", "--profile", "--batch-size", "200",
