@@ -271,13 +271,17 @@ def test_export_command_writes_both_files(tmp_path, capsys):
     ckpt = str(tmp_path / "lenet.npz")
     checkpoint.save(ckpt, models.lenet5(seed=0))
     o, s = str(tmp_path / "m.onnx"), str(tmp_path / "w.safetensors")
-    assert export.main([ckpt, "--onnx", o, "--safetensors", s, "--probabilities"]) == 0
-    assert onnx.load(o).graph.node[-2].op_type == "Softmax"
+    assert export.main([ckpt, "--onnx", o, "--safetensors", s]) == 0
+    assert onnx.load(o).graph.node[-2].op_type == "Softmax"                  # Model.predict's outputs
     assert checkpoint.load_model(s).n_params == 61706
     assert "wrote" in capsys.readouterr().out
+    assert export.main([ckpt, "--onnx", o, "--logits"]) == 0
+    assert onnx.load(o).graph.node[-2].op_type == "Gemm" and ", logits" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv", [[], ["--probabilities", "--safetensors", "w.safetensors"],
+                                  ["--logits", "--safetensors", "w.safetensors"],
+                                  ["--onnx", "m.onnx", "--logits", "--probabilities"],
                                   ["--safetensors", "w.npz"], ["--onnx", "/no/such/folder/m.onnx"]])
 def test_export_command_bad_flags_exit_2(argv, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:

@@ -236,7 +236,8 @@ def test_lenet_schedule_is_one_chain_or_fused_stages_and_equals_plain(n):
     model = randomize(models.lenet5())
     x = batch(n, seed=n)
     y, z = eval_outputs(model, x)
-    m, plain = inference.compile(model, probabilities=False), inference.compile(model, probabilities=False, direct=False)
+    m = inference.compile(model, probabilities=False)
+    plain = inference.compile(model, probabilities=False, direct=False)
     probs = inference.compile(model)                        # the model's Softmax kept: one kernel after
     assert steps(plain, n) == kinds(plain)
     if n <= inference.CHAIN_MAX_BATCH:                      # the chain kernel reads x through the Normalize
