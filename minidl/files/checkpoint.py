@@ -235,9 +235,8 @@ def load(path: str | os.PathLike, model: Model, optimizer: Optimizer | None = No
 def load_model(path: str | os.PathLike, **kwargs: Any) -> Model:
     """Rebuild the model a checkpoint describes and load its weights; kwargs go to Model.
 
-    The config is validated and every tensor checked against it before anything is allocated. A file
-    from before the input contract (docs/input.md) holds a model trained on MNIST-normalised floats
-    without saying so: it gets that Normalize at its input, so it takes [0, 1] images as every model does.
+    The config is validated and every tensor checked against it before anything is allocated; a file from
+    before the input contract gets the Normalize its training applied (graph.config.with_preprocessing).
     """
     from ..data.loader import MNIST_MEAN, MNIST_STD
     from ..graph import Model
