@@ -169,6 +169,24 @@ def test_hyper_parameters_at_their_edges_export_as_minidl_computes_them(make):
     np.testing.assert_allclose(onnx_run(model, images)[1], model.forward(images), rtol=1e-5, atol=1e-6)
 
 
+def test_onnx_value_names_are_one_per_value_whatever_the_layer_names():
+    """Layer names become ONNX value names, escaped: 'd/w' is no weight of 'd', 'output' no graph output."""
+    from minidl.inference.onnx_export import _value_name
+    assert _value_name("d/w", 1, 1) == "d%2Fw" and _value_name("a%2Fb", 1, 1) == "a%252Fb"
+    assert _value_name("output", 1, 1) == "%6Futput" and _value_name("input_1", 1, 1) == "input_1"
+    assert _value_name("input_1", 2, 1) == "%69nput_1" and _value_name("conv2d", 1, 1) == "conv2d"
+    pytest.importorskip("onnx")
+    x = L.Input((1, 4, 4))
+    try:                                   # names Model may refuse (a check at creation): then nothing to export
+        h = L.Dense(6, name="d", activation="relu")(L.Flatten(name="input")(x))
+        model = dl.Model(x, L.Dense(3, name="output")(L.Dense(5, name="d/w")(h)), device="cpu")
+    except ValueError as e:
+        pytest.skip(f"the layer names are refused when the Model is made: {e}")
+    model = randomize_weights(model)
+    images = np.random.default_rng(0).random((3, 1, 4, 4), dtype=np.float32)
+    np.testing.assert_allclose(onnx_run(model, images)[1], model.forward(images), rtol=1e-5, atol=1e-6)
+
+
 def test_a_layers_weights_are_matched_by_its_exact_name():
     """'d' and 'd/w' are two layers: dropping or exporting the weights of 'd' must not take 'd/w/w'."""
     from types import SimpleNamespace

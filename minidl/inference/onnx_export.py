@@ -46,6 +46,16 @@ def _onnx_pads(t, b, l, r):
     return [t, l, b, r]              # ONNX: all begins (H, W), then all ends
 
 
+def _value_name(layer: str, n_in: int, n_out: int) -> str:
+    """The ONNX name of a layer's output: its name with '%' and '/' escaped (%25, %2F), so that no layer's
+    output is another's weight or step ('{name}/w', '{name}/pre_relu': layers 'd' and 'd/w'), and the
+    graph's own input and output names escaped too (a layer named 'output'), one name per value (SSA)."""
+    name = layer.replace("%", "%25").replace("/", "%2F")
+    graph = {"input", "output"} if n_in == n_out == 1 else {*(f"input_{i}" for i in range(n_in)),
+                                                              *(f"output_{i}" for i in range(n_out)), "input", "output"}
+    return f"%{ord(name[0]):02X}{name[1:]}" if name in graph else name
+
+
 class _Emitter:
     """Collects ONNX nodes and initializers; one method per minidl node kind. A layer of another kind
     is handed it as `builder`, of which it calls `op(op_type, ins, out, **attrs)` and `const(name, array)`."""
@@ -195,7 +205,7 @@ def to_onnx(model: Model, probabilities: bool | None = None, uint8: bool = False
                              f"(a layer of your own gives one with an onnx(builder, ins, out, weights) method)")
         w = {k.rpartition("/")[2]: v for k, v in weights.items() if k.rpartition("/")[0] == node.layer.name}
         ins = [names[id(p)] for p in node.parents]
-        out = node.layer.name
+        out = _value_name(node.layer.name, len(lowered.inputs), len(lowered.outputs))
         names[id(node)] = own(emit, ins, out, w) if own else getattr(emit, str(node.kind))(node, ins, out, w)
     outputs = []
     for i, node in enumerate(lowered.outputs):
