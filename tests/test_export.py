@@ -327,15 +327,16 @@ def test_export_safetensors_into_a_read_only_folder_is_one_line(tmp_path):
     pytest.importorskip("safetensors")
     ckpt = checkpoint.save(str(tmp_path / "lenet.npz"), models.lenet5(seed=0))
     (tmp_path / "ro").mkdir(mode=0o555)
+    target = str(tmp_path / "ro" / "w.safetensors")
     rc, out, err = as_user(f"import sys; from minidl import export; "
-                           f"sys.exit(export.main([{ckpt!r}, '--safetensors', {str(tmp_path / 'ro' / 'w.safetensors')!r}]))")
+                           f"sys.exit(export.main([{ckpt!r}, '--safetensors', {target!r}]))")
     assert rc == 2 and err.splitlines()[-1].endswith("w.safetensors cannot be written (Permission denied)")
     assert "SafetensorError" not in err and "Traceback" not in err
 
 
 @pytest.mark.skipif(not CAN_TMPFS, reason="needs unshare and a tmpfs mount in a user namespace")
 def test_export_onto_a_full_disk_leaves_the_previous_onnx_whole(tmp_path):
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     ckpt = checkpoint.save(str(tmp_path / "r.npz"), models.resnet(18, seed=0))
     disk = tmp_path / "disk"
     disk.mkdir()

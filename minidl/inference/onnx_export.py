@@ -42,8 +42,8 @@ def lower(model: Model, probabilities: bool = True) -> Model:
     return inference.lower(model, "cpu", probabilities)[0]
 
 
-def _onnx_pads(t, b, l, r):
-    return [t, l, b, r]              # ONNX: all begins (H, W), then all ends
+def _onnx_pads(top, bottom, left, right):
+    return [top, left, bottom, right]              # ONNX: all begins (H, W), then all ends
 
 
 def _value_name(layer: str, n_in: int, n_out: int) -> str:
@@ -141,8 +141,8 @@ class _Emitter:
         return self.op("Tanh", ins, out)
 
     def pad(self, node, ins, out, w):
-        t, b, l, r = node.layer.pads
-        pads = self.const(f"{out}/pads", np.array([0, 0, t, l, 0, 0, b, r], np.int64))
+        top, bottom, left, right = node.layer.pads
+        pads = self.const(f"{out}/pads", np.array([0, 0, top, left, 0, 0, bottom, right], np.int64))
         value = self.const(f"{out}/value", np.array(node.layer.value, np.float32))
         return self.op("Pad", ins + [pads, value], out, mode="constant")
 
