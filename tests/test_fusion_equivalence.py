@@ -16,7 +16,7 @@ from minidl import inference, layers as L
 from minidl.inference import schedule
 from tests.helpers import fusion_nets, randomize_weights
 
-SEEDS = range(48)
+SEEDS = range(64)
 
 
 def _close(got, want):

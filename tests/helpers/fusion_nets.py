@@ -40,9 +40,10 @@ def _conv(rng, h, C, H, K=None, relu=None):
     return layer(h), K, oH
 
 
-def _pool(rng, h, H):
-    """A pool of a random kind (or none): (node, H after it)."""
-    kind = rng.choice(["max2", "max2", "max3s1", "max2pad", "avg2", "none"]) if H >= 4 else "none"
+def _pool(rng, h, H, max2=2):
+    """A pool of a random kind (or none), a 2x2 max-pool (the direct kernel's) `max2` times as likely as
+    each other kind: (node, H after it)."""
+    kind = rng.choice(["max2"] * max2 + ["max3s1", "max2pad", "avg2", "none"]) if H >= 4 else "none"
     if kind == "max2":
         return L.MaxPool2D(2)(h), H // 2
     if kind == "max3s1":
@@ -56,7 +57,8 @@ def _pool(rng, h, H):
 
 def _stage(rng, h, C, H, extra):
     """One stage: a block, then ReLU and pool placements. Returns (node, C, H)."""
-    block = rng.choice(["conv", "conv", "conv_bn", "pad_conv", "residual", "residual", "identity", "shared"])
+    block = rng.choice(["conv", "conv", "conv_bn", "pad_conv", "residual", "residual", "residual", "identity",
+                        "shared"])
     if block == "conv":
         h, C, H = _conv(rng, h, C, H, relu=rng.random() < 0.3)
     elif block == "conv_bn":
@@ -74,7 +76,7 @@ def _stage(rng, h, C, H, extra):
             b = L.Conv2D(K, 1)(a)
         else:
             b = L.Conv2D(K, 1, bias=bool(rng.random() < 0.7))(h)
-            if rng.random() < 0.3:
+            if rng.random() < 0.2:
                 b = L.BatchNorm2D()(b)
         if rng.random() < 0.2:                             # a residual 1x1 conv already fed by another Add
             b = L.Conv2D(K, 1)(L.Add()(b, a))
@@ -89,7 +91,9 @@ def _stage(rng, h, C, H, extra):
     where = rng.choice(["before", "after", "none"])
     if where == "before":
         h = L.ReLU()(h)
-    h, H = _pool(rng, h, H)
+    if rng.random() < 0.3:
+        extra.append(h)                                    # the pool's input as a model output too
+    h, H = _pool(rng, h, H, 6 if block in ("residual", "shared") else 2)   # Add -> max-pool: issue 38.1's net
     if where == "after":
         h = L.ReLU()(h)
     if rng.random() < 0.1:
@@ -134,7 +138,7 @@ def net(seed, softmax=None):
     y = L.Dense(5)(h)
     if softmax if softmax is not None else rng.random() < 0.5:
         y = L.Softmax()(y)
-    outputs = [y] + (extra[:1] if rng.random() < 0.5 else [])
+    outputs = [y] + (extra[-1:] if rng.random() < 0.6 else [])
     model = dl.Model(x, outputs if len(outputs) > 1 else y, device="cpu", seed=seed, name=f"net{seed}")
     return randomize_weights(model, seed)
 
