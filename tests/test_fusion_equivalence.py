@@ -3,8 +3,8 @@
 Generated nets (tests/helpers/fusion_nets.py: residual Adds of 3x3 and 1x1 convs, pools, pads, BN,
 Normalize, ReLU placements, Dropout, Dense heads, Softmax) run through `inference.compile` (the passes, the
 schedule's fused calls, the one-kernel chain at small batches, the layer-by-layer steps at large ones)
-and must give Model.forward's outputs to float32 tolerance; the artifact gives the compiled outputs bit
-for bit; and across the nets every schedule rule and every pass has run at least once.
+and must give Model.forward's outputs to float32 tolerance (bf16: within its rounding); the artifact gives
+the compiled outputs bit for bit; and across the nets every schedule rule and every pass has run at least once.
 """
 import types
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl import inference, layers as L
+from minidl import inference, layers as L, precision
 from minidl.inference import schedule
 from tests.helpers import fusion_nets, randomize_weights
 
@@ -67,6 +67,20 @@ def test_compiled_logits_equal_the_model_without_its_softmax(seed, seen):
     m = inference.compile(model, probabilities=False)
     seen.update(fusion_nets.rules(m))
     _close(m.predict(x), logits.forward(x))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bf16_compiled_model_is_within_bf16_of_the_model(seed):
+    """Under bf16 (forced: these nets are too small for it to pay) the same nets stay within bf16's
+    rounding of the float32 model (3.1% of the largest output at worst on the CPU's bf16 storage)."""
+    model = fusion_nets.net(seed)
+    x = fusion_nets.images(model, 4, seed)
+    m = inference.compile(model, probabilities=True, precision=precision.policy("bf16", always=True))
+    assert m.precision == "bf16"
+    got, want = m.predict(x), model.forward(x)
+    for g, w in zip(*((v if isinstance(v, list) else [v]) for v in (got, want))):
+        err, scale = float(np.abs(np.asarray(g, np.float64) - w).max()), max(float(np.abs(w).max()), 1e-3)
+        assert err <= 8e-2 * scale, f"max error {err:.3g} is more than 8% of max |y| {scale:.3g}"
 
 
 @pytest.mark.parametrize("seed", [s for s in SEEDS if s % 3 == 0])

@@ -13,7 +13,8 @@ from tests.helpers import fusion_nets  # noqa: E402
 
 SEEDS = range(64)
 FP32_TOL = 1e-4          # max |GPU - CPU| / max |CPU|: cuDNN's engines and the direct kernels sum in other orders
-BF16_TOL = 5e-2          # bf16 keeps 8 bits of mantissa: a few layers of rounding, relative to the largest output
+BF16_TOL = 8e-2          # bf16 keeps 8 bits of mantissa: a few layers of rounding, relative to the largest output
+                         # (the CPU's bf16 storage: 3.1% at worst over these nets, tests/test_fusion_equivalence.py)
 
 
 def _host(m, ys):
