@@ -97,7 +97,7 @@ def test_compiled_predict_by_default_equals_model_predict_on_uint8_images(seed):
 
 
 @pytest.mark.parametrize("seed", [s for s in SEEDS if s % 4 == 0])
-def test_a_family_without_x_affine_runs_the_normalize_first(seed, monkeypatch):
+def test_a_family_without_x_affine_runs_the_normalize_first(seed, seen, monkeypatch):
     """A direct family that cannot stage a Normalize (X_AFFINE False, as a GPU family may declare) runs it
     as its own kernel before the fused calls and the chain: the same outputs."""
     family = types.SimpleNamespace(**{k: getattr(dl.get_device("cpu").kernels.direct, k)
@@ -108,6 +108,7 @@ def test_a_family_without_x_affine_runs_the_normalize_first(seed, monkeypatch):
     x = fusion_nets.images(model, 3, seed)
     m = inference.compile(model, probabilities=True)
     assert all(st.x_affine is None for st in m.steps)
+    seen.update(fusion_nets.rules(m))
     _close(m.predict(x), model.forward(x))
 
 

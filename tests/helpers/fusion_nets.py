@@ -9,7 +9,8 @@ now and then an intermediate value as a second model output. Every choice is dra
 `numpy.random.default_rng(seed)`, so a failing seed is rebuilt exactly.
 
 `rules(m)` names what the optimised path of an InferenceModel runs (the schedule's fused calls and what
-the passes folded), so a test can assert that every rule ran on some net.
+the passes folded), so a test can assert that every rule ran on some net: "chain+normalize" is the
+Normalize staged inside the chain kernel, "normalize,chain" its own kernel before it.
 """
 import numpy as np
 
@@ -19,7 +20,8 @@ from minidl import layers as L
 from .weights import randomize_weights
 
 # every fused call the schedule makes, and every rewrite of the inference passes: each must run on some net
-SCHEDULE_RULES = ("conv_pool", "normalize+conv_pool", "mlp", "add_relu", "chain", "chain+normalize", "chain+softmax")
+SCHEDULE_RULES = ("conv_pool", "normalize+conv_pool", "mlp", "add_relu", "chain", "chain+normalize",
+                  "normalize,chain", "chain+softmax")
 PASS_RULES = ("batchnorm_folded", "pad_folded", "normalize_folded", "relu_fused", "add_fused", "dropout_removed",
               "softmax_removed")
 
@@ -158,8 +160,12 @@ def rules(m):
         elif st.kind in ("mlp", "add_relu"):
             seen.add(st.kind)
     if m.chain is not None:
-        seen.add("chain+normalize" if m.chain.nodes[0].kind == "normalize" else "chain")
-        if m.chain.nodes[-1].kind == "softmax":
+        post = m.chain.nodes[-1].kind == "softmax"
+        if m.chain.nodes[0].kind != "normalize":
+            seen.add("chain")
+        else:             # staged inside the chain kernel (x_affine), or its own kernel before it
+            seen.add("chain+normalize" if m.chain.kernels == 1 + post else "normalize,chain")
+        if post:
             seen.add("chain+softmax")
     seen.update(k for k in PASS_RULES if m.stats.get(k))
     return seen
