@@ -46,9 +46,10 @@ def test_fp32_on_the_gpu_equals_the_cpu_model(no_tf32, seed, seen, monkeypatch):
     _close(_host(m, m.predict(x)), want, FP32_TOL)               # the chain kernel where the model is one
     m.cuda_graphs = False
     _close(_host(m, m.predict(x)), want, FP32_TOL)               # eager: the same kernels
-    monkeypatch.setattr(schedule, "CHAIN_MAX_BATCH", 0)          # the fused steps of large batches
-    big = inference.compile(model, device="cuda", probabilities=True)
-    _close(_host(big, big.predict(x)), want, FP32_TOL)
+    if m.chain is not None:                                      # the fused steps of large batches
+        monkeypatch.setattr(schedule, "CHAIN_MAX_BATCH", 0)
+        big = inference.compile(model, device="cuda", probabilities=True)
+        _close(_host(big, big.predict(x)), want, FP32_TOL)
     plain = inference.compile(model, device="cuda", probabilities=True, direct=False)
     _close(_host(plain, plain.predict(x)), want, FP32_TOL)
 
