@@ -61,13 +61,12 @@ def _arrays(layer):
     return layer.w.data, (None if layer.b is None else layer.b.data)
 
 
-def _takes_one(node, activations=("relu",)):
-    """A node of one input whose layer applies only what a direct kernel applies after its own map: an
-    activation among `activations` (or none), no residual added (a residual conv reads two inputs)."""
+def _takes_one(node):
+    """A node of one input whose layer applies only what a direct kernel applies after its own map: a
+    ReLU or nothing, no residual added (a residual conv reads two inputs), in NCHW memory."""
     layer = node.layer
     return (len(node.parents) == 1 and not getattr(layer, "residual", False)
-            and getattr(layer, "activation", None) in (None, *activations)
-            and not getattr(layer, "channels_last", False))
+            and getattr(layer, "activation", None) in (None, "relu") and not getattr(layer, "channels_last", False))
 
 
 def _conv_pool_ok(dk, conv, pool):
