@@ -160,7 +160,7 @@ def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> float:
         out(f"saved {args.save_artifact}")
 
     images, labels = data.load(args.dataset, "test", args.data_dir)
-    # a model that carries its preprocessing takes [0, 1] images; one from before, the normalised ones
+    # every model compiled now takes [0, 1] images (docs/input.md); an artifact from before, normalised ones
     loader = Loader(images, labels, args.batch_size, device, shuffle=False, drop_last=False,
                     normalize=not model.images)
     if tuple(loader.x.shape[1:]) != model.input_shapes[0]:
