@@ -95,7 +95,8 @@ def bench_infer(names, out=print, runs=1000, seed=0, precision="fp32"):
         key = (case["model"], case["depth"])
         if key not in built:
             model = randomize_weights(models.get(case["model"], depth=case["depth"], seed=seed), seed)
-            built[key] = (model, inference.compile(model, device=dev, precision=precision),
+            # logits, as the PyTorch twin (no Softmax) and the published rows
+            built[key] = (model, inference.compile(model, device=dev, precision=precision, probabilities=False),
                           torch_from_minidl(case, model) if torch else None)
             if torch is not None and half is not None:
                 built[key][2].to(memory_format=torch.channels_last)

@@ -31,7 +31,7 @@ def main(argv=None):
     from minidl import inference, models
     dev = dl.get_device("cuda")
     model = models.get(args.model, depth=args.depth if args.model == "resnet" else None, device=dev)
-    compiled = inference.compile(model, device=dev, precision=args.precision)
+    compiled = inference.compile(model, device=dev, precision=args.precision, probabilities=False)
     x = dev.xp.asarray(np.random.default_rng(0).random((args.batch,) + model.inputs[0].shape[1:], np.float32))
     compiled.predict(x)
     dev.sync()

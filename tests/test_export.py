@@ -22,7 +22,7 @@ def digits():
     return images[:N_IMAGES, None].astype(np.float32) / 255, labels[:N_IMAGES]      # (N, 1, 28, 28)
 
 
-def onnx_run(model, x, probabilities=False, uint8=False):
+def onnx_run(model, x, probabilities=None, uint8=False):
     ort = pytest.importorskip("onnxruntime")
     from minidl.inference.onnx_export import to_onnx
     proto = to_onnx(model, probabilities, uint8)
@@ -49,14 +49,17 @@ def test_onnx_logits_equal_minidl_inference_on_mnist(name, digits):
     pytest.importorskip("onnx")
     x, labels = digits
     model = NETS[name]()
-    proto, got = onnx_run(model, x)
-    want = inference.compile(model, device="cpu").predict(x)
+    proto, got = onnx_run(model, x, probabilities=False)
+    want = inference.compile(model, device="cpu", probabilities=False).predict(x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert (got.argmax(1) == want.argmax(1)).all()
     if name == "trained-lenet5":
         assert (got.argmax(1) == labels).mean() > 0.8            # 88% after 94 steps
     ops = [n.op_type for n in proto.graph.node]
     assert not {"BatchNormalization", "Dropout", "Softmax"} & set(ops)      # folded, removed, dropped
+    proto, probs = onnx_run(model, x[:500])                       # by default: Model.predict's outputs
+    np.testing.assert_allclose(probs, model.predict(x[:500]), rtol=1e-4, atol=1e-5)
+    assert proto.graph.node[-2].op_type == "Softmax"
 
 
 @pytest.mark.parametrize("name", ["lenet", "simplenet", "resnet18"])
@@ -78,16 +81,17 @@ def test_onnx_starts_with_the_preprocessing_and_takes_uint8_too(name, digits):
     assert proto8.graph.input[0].type.tensor_type.elem_type == 2           # TensorProto.UINT8
 
 
-def test_onnx_of_a_model_without_the_preprocessing_takes_normalised_floats(digits):
+def test_onnx_of_a_model_without_the_preprocessing_takes_the_images_as_they_are(digits):
+    """No Normalize, nothing normalises: the ONNX graph reads [0, 1] floats (or uint8 / 255), as the model
+    was trained and as Model.predict gives them to it."""
     pytest.importorskip("onnx")
-    from minidl.inference.onnx_export import to_onnx
     model = randomize_weights(models.lenet5(seed=8, preprocess=False))
-    x = ((digits[0][:64] - MNIST_MEAN) / MNIST_STD).astype(np.float32)
+    x = digits[0][:64]
+    u8 = np.rint(x * 255).astype(np.uint8)
     proto, got = onnx_run(model, x)
-    np.testing.assert_allclose(got, inference.compile(model, device="cpu").predict(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, model.predict(x), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(onnx_run(model, u8, uint8=True)[1], model.predict(u8), rtol=1e-4, atol=1e-5)
     assert proto.graph.node[0].op_type == "Conv"
-    with pytest.raises(ValueError, match="takes normalised floats"):
-        to_onnx(model, uint8=True)
 
 
 def test_onnx_graph_has_opset_17_and_a_dynamic_batch():
@@ -123,7 +127,7 @@ def every_kind():
 def test_every_node_kind_exports_and_equals_minidl(probabilities):
     pytest.importorskip("onnx")
     model = every_kind()
-    x = np.random.default_rng(0).standard_normal((7, 3, 12, 12)).astype(np.float32)
+    x = np.random.default_rng(0).random((7, 3, 12, 12), dtype=np.float32)            # images in [0, 1]
     proto, got = onnx_run(model, x, probabilities)
     compiled = inference.compile(model, device="cpu", probabilities=probabilities)
     assert compiled.stats["add_fused"] == 1
@@ -133,6 +137,64 @@ def test_every_node_kind_exports_and_equals_minidl(probabilities):
     assert {"Conv", "Relu", "BatchNormalization", "Add", "LeakyRelu", "Pad", "LRN", "MaxPool", "AveragePool",
             "Tanh", "GlobalAveragePool", "Sigmoid", "Flatten", "Gemm"} <= ops
     assert ("Softmax" in ops) == probabilities and "Dropout" not in ops
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 6, 9])
+def test_lrn_of_every_size_exports_a_file_onnxruntime_runs(size):
+    """onnxruntime takes odd LRN sizes only; ONNX defines even ones as minidl computes them (one channel
+    more ahead than behind), so an even size is written out as that definition: the same outputs."""
+    pytest.importorskip("onnx")
+    x = L.Input((6, 5, 5))
+    model = dl.Model(x, L.Flatten()(L.LRN(size=size, alpha=0.5, beta=0.75, k=1.0)(x)), device="cpu")
+    images = np.random.default_rng(size).random((3, 6, 5, 5), dtype=np.float32) * 3
+    proto, got = onnx_run(model, images)
+    np.testing.assert_allclose(got, model.forward(images), rtol=1e-5, atol=1e-6)
+    assert ("LRN" in {n.op_type for n in proto.graph.node}) == bool(size % 2)
+
+
+@pytest.mark.parametrize("make", [
+    lambda h: L.MaxPool2D(4, stride=3, padding="same")(h), lambda h: L.AvgPool2D(2, stride=1, padding="same")(h),
+    lambda h: L.AvgPool2D((2, 3), padding=1)(h), lambda h: L.Conv2D(3, 4, stride=2, padding="same")(h),
+    lambda h: L.Conv2D(3, 3, dilation=2, padding="same")(h), lambda h: L.Conv2D(3, 2, padding=(0, 1, 2, 0))(h),
+    lambda h: L.Pad2D((2, 0, 1, 3), value=-0.7)(h), lambda h: L.LRN(size=8, alpha=2.0, beta=1.5, k=0.5)(h),
+    lambda h: L.BatchNorm2D(activation="relu")(L.MaxPool2D(2)(h)), lambda h: L.Add(activation="relu")(h, h, h)])
+def test_hyper_parameters_at_their_edges_export_as_minidl_computes_them(make):
+    """Asymmetric 'same' pads of even windows, count_include_pad average pools, dilated and strided 'same'
+    convs, valued pads, an LRN window wider than the channels, three-input Adds: onnxruntime's outputs
+    are minidl's."""
+    pytest.importorskip("onnx")
+    x = L.Input((4, 9, 9))
+    model = randomize_weights(dl.Model(x, L.Flatten()(make(x)), device="cpu"))
+    images = np.random.default_rng(0).random((2, 4, 9, 9), dtype=np.float32)
+    np.testing.assert_allclose(onnx_run(model, images)[1], model.forward(images), rtol=1e-5, atol=1e-6)
+
+
+def test_onnx_value_names_are_one_per_value_whatever_the_layer_names():
+    """Layer names become ONNX value names, escaped: 'd/w' is no weight of 'd', 'output' no graph output."""
+    from minidl.inference.onnx_export import _value_name
+    assert _value_name("d/w", 1, 1) == "d%2Fw" and _value_name("a%2Fb", 1, 1) == "a%252Fb"
+    assert _value_name("output", 1, 1) == "%6Futput" and _value_name("input_1", 1, 1) == "input_1"
+    assert _value_name("input_1", 2, 1) == "%69nput_1" and _value_name("conv2d", 1, 1) == "conv2d"
+    pytest.importorskip("onnx")
+    x = L.Input((1, 4, 4))
+    try:                                   # names Model may refuse (a check at creation): then nothing to export
+        h = L.Dense(6, name="d", activation="relu")(L.Flatten(name="input")(x))
+        model = dl.Model(x, L.Dense(3, name="output")(L.Dense(5, name="d/w")(h)), device="cpu")
+    except ValueError as e:
+        pytest.skip(f"the layer names are refused when the Model is made: {e}")
+    model = randomize_weights(model)
+    images = np.random.default_rng(0).random((3, 1, 4, 4), dtype=np.float32)
+    np.testing.assert_allclose(onnx_run(model, images)[1], model.forward(images), rtol=1e-5, atol=1e-6)
+
+
+def test_a_layers_weights_are_matched_by_its_exact_name():
+    """'d' and 'd/w' are two layers: dropping or exporting the weights of 'd' must not take 'd/w/w'."""
+    from types import SimpleNamespace
+
+    from minidl.graph import Graph
+    g = Graph([], [], weights={"d/w": 1, "d/b": 2, "d/w/w": 3, "d/w/b": 4, "dd/w": 5})
+    g._drop_weights(SimpleNamespace(name="d"))
+    assert sorted(g.weights) == ["d/w/b", "d/w/w", "dd/w"]
 
 
 def test_a_kind_without_onnx_mapping_is_named():
@@ -192,7 +254,8 @@ def test_safetensors_loads_into_the_torch_twin_strictly(name, tmp_path):
     x = np.random.default_rng(0).random((4, 1, 28, 28), dtype=np.float32)          # images in [0, 1]
     with torch.no_grad():
         got = twin.eval()(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(got, inference.compile(model, device="cpu").predict(x), rtol=1e-4, atol=1e-4)
+    logits = inference.compile(model, device="cpu", probabilities=False).predict(x)     # the twin has no Softmax
+    np.testing.assert_allclose(got, logits, rtol=1e-4, atol=1e-4)
 
 
 def test_checkpoint_loads_safetensors_weights(tmp_path):
@@ -226,13 +289,17 @@ def test_export_command_writes_both_files(tmp_path, capsys):
     ckpt = str(tmp_path / "lenet.npz")
     checkpoint.save(ckpt, models.lenet5(seed=0))
     o, s = str(tmp_path / "m.onnx"), str(tmp_path / "w.safetensors")
-    assert export.main([ckpt, "--onnx", o, "--safetensors", s, "--probabilities"]) == 0
-    assert onnx.load(o).graph.node[-2].op_type == "Softmax"
+    assert export.main([ckpt, "--onnx", o, "--safetensors", s]) == 0
+    assert onnx.load(o).graph.node[-2].op_type == "Softmax"                  # Model.predict's outputs
     assert checkpoint.load_model(s).n_params == 61706
     assert "wrote" in capsys.readouterr().out
+    assert export.main([ckpt, "--onnx", o, "--logits"]) == 0
+    assert onnx.load(o).graph.node[-2].op_type == "Gemm" and ", logits" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv", [[], ["--probabilities", "--safetensors", "w.safetensors"],
+                                  ["--logits", "--safetensors", "w.safetensors"],
+                                  ["--onnx", "m.onnx", "--logits", "--probabilities"],
                                   ["--safetensors", "w.npz"], ["--onnx", "/no/such/folder/m.onnx"]])
 def test_export_command_bad_flags_exit_2(argv, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
@@ -260,15 +327,16 @@ def test_export_safetensors_into_a_read_only_folder_is_one_line(tmp_path):
     pytest.importorskip("safetensors")
     ckpt = checkpoint.save(str(tmp_path / "lenet.npz"), models.lenet5(seed=0))
     (tmp_path / "ro").mkdir(mode=0o555)
+    target = str(tmp_path / "ro" / "w.safetensors")
     rc, out, err = as_user(f"import sys; from minidl import export; "
-                           f"sys.exit(export.main([{ckpt!r}, '--safetensors', {str(tmp_path / 'ro' / 'w.safetensors')!r}]))")
+                           f"sys.exit(export.main([{ckpt!r}, '--safetensors', {target!r}]))")
     assert rc == 2 and err.splitlines()[-1].endswith("w.safetensors cannot be written (Permission denied)")
     assert "SafetensorError" not in err and "Traceback" not in err
 
 
 @pytest.mark.skipif(not CAN_TMPFS, reason="needs unshare and a tmpfs mount in a user namespace")
 def test_export_onto_a_full_disk_leaves_the_previous_onnx_whole(tmp_path):
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     ckpt = checkpoint.save(str(tmp_path / "r.npz"), models.resnet(18, seed=0))
     disk = tmp_path / "disk"
     disk.mkdir()

@@ -45,14 +45,16 @@ def kinds(m):
 
 
 # -- equality with the eval-mode model --------------------------------------------------------------
-def test_lenet_logits_and_probabilities_equal_the_model():
+def test_lenet_compiles_to_the_models_probabilities_and_to_logits_when_asked():
     model = randomize(models.lenet5())
     x = batch(5)
     y, z = eval_outputs(model, x)
-    logits = inference.compile(model)
-    probs = inference.compile(model, probabilities=True)
+    logits = inference.compile(model, probabilities=False)
+    probs = inference.compile(model)                         # the model's own outputs, as Model.predict's
     assert_close(logits.predict(x), z)
     assert_close(probs.predict(x), y)
+    assert_close(probs.predict(x), model.predict(x))
+    assert_close(inference.compile(model, probabilities=True).predict(x), y)
     assert "softmax" not in kinds(logits) and kinds(probs)[-1] == "softmax"
     np.testing.assert_allclose(probs.predict(x).sum(axis=1), 1.0, rtol=1e-6)
     # LeNet: every ReLU fused into its conv or dense; no BN to fold; Normalize kept (a padded first conv)
@@ -64,9 +66,9 @@ def test_resnet18_folds_every_bn_and_equals_the_model():
     model = randomize(models.resnet(18))
     x = batch(3)
     y, z = eval_outputs(model, x)
-    m = inference.compile(model)
+    m = inference.compile(model, probabilities=False)
     assert_close(m.predict(x), z)
-    assert_close(inference.compile(model, probabilities=True).predict(x), y)
+    assert_close(inference.compile(model).predict(x), y)
     # 20 BNs folded into their convs, the 4 explicit pads into the strided convs, 17 ReLUs fused
     assert m.stats["batchnorm_folded"] == 20 and m.stats["pad_folded"] == 4 and m.stats["relu_fused"] == 17
     assert "batchnorm" not in kinds(m) and "pad" not in kinds(m) and "relu" not in kinds(m)
@@ -82,7 +84,7 @@ def test_resnet50_adds_each_shortcut_in_its_blocks_last_conv(tmp_path):
     model = randomize(models.resnet(50))
     x = batch(2)
     _, z = eval_outputs(model, x)
-    m = inference.compile(model)
+    m = inference.compile(model, probabilities=False)
     residual = [n for n in m.nodes if n.kind == "conv2d" and n.layer.residual]
     assert m.stats["add_fused"] == 16 and len(residual) == 16 and "add" not in kinds(m)
     assert all(n.layer.ksize == (1, 1) and n.layer.activation == "relu" and len(n.parents) == 2 for n in residual)
@@ -96,7 +98,7 @@ def test_float64_compile_of_resnet18_is_tight():
     model = randomize(models.resnet(18, dtype="float64"))
     x = batch(2).astype(np.float64)
     _, z = eval_outputs(model, x)
-    assert_close(inference.compile(model, dtype="float64").predict(x), z, rtol=1e-12)
+    assert_close(inference.compile(model, dtype="float64", probabilities=False).predict(x), z, rtol=1e-12)
 
 
 def _zoo():
@@ -123,9 +125,9 @@ def test_every_layer_family_equals_the_model():
     model = randomize(_zoo())
     x = batch(4, (3, 12, 12))
     y, z = eval_outputs(model, x)
-    m = inference.compile(model)
+    m = inference.compile(model, probabilities=False)
     assert_close(m.predict(x), z)
-    assert_close(inference.compile(model, probabilities=True).predict(x), y)
+    assert_close(inference.compile(model).predict(x), y)
     k = kinds(m)
     assert k.count("batchnorm") == 2 and m.stats["batchnorm_folded"] == 1   # the shared conv's BN and the pooled one
     assert k.count("pad") == 1 and m.stats["pad_folded"] == 1
@@ -156,9 +158,9 @@ def test_dropout_is_removed_and_eval_output_kept():
                                      L.Dropout(0.2), L.ReLU(), L.Dense(4), L.Softmax()], (1, 6, 6)))
     x = batch(8, (1, 6, 6))
     y, z = eval_outputs(model, x)
-    m = inference.compile(model)
+    m = inference.compile(model, probabilities=False)
     assert_close(m.predict(x), z)
-    assert_close(inference.compile(model, probabilities=True).predict(x), y)
+    assert_close(inference.compile(model).predict(x), y)
     assert kinds(m) == ["flatten", "dense", "dense", "dense"]      # ReLU after Dropout fused all the same
     assert m.stats["dropout_removed"] == 2 and m.stats["relu_fused"] == 2
 
@@ -233,20 +235,25 @@ def steps(m, n):
 def test_lenet_schedule_is_one_chain_or_fused_stages_and_equals_plain(n):
     model = randomize(models.lenet5())
     x = batch(n, seed=n)
-    _, z = eval_outputs(model, x)
-    m, plain = inference.compile(model), inference.compile(model, direct=False)
+    y, z = eval_outputs(model, x)
+    m = inference.compile(model, probabilities=False)
+    plain = inference.compile(model, probabilities=False, direct=False)
+    probs = inference.compile(model)                        # the model's Softmax kept: one kernel after
     assert steps(plain, n) == kinds(plain)
     if n <= inference.CHAIN_MAX_BATCH:                      # the chain kernel reads x through the Normalize
         assert steps(m, n) == ["chain"] and m.schedule(n)[0][0].kernels == 1
+        assert steps(probs, n) == ["chain"] and probs.schedule(n)[0][0].kernels == 2
     else:                                                   # and so does the first conv+pool kernel
         assert steps(m, n) == ["conv_pool", "conv_pool", "flatten", "mlp"]
+        assert steps(probs, n) == ["conv_pool", "conv_pool", "flatten", "mlp", "softmax"]
     assert_close(m.predict(x), z)
     assert_close(m.predict(x), plain.predict(x))
+    assert_close(probs.predict(x), y)
 
 
 def test_resnet_schedule_fuses_add_relu_and_the_dense():
     model = randomize(models.resnet(18))
-    m = inference.compile(model)
+    m = inference.compile(model, probabilities=False)
     k = steps(m, 2)
     assert k.count("add_relu") == 8 and k[-1] == "mlp" and "add" not in k and m.chain is None
     x = batch(2)
@@ -349,7 +356,7 @@ def test_artifact_with_wrong_weights_is_rejected(tmp_path):
 def test_compile_from_a_checkpoint_path(tmp_path):
     model = randomize(models.resnet(18))
     path = checkpoint.save(tmp_path / "resnet18.npz", model)
-    m = inference.compile(str(path), device="cpu")
+    m = inference.compile(str(path), device="cpu", probabilities=False)
     x = batch(2)
     _, z = eval_outputs(model, x)
     assert_close(m.predict(x), z)
@@ -408,10 +415,34 @@ def test_cli_prints_the_models_eval_accuracy(trained, tmp_path):
     p = infer("--checkpoint", str(ckpt), "--device", "cpu", "--save-artifact", str(art), data_dir=data_dir)
     assert p.returncode == 0, p.stderr
     assert f"accuracy: {acc:.3f}% (10000 test images" in p.stdout, p.stdout
-    assert "14 layers -> 9 nodes" in p.stdout and art.is_file()
+    assert "14 layers -> 10 nodes" in p.stdout and art.is_file()             # the Softmax kept
     p = infer("--artifact", str(art), "--device", "cpu", "--batch-size", "768", data_dir=data_dir)
     assert p.returncode == 0, p.stderr
     assert f"accuracy: {acc:.3f}%" in p.stdout                # a partial last batch changes nothing
+
+
+def test_cli_scores_issue_38s_residual_net_as_the_model_does(tmp_path):
+    """Issue 38.1: Add(3x3 conv, 1x1 conv) -> ReLU -> 2x2 max-pool scored 83.74% by `minidl infer` where the
+    model scored 92.19% (the conv+pool fusion dropped the Add's second input). Now infer, its artifact and
+    --no-direct print the model's own accuracy, and bf16 is compared with the model itself."""
+    data_dir = tmp_path / "data"
+    train, test = _synthetic_mnist(data_dir)
+    x = L.Input((1, 28, 28))
+    h = L.Normalize()(x)
+    h = L.MaxPool2D(2)(L.ReLU()(L.Add()(L.Conv2D(6, 3, padding=1)(h), L.Conv2D(6, 1)(h))))
+    model = dl.Model(x, L.Softmax()(L.Dense(10)(L.Flatten()(h))), name="res", seed=0)
+    trainer = dl.Trainer(model, optim.get("adam", lr=1e-3), log=lambda *a: None, progress=False)
+    trainer.fit(train, steps=40, batch_size=32, monitor=1000)
+    acc = trainer.evaluate(test, batch_size=1000).percent
+    assert acc > 20
+    ckpt, art = checkpoint.save(tmp_path / "res.npz", model), tmp_path / "res.artifact.npz"
+    for args in (["--checkpoint", str(ckpt), "--save-artifact", str(art)], ["--artifact", str(art)],
+                 ["--checkpoint", str(ckpt), "--no-direct"]):
+        p = infer(*args, "--device", "cpu", data_dir=data_dir)
+        assert p.returncode == 0, p.stderr
+        assert f"accuracy: {acc:.3f}%" in p.stdout, (args, p.stdout)
+    p = infer("--checkpoint", str(ckpt), "--device", "cpu", "--precision", "bf16", data_dir=data_dir)
+    assert p.returncode == 0 and "(the fp32 model itself, Model.forward)" in p.stdout, p.stderr
 
 
 def test_cli_latency_and_profile(trained):
@@ -422,7 +453,7 @@ def test_cli_latency_and_profile(trained):
     out = p.stdout
     assert "latency (batch 1, 1000 runs, input on the device): median" in out and " p99 " in out
     assert "throughput (10000 images in one batch" in out and "images/s" in out
-    assert "profile at batch 200" in out and "normalize..dense_2" in out and "total" in out
+    assert "profile at batch 200" in out and "normalize..softmax" in out and "total" in out
 
 
 def test_cli_errors(trained, tmp_path):
@@ -468,7 +499,7 @@ class _StagingFamily:
 def test_a_family_that_stages_the_normalize_keeps_lenet_one_chain_kernel(n):
     from minidl.inference import schedule
     model = randomize(models.lenet5())
-    m = inference.compile(model, direct=False)
+    m = inference.compile(model, direct=False, probabilities=False)
     steps, chain = schedule.plan(m.model, _StagingFamily(schedule.direct_family(m.device)))
     assert [st.kind for st in steps] == ["conv_pool", "conv_pool", "flatten", "mlp"]
     assert steps[0].nodes[0].kind == "normalize" and chain.kernels == 1

@@ -155,27 +155,103 @@ def test_images_outside_the_contract_are_one_error_naming_the_entry_point(bad, w
         assert str(info.value).startswith(where) and words in str(info.value) and "\n" not in str(info.value)
 
 
-def test_checkpoints_and_artifacts_from_before_the_layer_load_and_take_normalised_floats(tmp_path):
-    """A model built without Normalize (what every checkpoint and artifact from before holds) loads as it
-    was: compile, artifacts and predict normalise as before; its weights load into today's zoo model too."""
+def _from_before(path, what="checkpoint"):
+    """Rewrite a file as one from before the input contract: its config without the "input" key (and an
+    artifact's record without "images"), every tensor as it was."""
+    from minidl.files import checkpoint
+    info, arrays = checkpoint.read_npz(path, what)
+    info["model"].pop("input")
+    info.pop("images", None)
+    checkpoint.write_npz(path, arrays, info)
+    return path
+
+
+def test_checkpoints_and_artifacts_from_before_the_contract_keep_their_answers(tmp_path):
+    """Every model without Normalize saved before the contract was trained on MNIST-normalised floats (the
+    Loader's default then): its checkpoint loads with that Normalize made explicit, so it takes [0, 1]
+    images at every entry point and answers as it did; an artifact from before takes normalised floats, as
+    it did; its weights load into today's zoo model too."""
     from minidl.files import checkpoint
     from minidl import inference
     old = models.lenet5(seed=3, preprocess=False)
-    path = _quiet(old).save(tmp_path / "old.npz")                 # weights, optimizer state and the run's meta
-    art = inference.compile(old).save(tmp_path / "old.artifact.npz")
+    path = _from_before(_quiet(old).save(tmp_path / "old.npz"))
+    art = _from_before(inference.compile(old).save(tmp_path / "old.artifact.npz"), "artifact")
     u8 = _uint8(6, (1, 28, 28))[0]
     normalised = ((u8.astype(np.float32) / 255 - 0.1307) / 0.3081).astype(np.float32)
+    want = old.forward(normalised)                                   # what it answered before
     back = checkpoint.load_model(path)
-    assert [n.kind for n in back.nodes][0] == "conv2d"
-    want = old.forward(normalised)
-    np.testing.assert_array_equal(back.forward(normalised), want)
-    np.testing.assert_allclose(back.predict(u8), want, rtol=1e-6, atol=1e-7)        # the Loader normalises
-    for m in (inference.compile(path), inference.load(art, device="cpu")):
-        assert not m.images
-        np.testing.assert_allclose(m.predict(normalised), inference.compile(old).predict(normalised), rtol=1e-6)
-    now = models.lenet5(seed=9)                                                     # carries Normalize
+    assert [n.kind for n in back.nodes][0] == "normalize" and back.config()["input"] == "images"
+    np.testing.assert_allclose(back.forward(u8), want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(back.predict(u8), want, rtol=1e-5, atol=1e-7)
+    compiled = inference.compile(path)
+    assert compiled.images
+    np.testing.assert_allclose(compiled.predict(u8), want, rtol=1e-5, atol=1e-6)
+    before = inference.load(art, device="cpu")
+    assert not before.images
+    np.testing.assert_allclose(before.predict(normalised), want, rtol=1e-5, atol=1e-6)
+    now = models.lenet5(seed=9)                                      # carries Normalize
     checkpoint.load(path, now)
     np.testing.assert_allclose(now.predict(u8), want, rtol=1e-5, atol=1e-7)
     trainer = _quiet(models.lenet5(seed=9))
     trainer.resume(path)
     np.testing.assert_allclose(trainer.model.predict(u8), want, rtol=1e-5, atol=1e-7)
+    fresh = checkpoint.load_model(_quiet(models.lenet5(seed=3, preprocess=False)).save(tmp_path / "new.npz"))
+    assert [n.kind for n in fresh.nodes][0] == "conv2d"              # saved now: nothing added
+
+
+# -- one contract for every model (issue 39.1): custom or zoo, every entry point, the same outputs -----------
+def _custom(seed=0):
+    """A custom net without Normalize, as the README builds one: it takes the images as they are."""
+    from minidl import layers as L
+    x = L.Input((1, 28, 28))
+    h = L.MaxPool2D(2)(L.ReLU()(L.Conv2D(6, 5, padding=2)(x)))
+    h = L.Dense(32, activation="relu")(L.Flatten()(L.MaxPool2D(2)(L.ReLU()(L.Conv2D(8, 3)(h)))))
+    return dl.Model(x, L.Softmax()(L.Dense(10)(h)), device="cpu", seed=seed, name="custom")
+
+
+@pytest.mark.parametrize("make", [_custom, lambda: models.lenet5(seed=4)], ids=["custom", "zoo"])
+def test_every_entry_point_gives_the_same_outputs_for_the_same_uint8_images(make):
+    from minidl import inference
+    from tests.helpers import randomize_weights
+    model = randomize_weights(make())
+    u8 = _uint8(12, (28, 28), seed=5)[0]                             # (N, H, W), as fit takes them
+    unit = u8.astype(np.float32)[:, None] / 255                      # the preprocessed input: [0, 1]
+    want = model.predict(u8)
+    np.testing.assert_allclose(want.sum(1), 1.0, rtol=1e-5)          # probabilities: the model's Softmax
+    np.testing.assert_allclose(model.forward(unit), want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(model.forward(u8), want, rtol=1e-5, atol=1e-7)          # (N, H, W) uint8 too
+    compiled = inference.compile(model)
+    for x in (u8, u8[:, None], unit, unit[:, 0]):
+        np.testing.assert_allclose(compiled.predict(x), want, rtol=1e-4, atol=1e-6)
+    if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
+        import onnxruntime as ort
+        from minidl.inference.onnx_export import to_onnx
+        for x, uint8 in ((unit, False), (u8[:, None], True)):
+            session = ort.InferenceSession(to_onnx(model, uint8=uint8).SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+            np.testing.assert_allclose(session.run(None, {"input": x})[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_custom_net_without_normalize_trains_on_the_images_as_they_are():
+    """fit normalises nothing the model does not declare: uint8 / 255, floats in [0, 1], and the very [0, 1]
+    batches given by hand train the same weights (no MNIST mean and std applied behind the user's back)."""
+    images, labels = _uint8(48, (28, 28), seed=2)
+    flats = []
+    for x in (images, images / 255, None):
+        trainer = _quiet(_custom(seed=1))
+        if x is None:
+            loader = Loader(images, labels, 16, trainer.device, seed=trainer.seed, normalize=False)
+            for k in range(3):
+                trainer.train_step(*loader.batch(0, k))
+        else:
+            trainer.fit((x, labels), steps=3, batch_size=16, monitor=3)
+        flats.append(trainer.model.flat.copy())
+    np.testing.assert_array_equal(flats[0], flats[1])
+    np.testing.assert_array_equal(flats[0], flats[2])
+    with pytest.raises(DataError, match="the Loader normalises with .* custom carries no Normalize"):
+        _quiet(_custom()).fit(Loader(images, labels, 16, Device("cpu")), steps=1)
+
+
+def test_predict_refuses_a_second_normalisation_of_a_model_that_has_its_own():
+    with pytest.raises(ValueError, match=r"lenet5.predict: normalize=True, but lenet5 carries its own Normalize"):
+        models.lenet5().predict(_uint8(2, (28, 28))[0], normalize=True)

@@ -51,7 +51,7 @@ class Spike(Layer):
 
 def _spiky_net():
     x = L.Input((1, 28, 28))
-    h = L.MaxPool2D(2)(L.Conv2D(4, 5, activation="relu")(x))
+    h = L.MaxPool2D(2)(L.Conv2D(4, 5, activation="relu")(L.Normalize()(x)))     # MNIST's, by the Loader
     y = L.Dense(10)(Spike()(L.Dense(16, activation="relu")(L.Flatten()(h))))
     return dl.Model(x, y, seed=1)
 

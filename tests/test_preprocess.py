@@ -71,11 +71,13 @@ def test_inference_folds_it_into_an_unpadded_first_conv_only(padding, folded):
     np.testing.assert_allclose(m.predict(images), model.forward(images), rtol=1e-12, atol=1e-12)
 
 
-def test_a_model_without_the_layer_lowers_as_before():
+def test_a_model_without_the_layer_takes_the_images_as_they_are():
+    """Nothing normalises what a model does not declare (docs/input.md): fit's Loader leaves [0, 1] as it
+    is, and the compiled model takes the same images; LeNet stays one chain kernel (then its Softmax)."""
     model = models.lenet5(preprocess=False)
-    assert data_loader.preprocessing(model) is None and data_loader.normalization(model) is True
-    m = inference.compile(model)
-    assert not m.images and [st.kind for st in m.schedule(1)[0]] == ["chain"] and m.schedule(1)[0][0].kernels == 1
+    assert data_loader.preprocessing(model) is None and data_loader.normalization(model) is False
+    m = inference.compile(model, probabilities=False)
+    assert m.images and [st.kind for st in m.schedule(1)[0]] == ["chain"] and m.schedule(1)[0][0].kernels == 1
 
 
 # -- what the Loader reads ------------------------------------------------------------------------------
@@ -92,7 +94,10 @@ def test_the_loader_applies_what_the_model_declares():
     with pytest.raises(DataError, match="the Loader normalises with .* declares"):
         data_loader.check_normalization(model, Loader(images, np.zeros(6, np.int64), 6, Device("cpu")))
     assert data_loader.normalization(models.lenet5()) == (0.1307, 0.3081)
-    data_loader.check_normalization(models.lenet5(preprocess=False), loader)      # a model from before: any
+    plain = models.lenet5(preprocess=False)                 # declares nothing: a Loader that normalises is refused
+    with pytest.raises(DataError, match="the Loader normalises with .* lenet5 carries no Normalize"):
+        data_loader.check_normalization(plain, loader)
+    data_loader.check_normalization(plain, Loader(images, np.zeros(6, np.int64), 6, Device("cpu"), normalize=False))
 
 
 def test_a_host_loader_applies_what_the_model_declares_as_the_loader_does():
@@ -116,14 +121,19 @@ def test_a_host_loader_applies_what_the_model_declares_as_the_loader_does():
 
 def test_a_zoo_model_trains_the_same_weights_with_the_layer_as_without():
     """The trainer's Loader normalises (MNIST's values, what the zoo declares) and the training lowering
-    drops the layer: the same steps as a model from before, bit for bit."""
+    drops the layer: the same steps as the net without it fed the normalised batches, bit for bit."""
     rng = np.random.default_rng(3)
     images, labels = rng.integers(0, 256, (64, 28, 28), dtype=np.uint8), rng.integers(0, 10, 64)
     flats = []
     for preprocess in (True, False):
         trainer = dl.Trainer(models.lenet5(seed=0, preprocess=preprocess), dl.optim.Adam(lr=1e-3), device="cpu",
                              progress=False, log=lambda s: None)
-        trainer.fit((images, labels), steps=4, batch_size=16, monitor=4)
+        if preprocess:
+            trainer.fit((images, labels), steps=4, batch_size=16, monitor=4)
+        else:                                                   # the very batches fit drew, normalised
+            loader = Loader(images, labels, 16, trainer.device, seed=trainer.seed, normalize=True)
+            for k in range(4):
+                trainer.train_step(*loader.batch(0, k))
         flats.append(trainer.model.flat.copy())
     np.testing.assert_array_equal(*flats)
 

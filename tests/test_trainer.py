@@ -8,19 +8,16 @@ import pytest
 
 import minidl as dl
 from minidl import layers as L, models, optim
-from minidl.data.loader import MNIST_MEAN, MNIST_STD
 
 # the seed's line: `step:  100, loss: 0.082, accuracy: 45.188%` (step right-aligned in 4 columns)
 MONITOR_LINE = re.compile(r"step: (?P<pad> *)(?P<step>\d+), loss: (?P<loss>\d+\.\d{3}), "
                           r"accuracy: (?P<acc>\d+\.\d{3})%")
 
 
-def normalized(images, dtype=np.float32):
-    """What the Loader feeds the model: (images/255 - mean) / std, as (N, 1, H, W)."""
+def as_fed(images, dtype=np.float32):
+    """What the Loader feeds a model without Normalize: images / 255, as (N, 1, H, W) (docs/input.md)."""
     x = images.reshape(len(images), 1, *images.shape[1:]).astype(dtype)
     x /= 255
-    x -= MNIST_MEAN
-    x /= MNIST_STD
     return x
 
 
@@ -133,8 +130,8 @@ def test_evaluate_includes_the_final_short_batch(mnist_train):
     trainer = dl.Trainer(model, optim.Adam(lr=2e-3), device="cpu", progress=False, log=lambda s: None)
     trainer.fit((images[:320], labels[:320]), steps=10, batch_size=32, monitor=100)
 
-    net = model.lower(dl.graph.passes.training)              # outputs the logits
-    logits = net.forward(normalized(images), training=False).astype(np.float64)   # all 1,050 in one batch
+    net = model.lower(dl.graph.passes.drop_final_softmax)    # outputs the logits (its Normalize kept)
+    logits = net.forward(as_fed(images), training=False).astype(np.float64)   # all 1,050 in one batch
     hits = np.argmax(logits, axis=1) == labels
     acc_all, acc_first = hits.mean(), hits[:1000].mean()
     assert acc_all != acc_first                              # otherwise the test could not fail
@@ -174,7 +171,7 @@ def _indexed_images(N):
 
 
 def _decode(x):
-    p = np.rint((np.asarray(x, np.float64)[:, 0, 0, :2] * MNIST_STD + MNIST_MEAN) * 255).astype(int)
+    p = np.rint(np.asarray(x, np.float64)[:, 0, 0, :2] * 255).astype(int)
     return p[:, 0] * 256 + p[:, 1]
 
 
@@ -217,9 +214,9 @@ def test_softmax_model_uses_the_logits_for_loss_and_gradient():
     last.set_weights({"w": last.get_weights()["w"] * 300})  # logits hundreds apart: float32
     trainer = dl.Trainer(model, optim.SGD(lr=0.0), device="cpu", progress=False)
 
-    probs = model.forward(normalized(images), training=False)
+    probs = model.forward(as_fed(images), training=False)
     assert (probs == 0).any()                                # log(probs) would be -inf here
-    z = model.lower(dl.graph.passes.training).forward(normalized(images)).astype(np.float64)
+    z = model.lower(dl.graph.passes.training).forward(as_fed(images)).astype(np.float64)
     assert np.array_equal(np.argmax(z, 1), np.argmax(probs, 1))
     nll = -log_softmax64(z)[np.arange(N), labels]
     assert np.isfinite(nll).all() and nll.max() > 100
@@ -244,7 +241,7 @@ def test_trainer_works_on_a_model_without_softmax():
     model = tiny_net(seed=3, softmax=False)
     assert model.outputs[0].kind != "softmax"
     trainer = dl.Trainer(model, optim.SGD(lr=0.0), device="cpu", progress=False)
-    out = model.forward(normalized(images), training=False)
+    out = model.forward(as_fed(images), training=False)
     nll = -log_softmax64(out)[np.arange(64), labels]
     loss, _ = trainer.evaluate((images, labels), batch_size=64)
     assert loss == pytest.approx(nll.mean(), rel=1e-5)

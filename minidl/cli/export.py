@@ -1,12 +1,12 @@
 """python -m minidl.export: a checkpoint's inference graph as ONNX, its weights as .safetensors.
 
-    python -m minidl.export checkpoints/lenet5.npz --onnx lenet5.onnx [--probabilities]
+    python -m minidl.export checkpoints/lenet5.npz --onnx lenet5.onnx [--logits]
     python -m minidl.export checkpoints/resnet18.npz --safetensors resnet18.safetensors
 
---onnx writes the graph minidl.inference.compile runs (BN folded, dropout removed, the final Softmax
-dropped unless --probabilities), opset 17, float32, a dynamic batch dimension (minidl.inference.onnx_export);
-a model that carries its preprocessing takes images in [0, 1] (--uint8: uint8 in [0, 255]), one
-from before normalised floats (docs/input.md).
+--onnx writes the graph minidl.inference.compile runs (BN folded, dropout removed; the final Softmax
+kept, so its outputs are Model.predict's, unless --logits), opset 17, float32, a dynamic batch dimension
+(minidl.inference.onnx_export); it takes images in [0, 1] (--uint8: uint8 in [0, 255]), as every entry
+point does (docs/input.md).
 --safetensors writes every parameter and BN statistic under the names the model's PyTorch twin uses
 (minidl.files.torch_names; benchmarks/torch_models.py builds the twins), so a torch state_dict made from
 it loads with strict=True; its metadata holds the architecture, so minidl.files.checkpoint.load_model
@@ -53,9 +53,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="a checkpoint written by python -m minidl.train (.npz)")
     p.add_argument("--onnx", metavar="PATH", help="write the inference graph as ONNX (opset 17)")
     p.add_argument("--safetensors", metavar="PATH", help="write the weights with PyTorch names")
-    p.add_argument("--probabilities", action="store_true", help="keep the final Softmax in the ONNX graph")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--probabilities", action="store_true",
+                     help="keep the final Softmax in the ONNX graph (the default: Model.predict's outputs)")
+    out.add_argument("--logits", action="store_true", help="drop the final Softmax: the ONNX graph outputs logits")
     p.add_argument("--uint8", action="store_true", help="the ONNX input is uint8 images in [0, 255] "
-                   "(default: float images in [0, 1]); for a model that carries its preprocessing")
+                   "(default: float images in [0, 1])")
     return p
 
 
@@ -63,8 +66,8 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
     """Every flag checked before the checkpoint is read: a bad one exits 2 with the usage line."""
     if not args.onnx and not args.safetensors:
         p.error("nothing to write: give --onnx PATH and/or --safetensors PATH")
-    if args.probabilities and not args.onnx:
-        p.error("--probabilities applies to --onnx only")
+    if (args.probabilities or args.logits) and not args.onnx:
+        p.error(f"--{'logits' if args.logits else 'probabilities'} applies to --onnx only")
     if args.uint8 and not args.onnx:
         p.error("--uint8 applies to --onnx only")
     for flag in ("onnx", "safetensors"):
@@ -89,9 +92,9 @@ def run(args: argparse.Namespace) -> None:
             import onnx  # noqa: F401  (named in the error below when absent)
         except ImportError:
             raise ValueError(f"--onnx needs the onnx package ({install_hint('export', 'onnx')})") from None
-        save_onnx(args.onnx, model, args.probabilities, args.uint8)
+        save_onnx(args.onnx, model, not args.logits, args.uint8)
         print(f"wrote {args.onnx}: {model.name} inference graph, ONNX opset {OPSET}, dynamic batch"
-              f"{', probabilities' if args.probabilities else ', logits'}{', uint8 input' if args.uint8 else ''}")
+              f"{', logits' if args.logits else ''}{', uint8 input' if args.uint8 else ''}")
     if args.safetensors:
         tensors = save_safetensors(args.safetensors, model)
         print(f"wrote {args.safetensors}: {len(tensors)} tensors with PyTorch names")

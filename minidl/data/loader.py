@@ -56,7 +56,7 @@ def pixel_scale(images: np.ndarray, where: str = "images") -> int:
 
 def preprocessing(model: Model) -> Any:
     """The layer at `model`'s input that declares `takes_images` (layers.Normalize), or None: a model
-    from before it (or built without it), which takes normalised floats as the Loader makes them."""
+    without it, which takes the contract's images as they are (floats in [0, 1])."""
     inputs = {id(n) for n in model.inputs}
     for node in model.nodes:
         if getattr(node.layer, "takes_images", False) and all(id(p) in inputs for p in node.parents):
@@ -65,29 +65,32 @@ def preprocessing(model: Model) -> Any:
 
 
 def takes_images(model: Model) -> bool:
-    """Whether `model` carries its preprocessing, so that every entry point takes the contract's images."""
+    """Whether `model` carries its preprocessing (a Normalize at its input). Every model takes the
+    contract's images at every entry point; one that carries it normalises them itself."""
     return preprocessing(model) is not None
 
 
 def normalization(model: Model) -> bool | tuple[Any, Any]:
     """What a Loader feeding `model`'s training lowering applies (its `normalize=`): the (mean, std)
     the model's preprocessing declares (the lowering drops that layer, passes.drop_preprocessing), or
-    True, MNIST's, for a model without one (as before it existed). The Trainer builds its Loaders so."""
+    False for a model without one: it trains on the contract's images as they are, floats in [0, 1]
+    (uint8 / 255), what every entry point then gives it (docs/input.md). Nothing is applied that the
+    model does not declare. The Trainer builds its Loaders so."""
     layer = preprocessing(model)
     if layer is None:
-        return True
+        return False
     return tuple(v[0] if len(v) == 1 else list(v) for v in (layer.mean, layer.std))  # type: ignore[return-value]
 
 
 def check_normalization(model: Model, loader: Loader, where: str = "fit") -> None:
-    """A Loader given to fit or evaluate must apply what `model`'s preprocessing declares (the training
-    lowering drops that layer); else one DataError. A model without one takes the Loader's choice."""
-    if not takes_images(model):
-        return
-    want = _pair(normalization(model))
-    if _pair(loader.normalize) != want:
-        raise DataError(f"{where}: the Loader normalises with {_pair(loader.normalize)}, but {model.name} declares "
-                        f"{want}: build the Loader with normalize=data.loader.normalization(model)")
+    """A Loader given to fit or evaluate must apply what `model` declares (its Normalize's mean and std,
+    which the training lowering drops; nothing for a model without one); else one DataError."""
+    want, got = _pair(normalization(model)), _pair(loader.normalize)
+    if got != want:
+        declares = f"declares {want}" if want else "carries no Normalize: it takes the images as they are"
+        does = f"normalises with {got}" if got else "does not normalise"
+        raise DataError(f"{where}: the Loader {does}, but {model.name} {declares}: build the Loader with "
+                        "normalize=data.loader.normalization(model) (docs/input.md)")
 
 
 def _pair(normalize):
@@ -97,13 +100,15 @@ def _pair(normalize):
     return tuple(np.atleast_1d(np.asarray(mean, float)).tolist()), tuple(np.atleast_1d(np.asarray(std, float)).tolist())
 
 
-def images_in(images: Any, where: str, xp: Any = np) -> Any:
-    """Images at an entry point of a model that carries its preprocessing: uint8 in [0, 255] divided
-    by 255 (in float32), floats in [0, 1] as they are (a host array's range is checked: pixel_scale's
-    one DataError line, naming `where`, the dtype and the range). A device float array is not checked
-    (that would wait for the device)."""
+def images_in(images: Any, where: str, xp: Any = np, check: bool = True) -> Any:
+    """Images at an entry point of a model: uint8 in [0, 255] divided by 255 (in float32), floats in
+    [0, 1] as they are (with `check`, a host array's range is checked: pixel_scale's one DataError line,
+    naming `where`, the dtype and the range). A device float array is not checked (that would wait for
+    the device)."""
     if getattr(images, "dtype", None) == np.uint8:
         return xp.divide(images, np.float32(255), dtype=np.float32)
+    if not check:
+        return images
     if isinstance(images, np.ndarray):
         pixel_scale(images, where)
     elif not np.issubdtype(getattr(images, "dtype", np.dtype(np.float32)), np.floating):

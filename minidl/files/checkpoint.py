@@ -235,13 +235,16 @@ def load(path: str | os.PathLike, model: Model, optimizer: Optimizer | None = No
 def load_model(path: str | os.PathLike, **kwargs: Any) -> Model:
     """Rebuild the model a checkpoint describes and load its weights; kwargs go to Model.
 
-    The config is validated and every tensor checked against it before anything is allocated.
+    The config is validated and every tensor checked against it before anything is allocated; a file from
+    before the input contract gets the Normalize its training applied (graph.config.with_preprocessing).
     """
+    from ..data.loader import MNIST_MEAN, MNIST_STD
     from ..graph import Model
+    from ..graph.config import with_preprocessing
     if _is_safetensors(path):
         config, _ = read_safetensors(path)
         try:
-            model = Model.from_config(config, **kwargs)
+            model = Model.from_config(with_preprocessing(config, MNIST_MEAN, MNIST_STD), **kwargs)
         except ValueError as e:
             raise CheckpointError(f"weights {path}: {e}") from None
         _load_safetensors(path, model)
@@ -249,7 +252,8 @@ def load_model(path: str | os.PathLike, **kwargs: Any) -> Model:
     info, arrays = read(path)
     try:
         # a missing or malformed config is from_config's ValueError, named below
-        return Model.from_config(info.get("model"), weights=_weights(arrays), **kwargs)  # type: ignore[arg-type]
+        return Model.from_config(with_preprocessing(info.get("model"), MNIST_MEAN, MNIST_STD),
+                                 weights=_weights(arrays), **kwargs)
     except ValueError as e:
         raise CheckpointError(f"checkpoint {path}: {e}") from None
 

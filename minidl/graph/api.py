@@ -2,7 +2,8 @@
 `parameters` / `named_parameters`, pickle and copy.deepcopy, and a repr that says what the model is. Model (graph/model.py) takes them in as a base class.
 
 `predict` is the graph room's one use of `data`: images go through the Loader, as fit's and
-evaluate's do, so the input contract (docs/input.md) and the normalisation are decided in one place.
+evaluate's do, so the input contract (docs/input.md) is decided in one place: uint8 / 255 or floats
+in [0, 1], normalised only by a model's own Normalize.
 """
 from __future__ import annotations
 
@@ -51,41 +52,49 @@ class FamiliarAPI:
 
         def forward(self, *xs: Array, training: bool = False) -> Any: ...
 
-    def predict(self, x: ArrayLike, batch_size: int = 256, normalize: bool | tuple[float, float] = True) -> np.ndarray:
+    def predict(self, x: ArrayLike, batch_size: int = 256, normalize: bool | tuple[float, float] | None = None
+                ) -> np.ndarray:
         """The model's output for images `x`, in evaluation mode, as a host NumPy array (N, classes):
-        class probabilities for the zoo's nets, which end in a Softmax (a model without one gives logits).
+        what Model.forward gives for them (class probabilities for a model that ends in a Softmax, as the
+        zoo's nets do; logits for one without), and what the compiled model, `minidl infer`, its artifact
+        and its ONNX file give.
 
         x: (N, H, W) or (N, C, H, W), uint8 in [0, 255] or floats in [0, 1], the input contract of
         Trainer.fit and evaluate (docs/input.md), checked by the same Loader; anything else is a
         DataError (a ValueError). A model that carries its preprocessing (layers.Normalize) applies it
-        itself; a model from before normalises through the Loader (`normalize` as the Loader's:
-        MNIST's mean and std by default).
+        itself; a model without one reads the images as they are, floats in [0, 1], as fit trained it.
+        normalize: for a model without Normalize trained on normalised images (a Loader's `normalize`,
+        e.g. True for MNIST's mean and std): the Loader applies it first. Refused for a model with one.
         `batch_size` images go through each forward (dropout off, BN's running statistics).
         """
         if not (self.single_input and self.single_output):
             raise ValueError(f"{self.name}: predict takes a model of one input and one output; call forward")
+        takes = takes_images(self)  # type: ignore[arg-type]  # self is a Model
+        if takes and normalize not in (None, False):
+            raise ValueError(f"{self.name}.predict: normalize={normalize!r}, but {self.name} carries its own "
+                             "Normalize: pass the images alone")
         images = np.asarray(x)
         try:
             loader = Loader(images, np.zeros(len(images) if images.ndim else 0, np.int64), batch_size, self.device,
-                            shuffle=False, drop_last=False,
-                            normalize=False if takes_images(self) else normalize)  # type: ignore[arg-type]
+                            shuffle=False, drop_last=False, normalize=normalize or False)
         except DataError as e:
             raise DataError(f"{self.name}.predict: {e}") from None
         return np.concatenate([np.array(self.device.to_host(self.forward(xb, training=False))) for xb, _ in loader])
 
     def images_in(self, x: Any, i: int = 0) -> Any:
-        """Input `i` as the model's first layer reads it: for a model that carries its preprocessing
-        (layers.Normalize), uint8 images divided by 255 and a host float array's range checked to be in
-        [0, 1] (one DataError naming `{name}.forward`, the dtype and the range); else x as it is
-        (a model from before takes normalised floats). Model.forward calls it before prepare_input
-        (a training lowering has no such layer: the Loader applied it, so its batches pass as they are)."""
+        """Input `i` as the model's first layer reads it (docs/input.md): uint8 images divided by 255,
+        (N, H, W) images given their channel where the input is (1, H, W), and for a model that carries
+        its preprocessing (layers.Normalize) a host float array's range checked to be in [0, 1] (one
+        DataError naming `{name}.forward`, the dtype and the range). Model.forward calls it before
+        prepare_input (a training lowering reads the Loader's float batches: they pass as they are)."""
         takes = self.__dict__.get("_takes_images")
         if takes is None:                  # the graph is fixed once built: looked up once
             takes = self.__dict__["_takes_images"] = takes_images(self)  # type: ignore[arg-type]  # self is a Model
-        if not takes:
-            return x
+        shape = tuple(self.inputs[i].shape[1:])
+        if len(shape) == 3 and shape[0] == 1 and tuple(getattr(x, "shape", ()))[1:] == shape[1:]:
+            x = x.reshape(x.shape[0], *shape)                   # (N, H, W) -> (N, 1, H, W), as fit takes them
         xp = self.device.xp if isinstance(x, self.device.xp.ndarray) else np
-        return images_in(x, f"{self.name}.forward images", xp)
+        return images_in(x, f"{self.name}.forward images", xp, check=takes)
 
     def named_parameters(self) -> Iterator[tuple[str, Array]]:
         """('layer/param', array) for each trainable parameter, in layer order, as torch's named_parameters.

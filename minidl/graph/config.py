@@ -21,7 +21,13 @@ def config_of(model: Model) -> dict[str, Any]:
         layers.append({"class": cls.__name__, "module": cls.__module__, "name": node.layer.name,
                        "config": node.layer.config(), "inputs": [index[id(p)] for p in node.parents]})
     return {"name": model.name, "inputs": [list(n.shape[1:]) for n in model.inputs], "layers": layers,
-            "outputs": [index[id(o)] for o in model.outputs]}
+            "outputs": [index[id(o)] for o in model.outputs], CONTRACT: "images"}
+
+
+# A config that has this key is of a model that takes the input contract's images, [0, 1] (docs/input.md),
+# normalised by its own Normalize if it has one. One without it is from before: every such model was
+# trained on MNIST-normalised floats (the Loader's default then), which `with_preprocessing` makes explicit.
+CONTRACT = "input"
 
 
 def graph_of_config(config: Any) -> tuple[Node | list[Node], Node | list[Node]]:
@@ -96,3 +102,33 @@ def _class_of(spec: Any) -> type | None:
         return registry.find(name, module) if isinstance(name, str) and isinstance(module, (str, type(None))) else None
     except ValueError:
         return None
+
+
+def with_preprocessing(config: Any, mean: float, std: float) -> Any:
+    """A config from before the input contract (no CONTRACT key), of one input and no Normalize at it,
+    with what the Loader applied to its model made explicit: a Normalize(mean, std) reading the input,
+    whatever read the input reading the Normalize, so the model takes [0, 1] images at every entry point
+    as today's models do. Any other config is returned as it is (a malformed one is from_config's to name)."""
+    if not isinstance(config, dict) or CONTRACT in config:
+        return config
+    layers, ins = config.get("layers"), config.get("inputs")
+    if not (isinstance(layers, list) and isinstance(ins, list) and len(ins) == 1
+            and all(isinstance(s, dict) for s in layers)):
+        return config
+    for spec in layers:
+        if getattr(_class_of(spec), "takes_images", False) and spec.get("inputs") == [0]:
+            return config                                      # it carries its preprocessing already
+    names, name, i = {s.get("name") for s in layers}, "normalize", 0
+    while name in names:
+        i += 1
+        name = f"normalize_{i}"
+
+    def ref(r: Any) -> Any:                                    # the input's readers read the Normalize (1)
+        return r + 1 if type(r) is int else r
+    shifted = [{**s, "inputs": [ref(r) for r in s["inputs"]]} if isinstance(s.get("inputs"), list) else s
+               for s in layers]
+    norm = {"class": "Normalize", "module": "minidl.layers.preprocess", "name": name,
+            "config": {"mean": mean, "std": std}, "inputs": [0]}
+    outs = config.get("outputs")
+    return {**config, "layers": [norm, *shifted], "outputs": [ref(r) for r in outs] if isinstance(outs, list) else outs,
+            CONTRACT: "images"}

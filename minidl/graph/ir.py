@@ -127,7 +127,9 @@ class Graph:
         self._order()
 
     def _drop_weights(self, layer):
-        for k in [k for k in self.weights if k.startswith(layer.name + "/")]:
+        """The host weights of `layer` alone: 'name/param' with exactly its name before the last '/'
+        (a prefix would also take those of a layer named 'name/w', whose weights are 'name/w/...')."""
+        for k in [k for k in self.weights if k.rpartition("/")[0] == layer.name]:
             del self.weights[k]
 
     def __repr__(self):

@@ -42,11 +42,18 @@ def drop_final_softmax(g: Graph) -> Graph:
     return g
 
 
+def _plain(node: Node) -> bool:
+    """A node of one input whose layer applies nothing after its own map (no activation, no residual
+    added): what a layer folded into it, or a residual joining it, may be composed with exactly."""
+    return len(node.parents) == 1 and getattr(node.layer, "activation", None) is None
+
+
 def fold_into_producers(g: Graph) -> Graph:
-    """A layer that folds into the layer before it (BN into a conv) does, where it is that layer's only reader."""
+    """A layer that folds into the layer before it (BN into a conv) does, where it is that layer's only
+    reader and that layer is `_plain` (BN after a conv's own ReLU is not BN of the conv)."""
     for node in list(g.nodes):
         src = node.parents[0]
-        if src.layer is None or g.sole_reader(src) is not node:
+        if src.layer is None or g.sole_reader(src) is not node or not _plain(src):
             continue
         folded = node.layer.fold_into_producer(src.layer, g.weights)
         if folded is not None:
@@ -60,7 +67,7 @@ def fold_into_consumers(g: Graph) -> Graph:
     """A layer that folds into the layer reading it (a zero pad into a conv's padding) does."""
     for node in list(g.nodes):
         reader = g.sole_reader(node)
-        if reader is None:
+        if reader is None or reader.parents[0] is not node:        # a residual is no input to pad
             continue
         layer = node.layer.fold_into_consumer(reader.layer, node.parents[0].shape[1:])
         if layer is not None:
@@ -91,7 +98,7 @@ def fold_preprocessing(g: Graph) -> Graph:
     one elementwise kernel."""
     for node in _preprocessing(g):
         reader = g.sole_reader(node)
-        if reader is None or reader.kind != "conv2d":
+        if reader is None or reader.kind != "conv2d" or tuple(reader.parents) != (node,):
             continue
         conv, in_shape = reader.layer, node.shape[1:]
         if any(conv.pads(in_shape)):  # type: ignore[attr-defined]  # a Conv2D (its kind)
@@ -131,7 +138,7 @@ def fuse_residual_adds(g: Graph) -> Graph:
             continue
         for i, src in enumerate(node.parents):
             layer = src.layer
-            if layer is None or not layer.takes_residual or layer.activation or g.sole_reader(src) is not node:
+            if layer is None or not layer.takes_residual or not _plain(src) or g.sole_reader(src) is not node:
                 continue
             other = node.parents[1 - i]
             fused = layer.clone(share_params=True, residual=True, activation=node.layer.activation)

@@ -1,17 +1,18 @@
 """Optimised inference: a trained Model lowered by the inference passes, scheduled, replayed.
 
     m = minidl.inference.compile(model)            # or compile("checkpoints/lenet5.npz", device="cuda")
-    y = m.predict(x)                               # logits (probabilities=True keeps the Softmax)
+    y = m.predict(x)                               # model.predict(x)'s outputs (probabilities=False: logits)
     m.save("lenet5.artifact.npz"); m = minidl.inference.load("lenet5.artifact.npz")
 
 `compile` copies the model's graph and runs minidl.graph.passes.inference on it (dropout removed,
-zero pads and BN folded into the convs, ReLUs fused, the final Softmax dropped unless asked for),
+zero pads and BN folded into the convs, ReLUs fused, the final Softmax kept unless probabilities=False),
 builds the result as a Model of its own on the chosen device, and schedules it into kernel
 calls (minidl.inference.schedule). Weights only, in float32 by default; `precision='bf16'` or
 'fp16' runs the convolutions, dense layers and activations in that dtype (BN folded in float64
-first, then rounded) and saves artifacts in it, at half the size. A model that carries its
-preprocessing (layers.Normalize) compiles to one that takes the same images (docs/input.md): the
-layer folded into the first conv where exact (no padding there), else one elementwise kernel.
+first, then rounded) and saves artifacts in it, at half the size. The compiled model takes the images
+Model.predict takes (docs/input.md): uint8 in [0, 255] or floats in [0, 1], (N, H, W) or (N, C, H, W);
+a model's Normalize is folded into the first conv where exact (no padding there), else one
+elementwise kernel.
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ import numpy as np
 
 from .. import precision as _precision
 from ..backend import get_device
-from ..data.loader import takes_images
 from ..graph import Graph, Model, passes
 from .artifact import ArtifactError, read as _read
 from .model import InferenceModel, OpTime
@@ -47,12 +47,13 @@ def load(path: str | os.PathLike, device: str | Device | None = None) -> Inferen
 
 
 def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | Device | None = None,
-            probabilities: bool = False, dtype: DTypeLike = "float32", direct: bool = True,
+            probabilities: bool | None = None, dtype: DTypeLike = "float32", direct: bool = True,
             precision: Policy | str | None = None, channels_last: bool | None = None) -> InferenceModel:
     """An InferenceModel of a trained Model, or of the model a checkpoint file describes.
 
     device: 'cpu', 'cuda', 'auto' or a Device; None keeps the model's device ('auto' for a path).
-    probabilities: keep a final Softmax (else the model outputs logits).
+    probabilities: None or True keep a final Softmax, so predict gives the model's own outputs (what
+    Model.predict gives); False drops it: logits (argmax unchanged, one kernel fewer).
     direct: schedule the fused direct kernels (conv+ReLU+pool, dense chains, whole small models).
     precision: 'fp32' (None), 'bf16' or 'fp16': the policy's compute dtype for every layer but
     those that keep float32 (an unfolded BN, a kept Softmax); inputs and outputs stay float32.
@@ -68,9 +69,10 @@ def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | D
         model = source
         device = model.device if device is None else device
     policy = _precision.policy(precision)
+    probabilities = probabilities is not False
     lowered, stats = lower(model, device, probabilities, dtype, policy, channels_last)
     return InferenceModel(lowered, probabilities, stats, direct and not stats.get("channels_last"), stats["precision"],
-                          takes_images(model))
+                          images=True)
 
 
 def lower(model: Model, device: str | Device = "cpu", probabilities: bool = False, dtype: DTypeLike = "float32",

@@ -7,11 +7,11 @@ copies x into the buffer and launches the graph. Given the input buffer itself
 graph's output buffer: valid until the next call at that batch size (copy it to keep it).
 Elsewhere predict returns fresh arrays.
 
-A model compiled from one that carries its preprocessing (`images`: layers.Normalize, folded into
-the first conv or kept as one elementwise kernel) takes the input contract's images (docs/input.md):
+A compiled model (`images`) takes the input contract's images (docs/input.md), as Model.predict does:
 uint8 in [0, 255] (divided by 255 on the device, after a uint8 copy) or floats in [0, 1] (a host
-array's range is checked; a device array and the input buffer are taken as they are). A model from
-before takes normalised floats, unchecked, as it always did.
+array's range is checked; a device array and the input buffer are taken as they are), (N, H, W) where
+the input is (1, H, W), or (N, C, H, W); a model's Normalize is part of the lowered graph. An artifact
+from before the contract (its record says no `images`) takes normalised floats, unchecked, as it did.
 """
 from __future__ import annotations
 
@@ -100,6 +100,11 @@ class InferenceModel:
                     del values[v]
         return values if keep else [values[v] for v in self.outputs]
 
+    def _shaped(self, xs):
+        """xs with (N, H, W) images given their channel where an input is (1, H, W), as Model.predict takes them."""
+        return [x.reshape(x.shape[0], *shape) if len(shape) == 3 and shape[0] == 1
+                and tuple(getattr(x, "shape", ()))[1:] == shape[1:] else x for x, shape in zip(xs, self.input_shapes)]
+
     def _inputs(self, xs):
         if len(xs) != len(self.input_shapes):
             raise ValueError(f"{self.name} takes {len(self.input_shapes)} input(s), got {len(xs)}")
@@ -169,7 +174,9 @@ class InferenceModel:
         return self._entry(N)[0][index]
 
     def predict(self, *xs: Array) -> Array | list[Array]:
-        """Outputs for inputs xs (host or device arrays, (N, *input_shape)).
+        """Outputs for inputs xs (host or device arrays, (N, *input_shape), or (N, H, W) for (1, H, W)):
+        Model.predict's outputs for the same images (probabilities where the model ends in a Softmax,
+        unless compiled with probabilities=False).
 
         With CUDA graphs (the default on cuda) the result is the graph's output buffer for this
         batch size, overwritten by the next call at the same N; the call does not wait for the GPU.
@@ -178,6 +185,7 @@ class InferenceModel:
         hit = self._replays.get(id(xs[0])) if len(xs) == 1 and self.cuda_graphs else None
         if hit is not None and hit[0] is xs[0]:
             return hit[1]()
+        xs = tuple(self._shaped(xs))
         N = self._inputs(xs)
         if not self.cuda_graphs:
             return self._pack(self._forward([self._to_device(x) for x in xs]))
@@ -194,6 +202,7 @@ class InferenceModel:
         schedule(N): each step's inputs come from one forward pass, and each step is timed over
         `repeats` runs by the device (GPU: CUDA events around captured repeats; CPU: the clock).
         """
+        xs = tuple(self._shaped(xs))
         N = self._inputs(xs)
         values = self._forward([self._to_device(x) for x in xs], keep=True)
         rows = []

@@ -7,13 +7,14 @@ node (or two, with a fused ReLU) per minidl node, read from node kinds and layer
 The graph is the one minidl.inference.compile runs: Graph.of(model, weights) through
 minidl.graph.passes.inference (dropout removed, zero pads and BN folded into the convs, ReLUs
 fused, the final Softmax dropped unless probabilities=True), built on the CPU in float32 so that
-every layer's plan (pads, windows, strides) is decided.
+every layer's plan (pads, windows, strides) is decided. Its outputs are Model.predict's: the final
+Softmax is kept (probabilities=False drops it: logits).
 
-Inputs are what minidl's entry points take (docs/input.md). A model that carries its preprocessing
-(layers.Normalize) exports a graph that starts with it: float32 images in [0, 1], normalised by a
-Sub and a Div (or, where the inference passes folded it into the first conv, by that conv's
-weights); `uint8=True` makes the input uint8 in [0, 255], followed by a Cast and a Div by 255.
-A model from before takes normalised floats, as minidl's forward does.
+Inputs are what minidl's entry points take (docs/input.md): float32 images in [0, 1]; `uint8=True`
+makes the input uint8 in [0, 255], followed by a Cast and a Div by 255. A model that carries its
+preprocessing (layers.Normalize) exports a graph that starts with it, a Sub and a Div (or, where the
+inference passes folded it into the first conv, that conv's weights); a model without one reads the
+[0, 1] images as they are, as it was trained.
 """
 from __future__ import annotations
 
@@ -36,13 +37,23 @@ KINDS = ("normalize", "conv2d", "dense", "pool", "avgpool", "gap", "flatten", "a
          "sigmoid", "tanh", "pad", "lrn", "softmax")
 
 
-def lower(model: Model, probabilities: bool = False) -> Model:
+def lower(model: Model, probabilities: bool = True) -> Model:
     """The inference lowering of `model`, as minidl.inference.compile makes it, on the CPU in float32."""
     return inference.lower(model, "cpu", probabilities)[0]
 
 
-def _onnx_pads(t, b, l, r):
-    return [t, l, b, r]              # ONNX: all begins (H, W), then all ends
+def _onnx_pads(top, bottom, left, right):
+    return [top, left, bottom, right]              # ONNX: all begins (H, W), then all ends
+
+
+def _value_name(layer: str, n_in: int, n_out: int) -> str:
+    """The ONNX name of a layer's output: its name with '%' and '/' escaped (%25, %2F), so that no layer's
+    output is another's weight or step ('{name}/w', '{name}/pre_relu': layers 'd' and 'd/w'), and the
+    graph's own input and output names escaped too (a layer named 'output'), one name per value (SSA)."""
+    name = layer.replace("%", "%25").replace("/", "%2F")
+    graph = {"input", "output"} if n_in == n_out == 1 else {*(f"input_{i}" for i in range(n_in)),
+                                                              *(f"output_{i}" for i in range(n_out)), "input", "output"}
+    return f"%{ord(name[0]):02X}{name[1:]}" if name in graph else name
 
 
 class _Emitter:
@@ -130,34 +141,50 @@ class _Emitter:
         return self.op("Tanh", ins, out)
 
     def pad(self, node, ins, out, w):
-        t, b, l, r = node.layer.pads
-        pads = self.const(f"{out}/pads", np.array([0, 0, t, l, 0, 0, b, r], np.int64))
+        top, bottom, left, right = node.layer.pads
+        pads = self.const(f"{out}/pads", np.array([0, 0, top, left, 0, 0, bottom, right], np.int64))
         value = self.const(f"{out}/value", np.array(node.layer.value, np.float32))
         return self.op("Pad", ins + [pads, value], out, mode="constant")
 
     def lrn(self, node, ins, out, w):
-        # minidl's window and alpha/size scaling are ONNX's (and cuDNN's): the same four numbers
+        # minidl's window and alpha/size scaling are ONNX's (and cuDNN's): the same four numbers. ONNX
+        # defines an even size as minidl does (floor((size-1)/2) channels behind, ceil((size-1)/2) ahead),
+        # but onnxruntime takes odd sizes only: an even one is written out as its definition
         size, alpha, beta, k = node.layer.hyper()
-        return self.op("LRN", ins, out, size=size, alpha=alpha, beta=beta, bias=k)
+        if size % 2:
+            return self.op("LRN", ins, out, size=size, alpha=alpha, beta=beta, bias=k)
+        return self._lrn_ops(node.shape[1], size, alpha, beta, k, ins[0], out)
+
+    def _lrn_ops(self, C, size, alpha, beta, k, x, out):
+        """y = x / (k + alpha/size * sum of x^2 over the window)^beta in plain ops: the window's sum is a
+        1x1 Conv whose (C, C) weights are 1 inside each channel's window (clipped at the edges), else 0."""
+        behind, ahead = (size - 1) // 2, size // 2
+        window = np.zeros((C, C, 1, 1), np.float32)                       # (out channel, in channel, 1, 1)
+        for c in range(C):
+            window[c, max(0, c - behind):min(C, c + ahead + 1)] = 1.0
+        sq = self.op("Mul", [x, x], out + "/square")
+        total = self.op("Conv", [sq, self.const(f"{out}/window", window)], out + "/window_sum", kernel_shape=[1, 1])
+        scaled = self.op("Mul", [total, self.const(f"{out}/alpha", np.array(alpha / size, np.float32))],
+                         out + "/scaled")
+        base = self.op("Add", [scaled, self.const(f"{out}/k", np.array(k, np.float32))], out + "/base")
+        denom = self.op("Pow", [base, self.const(f"{out}/beta", np.array(beta, np.float32))], out + "/denom")
+        return self.op("Div", [x, denom], out)
 
     def softmax(self, node, ins, out, w):
         return self.op("Softmax", ins, out, axis=1)
 
 
-def to_onnx(model: Model, probabilities: bool = False, uint8: bool = False) -> onnx.ModelProto:
-    """An onnx.ModelProto of `model`'s inference graph (float32, opset 17, dynamic batch).
+def to_onnx(model: Model, probabilities: bool | None = None, uint8: bool = False) -> onnx.ModelProto:
+    """An onnx.ModelProto of `model`'s inference graph (float32, opset 17, dynamic batch), whose outputs
+    are Model.predict's for the same images.
 
-    uint8: the input is uint8 images in [0, 255] (a Cast and a Div by 255 first); only for a model
-    that carries its preprocessing (else its input is normalised floats, which uint8 cannot hold).
+    probabilities: None or True keep a final Softmax; False drops it (logits).
+    uint8: the input is uint8 images in [0, 255] (a Cast and a Div by 255 first), else floats in [0, 1].
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from ..data.loader import takes_images
-    if uint8 and not takes_images(model):
-        raise ValueError(f"{model.name} takes normalised floats (it carries no layers.Normalize): a uint8 input "
-                         "needs a model that carries its preprocessing")
-    lowered = lower(model, probabilities)
+    lowered = lower(model, probabilities is not False)
     weights = lowered.get_weights()
     emit = _Emitter(helper, numpy_helper)
     names = {}
@@ -176,10 +203,9 @@ def to_onnx(model: Model, probabilities: bool = False, uint8: bool = False) -> o
         if node.kind not in KINDS and not callable(own):
             raise ValueError(f"{model.name}: layer {node.layer.name} of kind {node.kind!r} has no ONNX mapping "
                              f"(a layer of your own gives one with an onnx(builder, ins, out, weights) method)")
-        stem = node.layer.name + "/"
-        w = {k[len(stem):]: v for k, v in weights.items() if k.startswith(stem)}
+        w = {k.rpartition("/")[2]: v for k, v in weights.items() if k.rpartition("/")[0] == node.layer.name}
         ins = [names[id(p)] for p in node.parents]
-        out = node.layer.name
+        out = _value_name(node.layer.name, len(lowered.inputs), len(lowered.outputs))
         names[id(node)] = own(emit, ins, out, w) if own else getattr(emit, str(node.kind))(node, ins, out, w)
     outputs = []
     for i, node in enumerate(lowered.outputs):
@@ -194,7 +220,7 @@ def to_onnx(model: Model, probabilities: bool = False, uint8: bool = False) -> o
     return proto
 
 
-def save_onnx(path: str | os.PathLike, model: Model, probabilities: bool = False,
+def save_onnx(path: str | os.PathLike, model: Model, probabilities: bool | None = None,
               uint8: bool = False) -> str | os.PathLike:
     """Write `model`'s inference graph to `path` as ONNX through minidl.files' writer (temp file,
     fsync, rename: a full disk leaves the previous file whole); returns the path."""

@@ -10,7 +10,11 @@ family takes the shapes and the dtype (its DTYPES: float32):
 - a whole model of conv-pool stages, a flatten and a dense chain (LeNet-5) -> ONE `chain`
   kernel at batch sizes up to CHAIN_MAX_BATCH (latency); the steps above beyond (throughput);
   the input preprocessing it keeps (layers.Normalize before a padded conv) runs first, or inside
-  the chain kernel where the family declares X_AFFINE (`Step.kernels` counts the launches).
+  the chain kernel where the family declares X_AFFINE; a final Softmax it keeps (the model's
+  probabilities) runs after it (`Step.kernels` counts the launches).
+A rule fuses only nodes whose whole computation its call makes (tests/test_fusion_equivalence.py):
+one input each (a residual conv reads two), an activation it applies (ReLU) or none, and values
+inside the call read by the next node alone.
 Everything else is the node's own layer in evaluation mode.
 """
 from __future__ import annotations
@@ -57,8 +61,19 @@ def _arrays(layer):
     return layer.w.data, (None if layer.b is None else layer.b.data)
 
 
+def _takes_one(node):
+    """A node of one input whose layer applies only what a direct kernel applies after its own map: a
+    ReLU or nothing, no residual added (a residual conv reads two inputs), in NCHW memory."""
+    layer = node.layer
+    return (len(node.parents) == 1 and not getattr(layer, "residual", False)
+            and getattr(layer, "activation", None) in (None, "relu") and not getattr(layer, "channels_last", False))
+
+
 def _conv_pool_ok(dk, conv, pool):
-    """A stride-1 conv read only by a 2x2 stride-2 unpadded max-pool, of a size the direct kernel takes."""
+    """A plain stride-1 conv (`_takes_one`: one input, ReLU or none) read only by a 2x2 stride-2 unpadded
+    max-pool, of a size the direct kernel takes."""
+    if conv.kind != "conv2d" or pool.kind != "pool" or not _takes_one(conv) or len(pool.parents) != 1:
+        return False
     c, p = conv.layer, pool.layer
     return (c.stride == (1, 1) and c.dilation == (1, 1) and tuple(p.plan.ksize) == (2, 2)
             and tuple(p.plan.stride) == (2, 2) and not any(p.plan.pads)
@@ -75,32 +90,36 @@ def value_ids(model: Model) -> dict[int, int]:
 def plan(model: Model, dk: Kernels | None) -> tuple[list[Step], Step | None]:
     """(steps at any batch size, the chain step for small batches or None) of an inference model.
 
-    dk: the device's direct kernel family, or None to run one layer per step.
+    dk: the device's direct kernel family, or None to run one layer per step. A rule fuses nodes only
+    where the fused call computes exactly what they do: each node reads only what the call gives it
+    (one input, no residual), applies only what the call applies (ReLU or nothing), and every value
+    inside the call is read by the next node alone (no other reader, not a model output).
     """
     nodes, n_in, vid = model.nodes, len(model.inputs), value_ids(model)
     outputs = {vid[id(o)] for o in model.outputs}
     ins = [[vid[id(p)] for p in n.parents] for n in nodes]
     readers = Counter(v for i in ins for v in i) + Counter(outputs)
 
-    def sole(i):                             # node i's value is read once, by the next node
+    def sole(i):                             # node i's value is read once, by the next node, its one input
         v = n_in + i
         return readers[v] == 1 and v not in outputs and i + 1 < len(nodes) and ins[i + 1] == [v]
+
+    def conv_pool(i):                        # nodes i (the conv) and i + 1 (its pool)
+        return sole(i) and _conv_pool_ok(dk, nodes[i], nodes[i + 1])
 
     steps, i = [], 0
     while i < len(nodes):
         node = nodes[i]
-        if dk is not None and dk.X_AFFINE and node.kind == "normalize" and sole(i) \
-                and nodes[i + 1].kind == "conv2d" and sole(i + 1) and nodes[i + 2].kind == "pool" \
-                and _conv_pool_ok(dk, nodes[i + 1], nodes[i + 2]):          # normalised as the input is staged
+        if dk is not None and dk.X_AFFINE and node.kind == "normalize" and len(node.parents) == 1 \
+                and sole(i) and conv_pool(i + 1):          # normalised as the input is staged
             steps.append(_conv_pool_step(dk, nodes[i + 1], nodes[i + 2], ins[i], n_in + i + 2, node))
             i += 3
-        elif dk is not None and node.kind == "conv2d" and sole(i) and nodes[i + 1].kind == "pool" \
-                and _conv_pool_ok(dk, node, nodes[i + 1]):
+        elif dk is not None and conv_pool(i):
             steps.append(_conv_pool_step(dk, node, nodes[i + 1], ins[i], n_in + i + 1))
             i += 2
-        elif dk is not None and node.kind == "dense":
+        elif dk is not None and node.kind == "dense" and _takes_one(node):
             j = i
-            while j + 1 < len(nodes) and nodes[j + 1].kind == "dense" and sole(j):
+            while j + 1 < len(nodes) and nodes[j + 1].kind == "dense" and _takes_one(nodes[j + 1]) and sole(j):
                 j += 1
             steps.append(_mlp_step(dk, nodes[i:j + 1], ins[i], n_in + j))
             i = j + 1
@@ -146,19 +165,23 @@ def _mlp_step(dk, nodes, inputs, out):
 
 def _chain_step(dk, model, steps, outputs):
     """The whole model as one chain kernel call, if it is conv-pool stages, a flatten, a dense chain,
-    after the input preprocessing where the model keeps it (a padded first conv: not folded). A
-    family that declares X_AFFINE takes it as `x_affine=(a, b)`, applied as it stages the input (its
-    zero padding stays zero: the first conv_pool step carries it), so the chain stays one kernel;
+    after the input preprocessing where the model keeps it (a padded first conv: not folded), and before
+    a final Softmax where the model keeps it (the probabilities it outputs: one kernel more). A
+    family that declares X_AFFINE takes the preprocessing as `x_affine=(a, b)`, applied as it stages the
+    input (its zero padding stays zero: the first conv_pool step carries it), so the chain stays one kernel;
     else it runs first, one elementwise kernel (the step's `kernels`: 2)."""
     if len(model.inputs) != 1 or len(outputs) != 1 or not steps:
         return None
-    pre = None
+    pre = post = None
     if steps[0].kind == "normalize" and steps[0].inputs == [0] and len(steps) > 1:
         pre, steps = steps[0], steps[1:]
+    if steps[-1].kind == "softmax" and len(steps) > 1 and steps[-1].inputs == [steps[-2].out]:
+        post, steps = steps[-1], steps[:-1]
+    end = post.out if post is not None else steps[-1].out
     stages, prev = [], 0 if pre is None else pre.out
     for j, st in enumerate(steps):
         last = j == len(steps) - 1
-        if st.inputs != [prev] or (last and st.out not in outputs):
+        if st.inputs != [prev] or (last and end not in outputs):
             return None
         dense_seen = any(s[0] == "dense" for s in stages)
         if st.kind == "conv_pool" and not dense_seen and (j == 0 or st.x_affine is None):
@@ -173,15 +196,21 @@ def _chain_step(dk, model, steps, outputs):
         prev = st.out
     if not dk.supported_chain(model.inputs[0].shape[1:], stages):
         return None
-    nodes = [n for st in ([pre] if pre else []) + steps for n in st.nodes]
+    nodes = [n for st in ([pre] if pre else []) + steps + ([post] if post else []) for n in st.nodes]
     name = f"{nodes[0].layer.name}..{nodes[-1].layer.name}"
     ab = steps[0].x_affine
     if ab is not None:
-        return Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(xs[0], stages, x_affine=ab))
-    if pre is None:
-        return Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(xs[0], stages))
-    step = Step(name, "chain", nodes, [0], steps[-1].out, lambda xs: dk.chain_fprop(pre.run(xs), stages))
-    step.kernels = 2
+        def chain(xs):
+            return dk.chain_fprop(xs[0], stages, x_affine=ab)
+    elif pre is None:
+        def chain(xs):
+            return dk.chain_fprop(xs[0], stages)
+    else:
+        def chain(xs):
+            return dk.chain_fprop(pre.run(xs), stages)
+    run = chain if post is None else (lambda xs: post.run([chain(xs)]))
+    step = Step(name, "chain", nodes, [0], end, run)
+    step.kernels = 1 + (pre is not None and ab is None) + (post is not None)
     return step
 
 

@@ -1,8 +1,8 @@
 """The small nets of the cuDNN-vs-PyTorch study: SimpleNet, Caffe's LeNet, ReLUNet and LargeNet.
 
 All take 28x28 MNIST digits, start with Normalize of MNIST's mean and std, so they take images
-(docs/input.md; preprocess=False: without it, taking normalised floats as models from before it), and
-end in a Softmax (the passes drop it for training and inference).
+(docs/input.md; preprocess=False: without it, reading the [0, 1] images as they are), and
+end in a Softmax (the passes drop it for training).
 Caffe's LeNet has no activation after its convolutions; ReLUNet is the same net with a ReLU after
 each. Weights Glorot-uniform (Caffe's "xavier" filler), biases zero.
 """

@@ -15,7 +15,7 @@ def lenet5(input_shape: tuple[int, ...] = (1, 28, 28), classes: int = 10, prepro
     x (N, 1, 28, 28) -> probabilities (N, classes); 61,706 parameters at 28x28 and 10 classes.
     The first conv pads by 2 so that 28x28 MNIST images meet the 32x32 geometry of the paper.
     preprocess: the model starts with Normalize (MNIST's mean and std), so it takes images (uint8 in
-    [0, 255] or floats in [0, 1], docs/input.md); False: normalised floats, as models from before it.
+    [0, 255] or floats in [0, 1], docs/input.md); False: without it, the images read as they are.
     model_kwargs (device, dtype, seed, name) go to Model.
     """
     model_kwargs.setdefault("name", "lenet5")

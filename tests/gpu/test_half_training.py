@@ -112,10 +112,10 @@ def test_half_precision_inference_agrees_with_fp32_on_mnist(trained_lenet, preci
     same = correct = 0
     for x, y in loader:
         p32, p = fp32.predict(x).argmax(1), half.predict(x)
-        assert p.dtype == np.float32                     # logits come out float32, after the last Cast
+        assert p.dtype == np.float32                     # outputs come out float32, after the last Cast
         same += int((p.argmax(1) == p32).sum())
         correct += int((p.argmax(1) == y).sum())
     assert same / loader.N >= 0.999 and correct / loader.N > 0.97, (same, correct)
     assert cudnn.calls["conv_bias_relu_fprop"] > before.get("conv_bias_relu_fprop", 0)   # fused, in half
     assert half.chain is None and {st.kind for st in half.steps} <= {"normalize", "conv2d", "pool", "flatten", "dense",
-                                                                  "cast"}
+                                                                  "cast", "softmax"}

@@ -7,6 +7,7 @@ pytest.importorskip("cudnn")
 
 import minidl as dl  # noqa: E402
 from minidl import inference, models  # noqa: E402
+from minidl.inference import schedule  # noqa: E402
 from minidl.backend import CaptureError, CapturedCall  # noqa: E402
 from tests.helpers import randomize_weights  # noqa: E402
 
@@ -264,7 +265,9 @@ def test_add_relu_and_bias_act():
 def test_lenet_schedules_on_the_gpu(no_tf32, compiled):
     cpu, gpu = compiled["lenet5"]
     assert [st.kind for st in gpu.schedule(1)[0]] == ["chain"]
-    assert [st.kind for st in gpu.schedule(1000)[0]] == ["conv_pool", "conv_pool", "flatten", "mlp"]
+    assert [st.kind for st in gpu.schedule(1000)[0]] == ["conv_pool", "conv_pool", "flatten", "mlp", "softmax"]
+    staged = getattr(schedule.direct_family(gpu.device), "X_AFFINE", False)     # the Normalize inside the chain
+    assert gpu.schedule(1)[0][0].kernels == (2 if staged else 3)                  # and the model's Softmax after
     x = batch(1, seed=21)
     buf = gpu.input_buffer(1)
     buf[...] = cp.asarray(x)

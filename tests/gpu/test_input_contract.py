@@ -64,15 +64,18 @@ def test_simplenet_folds_normalize_into_its_first_conv_on_the_gpu(no_tf32):
 def test_lenet_small_batches_stay_one_chain_step():
     """One chain step at batch sizes up to CHAIN_MAX_BATCH, as before the layer. Its launches: one where
     the direct family stages the input through x_affine (X_AFFINE), else the Normalize kernel and the
-    chain (2); the model without the layer: one."""
-    m = inference.compile(randomize_weights(models.lenet5(seed=6)), device="cuda")
-    old = inference.compile(randomize_weights(models.lenet5(seed=6, preprocess=False)), device="cuda")
+    chain (2); the model without the layer: one; the model's Softmax, where kept (the default), one more."""
+    m = inference.compile(randomize_weights(models.lenet5(seed=6)), device="cuda", probabilities=False)
+    old = inference.compile(randomize_weights(models.lenet5(seed=6, preprocess=False)), device="cuda",
+                            probabilities=False)
+    probs = inference.compile(randomize_weights(models.lenet5(seed=6)), device="cuda")   # its Softmax kept
     dk = schedule.direct_family(m.device)
     for n in (1, 8, schedule.CHAIN_MAX_BATCH):
         steps, old_steps = m.schedule(n)[0], old.schedule(n)[0]
-        assert [st.kind for st in steps] == [st.kind for st in old_steps] == ["chain"]
-        assert old_steps[0].kernels == 1
+        assert [st.kind for st in steps] == [st.kind for st in old_steps] == [st.kind for st in probs.schedule(n)[0]]
+        assert [st.kind for st in steps] == ["chain"] and old_steps[0].kernels == 1
         assert steps[0].kernels == (1 if getattr(dk, "X_AFFINE", False) else 2)
+        assert probs.schedule(n)[0][0].kernels == steps[0].kernels + 1
     big = [st.kind for st in m.schedule(schedule.CHAIN_MAX_BATCH + 1)[0]]
     staged = ["normalize"] * (not getattr(dk, "X_AFFINE", False))        # else in the first conv_pool
     assert big == [*staged, "conv_pool", "conv_pool", "flatten", "mlp"]
