@@ -192,8 +192,12 @@ def _meta(path, info, required=False):
     return meta
 
 
-def load_weights(path: str | os.PathLike, model: Model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Copy a checkpoint's (or a .safetensors file's) parameters and statistics into `model`."""
+def load_weights(path: str | os.PathLike, model: Model, strict: bool = True) -> Any:
+    """A checkpoint's (.safetensors file's) weights into `model`; strict=False: those that fit (partial_load.py)."""
+    if not strict:
+        from .partial_load import load_matching
+        return load_matching(*((read_safetensors(path)[1], model, True) if _is_safetensors(path) else
+                               (_weights(read(path)[1]), model)))
     if _is_safetensors(path):
         return _load_safetensors(path, model)
     info, arrays = read(path)
