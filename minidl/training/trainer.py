@@ -192,10 +192,8 @@ class Trainer(Saving):
         if save_every is not None and not checkpoint:
             raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
         left = steps - self.step if steps is not None else more_steps      # this call's steps, where said
-        if left is not None and left <= 0:
-            return self._nothing_left(f"steps={steps}")
-        loader = self._train_loader(x, y, batch_size, steps=left, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                                    data_format=data_format, augment=augment)
+        loader = self._train_loader(x, y, batch_size, steps=None if left is None else max(left, 1), epochs=epochs,
+                                    steps_per_epoch=steps_per_epoch, data_format=data_format, augment=augment)
         val = (None if validation_data is None else
                loader_for(validation_data, None, self.model, self.device, where="fit validation_data",
                           batch_size=validation_batch_size, training=False, seed=self.seed, rank=self.world.rank,
@@ -204,8 +202,8 @@ class Trainer(Saving):
         self._step.blank = loader.blank      # shifted images are filled with the background
         per_epoch = len(loader)
         end = self.step + left if left is not None else (epochs or 0) * per_epoch or self.step + per_epoch
-        if end <= self.step:
-            return self._nothing_left(f"epochs={epochs} ({end} steps)")
+        if end <= self.step:                 # the data checked all the same
+            return self._nothing_left(f"steps={steps}" if steps is not None else f"epochs={epochs} ({end} steps)")
         # a schedule named without its length ("cosine") spans the run's steps, as on the command line
         self.optimizer.schedule = schedules.for_run(self.optimizer.schedule, end)
         result = Score(math.nan, math.nan)
