@@ -98,7 +98,7 @@ def run_minidl(name, epochs, train, test, args):
     for e in epochs:
         dev.sync()
         t0 = time.perf_counter()
-        trainer.fit(loader, epochs=e - done, monitor=10 ** 9)
+        trainer.fit(loader, epochs=e, monitor=10 ** 9)      # epochs in all
         dev.sync()
         train_s += time.perf_counter() - t0
         loss, acc = trainer.evaluate(test, batch_size=1000)
