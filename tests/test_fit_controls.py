@@ -175,6 +175,13 @@ def test_load_weights_strict_false_into_a_new_head(tmp_path):
                             L.ReLU(), L.Dense(5, name="head2"), L.Softmax()], (1, 8, 8))
     keys = checkpoint.load_weights(tmp_path / "ten.npz", bigger, strict=False)
     assert keys.unexpected == ["head/b", "head/w"] and keys.missing == ["head2/b", "head2/w"]
+    # a .safetensors file (PyTorch's names, python -m minidl.export --safetensors) the same way
+    from minidl.cli.export import save_safetensors
+    save_safetensors(tmp_path / "ten.safetensors", t.model)
+    again = net(seed=5, classes=5)
+    keys = checkpoint.load_weights(tmp_path / "ten.safetensors", again, strict=False)
+    assert keys.missing == ["head/b", "head/w"] and len(keys.mismatched) == 2 and keys.unexpected == []
+    assert np.array_equal(again.get_weights()["fc/w"], want["fc/w"])
 
 
 def test_steps_is_the_runs_total_as_on_the_command_line(tmp_path):

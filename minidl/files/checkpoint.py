@@ -18,6 +18,7 @@ from .. import files
 from .base import CheckpointError, check_readable as _check_readable   # CheckpointError: minidl.files.checkpoint's
 from .checkpoint_data import data_record
 from .kinds import of_format
+from .partial_load import load_matching
 
 if TYPE_CHECKING:
     from ..graph.model import Model
@@ -194,12 +195,9 @@ def _meta(path, info, required=False):
 
 def load_weights(path: str | os.PathLike, model: Model, strict: bool = True) -> Any:
     """A checkpoint's (.safetensors file's) weights into `model`; strict=False: those that fit (partial_load.py)."""
-    if not strict:
-        from .partial_load import load_matching
-        return load_matching(*((read_safetensors(path)[1], model, True) if _is_safetensors(path) else
-                               (_weights(read(path)[1]), model)))
-    if _is_safetensors(path):
-        return _load_safetensors(path, model)
+    if _is_safetensors(path) or not strict:        # strict=False: what fits, and what did not (partial_load.py)
+        return _load_safetensors(path, model) if strict else load_matching(
+            read_safetensors(path)[1] if _is_safetensors(path) else _weights(read(path)[1]), model)
     info, arrays = read(path)
     try:
         model._check_weights(_weights(arrays), strict=True)

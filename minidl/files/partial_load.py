@@ -21,11 +21,11 @@ class IncompatibleKeys(NamedTuple):
     mismatched: list[str]
 
 
-def load_matching(named: dict[str, np.ndarray], model: Model, torch_named: bool = False) -> IncompatibleKeys:
-    """Load the arrays of `named` ({'layer/param': array}, or PyTorch's names where `torch_named`: a
-    .safetensors file's) whose names and shapes the model has; say what was left out."""
+def load_matching(named: dict[str, np.ndarray], model: Model) -> IncompatibleKeys:
+    """Load the arrays of `named` whose names and shapes the model has; say what was left out. The names
+    are minidl's ('layer/param', a checkpoint's) or, where none has a '/', PyTorch's (a .safetensors file's)."""
     extra: list[str] = []
-    if torch_named:                              # those the model has by name, the rest unexpected
+    if not any("/" in k for k in named):      # PyTorch's: those the model has by name, the rest unexpected
         back, counted = {v: k for k, v in torch_names(model).items()}, set(counters(model))
         extra = [k for k in named if k not in back and k not in counted]
         named = {back[k]: a for k, a in named.items() if k in back}

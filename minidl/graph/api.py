@@ -99,18 +99,20 @@ class FamiliarAPI:
         return images_in(x, f"{self.name}.forward images", xp, check=takes)
 
     def evaluate(self, x: ArrayLike, y: ArrayLike, batch_size: int = 256,
-                 normalize: bool | tuple[float, float] = True) -> Score:
+                 normalize: bool | tuple[float, float] | None = None) -> Score:
         """Score(mean cross-entropy, accuracy as a fraction) of the model on images `x` and int labels `y`,
         without a Trainer (Keras's model.evaluate): batches as predict takes them (the input contract,
-        dropout off, BN's running statistics). A model ending in a Softmax is scored on its probabilities,
-        one without on its logits; the same numbers as Trainer.evaluate, up to rounding."""
+        `normalize` as predict's, dropout off, BN's running statistics). A model ending in a Softmax is
+        scored on its probabilities, one without on its logits; Trainer.evaluate's numbers, up to rounding."""
         if not (self.single_input and self.single_output):
             raise ValueError(f"{self.name}: evaluate takes a model of one input and one output; call forward")
+        if takes_images(self) and normalize not in (None, False):  # type: ignore[arg-type]  # self is a Model
+            raise ValueError(f"{self.name}.evaluate: normalize={normalize!r}, but {self.name} carries its own "
+                             "Normalize: pass the images alone")
         images, labels = np.asarray(x), np.asarray(y)
         try:
             loader = Loader(images, labels, batch_size, self.device, shuffle=False, drop_last=False,
-                            classes=self.outputs[0].shape[-1],
-                            normalize=False if takes_images(self) else normalize)  # type: ignore[arg-type]
+                            classes=self.outputs[0].shape[-1], normalize=normalize or False)
         except DataError as e:
             raise DataError(f"{self.name}.evaluate: {e}") from None
         probabilities = self.layers[-1].kind == "softmax"
