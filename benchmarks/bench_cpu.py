@@ -33,7 +33,7 @@ def minidl_runner(train):
     trainer = dl.Trainer(model, optim.get("adam", lr=1e-3), seed=0, log=lambda *_: None, progress=False)
 
     def run(n):
-        trainer.fit(train, steps=n, batch_size=32, monitor=10 ** 9)
+        trainer.fit(train, more_steps=n, batch_size=32, monitor=10 ** 9)
         return trainer.timing["total_s"] / n * 1e3
 
     run(20)                                                                   # warm-up

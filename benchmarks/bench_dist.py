@@ -67,7 +67,7 @@ def minidl_worker(case, steps, world, train, precision, grad_reduce):
                          grad_reduce="fp32" if grad_reduce == "none" else grad_reduce)
     if grad_reduce == "none" and trainer.reducer:      # the step's streams, events and casts, no collective
         trainer.reducer.coll._reduce = lambda a, op, stream: None
-    s = _timed(lambda n: trainer.fit(train, steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
+    s = _timed(lambda n: trainer.fit(train, more_steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
                world.comm.Barrier if world.comm else lambda: None, steps)
     reducer = trainer.reducer
     ar = dev.elapsed_ms(reducer.sum_grads, 20) if reducer else 0.0

@@ -19,7 +19,7 @@ def ms_per_step(train, depth, batch, precision, channels_last, steps):
     trainer.fit(train, steps=10, batch_size=batch, monitor=10)
     dev.sync()
     t0 = time.perf_counter()
-    trainer.fit(train, steps=steps, batch_size=batch, monitor=steps)
+    trainer.fit(train, more_steps=steps, batch_size=batch, monitor=steps)
     dev.sync()
     return (time.perf_counter() - t0) / steps * 1e3
 

@@ -39,7 +39,7 @@ def minidl_train(case, train, test, graph=True, seed=0, precision="fp32", channe
     trainer.fit(loader, steps=WARMUP, monitor=10 ** 9)
     dev.sync()
     t0 = time.perf_counter()
-    trainer.fit(loader, steps=steps - WARMUP, monitor=10 ** 9)
+    trainer.fit(loader, more_steps=steps - WARMUP, monitor=10 ** 9)
     dev.sync()
     ms = (time.perf_counter() - t0) / (steps - WARMUP) * 1e3
     mem = dev.memory_bytes()                      # before evaluating: the training step's memory

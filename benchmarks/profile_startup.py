@@ -123,7 +123,7 @@ def child(argv, result_path, top):
     t = time.perf_counter()
     trainer.evaluate(warmup.synthetic(args.test_batch), batch_size=args.test_batch, steps=1)
     r["first_eval"] = time.perf_counter() - t
-    trainer.fit(data, steps=30, batch_size=args.batch_size, monitor=30)
+    trainer.fit(data, more_steps=30, batch_size=args.batch_size, monitor=30)
     r["steady_ms"] = trainer.timing["steady_ms"]
     with open(result_path, "w") as f:
         json.dump(r, f)

@@ -6,6 +6,8 @@ from .backend import Device, get_device
 from .graph import Input, Model, Sequential
 from .threads import set_threads
 from .training.trainer import Trainer, TrainingDiverged, TrainingStopped
+from .training.callbacks import Callback, TrainingInterrupted
+from .training.history import EarlyStopping, History, ModelCheckpoint, ReduceLROnPlateau
 
 __version__ = "0.1.0"
 
@@ -17,5 +19,6 @@ __all__ = [
     "precision", "threads",
     # the objects at the top level
     "Device", "get_device", "Input", "Model", "Sequential", "set_threads", "Trainer", "TrainingDiverged",
-    "TrainingStopped",
+    "TrainingStopped", "TrainingInterrupted", "Callback", "History", "EarlyStopping", "ReduceLROnPlateau",
+    "ModelCheckpoint",
 ]

@@ -85,7 +85,7 @@ def test_to_where_the_model_is_changes_nothing_and_training_goes_on(tmp_path):
     flat = model.flat
     assert model.to("cpu") is model and model.flat is flat
     w = model.get_weights()["dense/w"]
-    trainer.fit(blobs(), steps=5, batch_size=32)
+    trainer.fit(blobs(), more_steps=5, batch_size=32)
     assert not np.array_equal(model.get_weights()["dense/w"], w)
     trainer.save(tmp_path / "m.npz")
     loaded = ckpt.load_model(tmp_path / "m.npz")

@@ -65,7 +65,7 @@ def test_hooks_are_called_in_order_at_their_steps_and_epochs():
     scores = [e[2] for e in rec.events if e[0] == "interval"]
     assert scores[-1] == result and all(math.isfinite(s.loss) and 0 <= s.accuracy <= 1 for s in scores)
     del rec.events[:]
-    trainer.fit(data(), steps=2, batch_size=16, monitor=3, callbacks=[rec])    # a second fit goes on from 10
+    trainer.fit(data(), more_steps=2, batch_size=16, monitor=3, callbacks=[rec])    # a second fit goes on from 10
     assert [e[:2] if e[0] == "interval" else e for e in rec.events] == [
         ("begin", 10, 10, 12, 4), ("step", 11), ("interval", 12), ("step", 12), ("epoch", 12, 2), ("end", 12)]
 
@@ -83,7 +83,7 @@ class StopBelow(callbacks.Callback):
 
 def test_an_early_stop_on_the_loss_ends_after_that_interval_and_saves(tmp_path):
     free, d = tiny_trainer(), data()
-    losses = [free.fit(d, steps=4, batch_size=16, monitor=4).loss for _ in range(5)]
+    losses = [free.fit(d, more_steps=4, batch_size=16, monitor=4).loss for _ in range(5)]
     assert min(losses[1:]) < losses[0]              # it learns: the threshold is met at step 8 or later
     threshold = (losses[0] + min(losses[1:])) / 2
     met = 4 * next(i + 1 for i, loss in enumerate(losses) if loss < threshold)

@@ -98,14 +98,14 @@ def test_resume_mid_epoch_is_bit_identical_to_a_straight_run(mnist_small, tmp_pa
     resumed = make_trainer(seed=123, model_seed=7)           # nothing shared but the checkpoint
     resumed.resume(path)
     assert resumed.step == N and resumed.seed == 5
-    resumed.fit(mnist_small, steps=M, batch_size=B, monitor=4)
+    resumed.fit(mnist_small, steps=N + M, batch_size=B, monitor=4)      # the run's total, as -n
     assert_same_state(straight, resumed)
 
     # the test can fail: continuing with the dropout generator one draw off gives another run
     off = make_trainer(seed=5)
     off.resume(path)
     off.device.rng.offset += 1
-    off.fit(mnist_small, steps=M, batch_size=B, monitor=4)
+    off.fit(mnist_small, more_steps=M, batch_size=B, monitor=4)
     assert not np.array_equal(off.model.get_weights()["dense/w"], straight.model.get_weights()["dense/w"])
 
 

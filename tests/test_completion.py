@@ -51,7 +51,7 @@ def test_the_script_is_valid_bash(script, tmp_path):
     (["minidl", "tr"], ["train"]),
     (["minidl", "train", "--mod"], ["--model"]),
     (["minidl", "train", "--device", ""], ["auto", "cpu", "cuda"]),
-    (["minidl", "train", "-b", "32", "--optimizer", "a"], ["adam"]),
+    (["minidl", "train", "-b", "32", "--optimizer", "a"], ["adam", "adamw"]),     # the optimizers of optim.OPTIMIZERS
     (["minidl", "infer", "--pre"], ["--precision"]),
     (["minidl", "plot", "--o"], ["--output"]),
     (["minidl", "completion", ""], ["bash"]),

@@ -70,12 +70,12 @@ def test_an_overflowing_step_is_skipped_without_a_stop_and_training_goes_on():
     trainer.fit(data, steps=2, batch_size=32)
     before = (model.flat.copy(), {k: v.copy() for k, v in trainer.optimizer.state.items()}, trainer.optimizer.t)
     spike.fill(np.inf)
-    trainer.fit(data, steps=1, batch_size=32)                             # no TrainingDiverged
+    trainer.fit(data, more_steps=1, batch_size=32)                        # no TrainingDiverged
     assert trainer.step == 3 and trainer.loss_scale == {"scale": 512.0, "clean": 0, "skipped": 1}
     assert np.array_equal(model.flat, before[0]) and trainer.optimizer.t == before[2] == 2
     assert all(np.array_equal(trainer.optimizer.state[k], v) for k, v in before[1].items())
     spike.fill(1.0)
-    trainer.fit(data, steps=3, batch_size=32)
+    trainer.fit(data, more_steps=3, batch_size=32)
     assert trainer.loss_scale == {"scale": 1024.0, "clean": 0, "skipped": 1}    # x2 after 3 clean steps
     assert not np.array_equal(model.flat, before[0]) and trainer.optimizer.t == 5
 
@@ -88,7 +88,7 @@ def test_a_scale_too_large_for_fp16_backs_off_until_the_gradients_fit():
     trainer.fit(_data(), steps=1, batch_size=32)
     # (softmax - onehot)/32 * 2^40 is far beyond float16's 65504: every gradient overflows
     assert trainer.loss_scale["skipped"] == 1 and np.array_equal(model.flat, w0)
-    trainer.fit(_data(), steps=40, batch_size=32)
+    trainer.fit(_data(), more_steps=40, batch_size=32)
     s = trainer.loss_scale
     assert s["skipped"] == 40 - np.log2(s["scale"]) < 41                # one halving per skipped step, then it fits
     assert s["clean"] == 41 - s["skipped"] and not np.array_equal(model.flat, w0)
@@ -117,7 +117,7 @@ def test_a_resumed_fp16_run_ends_as_the_run_never_stopped(tmp_path):
     first.fit(data, steps=5, batch_size=32, save_to=tmp_path / "half.npz")
     resumed = trainer()
     resumed.resume(tmp_path / "half.npz")
-    resumed.fit(data, steps=7, batch_size=32)
+    resumed.fit(data, steps=12, batch_size=32)                           # the run's total, as -n
     assert straight.loss_scale["skipped"] > 0                            # 2^20 overflows at first
     assert resumed.loss_scale == straight.loss_scale
     assert np.array_equal(resumed.model.flat, straight.model.flat)

@@ -194,7 +194,7 @@ def test_epochs_run_len_loader_steps_each_a_permutation(monkeypatch):
     assert not np.array_equal(first, np.arange(per_epoch * B))   # shuffled
 
     seen.clear()
-    trainer.fit((images, labels), epochs=2, batch_size=B, monitor=1000)
+    trainer.fit((images, labels), epochs=3, batch_size=B, monitor=1000)          # epochs in all, as Keras's
     assert trainer.step == 3 * per_epoch and len(seen) == 2 * per_epoch
     e2, e3 = np.concatenate(seen[:per_epoch]), np.concatenate(seen[per_epoch:])
     assert len(np.unique(e2)) == len(np.unique(e3)) == per_epoch * B

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
         trained = trainer.step < total
         if trained:
             with signals.deferred(trainer), stops.hint_resume(path):     # a stop: finish the step, save, exit
-                trainer.fit(train, steps=total - trainer.step, batch_size=args.batch_size, monitor=args.monitor,
+                trainer.fit(train, steps=total, batch_size=args.batch_size, monitor=args.monitor,
                             save_to=path if saves(args) else None, save_every=args.save_every,
                             checkpoint=stop_path, metrics_log=log)
             t = trainer.timing

@@ -76,7 +76,7 @@ def plan(net: Model, cap_bytes: int) -> list[Bucket]:
 
 
 def _trainable(layer):
-    return [p for p in layer.params.values() if p.trainable]
+    return [p for p in layer.params.values() if p.weight]      # frozen weights too: they stay in the arena
 
 
 class GradientBuckets:

@@ -18,6 +18,7 @@ from .. import files
 from .base import CheckpointError, check_readable as _check_readable   # CheckpointError: minidl.files.checkpoint's
 from .checkpoint_data import data_record
 from .kinds import of_format
+from .partial_load import load_matching
 
 if TYPE_CHECKING:
     from ..graph.model import Model
@@ -192,10 +193,11 @@ def _meta(path, info, required=False):
     return meta
 
 
-def load_weights(path: str | os.PathLike, model: Model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Copy a checkpoint's (or a .safetensors file's) parameters and statistics into `model`."""
-    if _is_safetensors(path):
-        return _load_safetensors(path, model)
+def load_weights(path: str | os.PathLike, model: Model, strict: bool = True) -> Any:
+    """A checkpoint's (.safetensors file's) weights into `model`; strict=False: those that fit (partial_load.py)."""
+    if _is_safetensors(path) or not strict:        # strict=False: what fits, and what did not (partial_load.py)
+        return _load_safetensors(path, model) if strict else load_matching(
+            read_safetensors(path)[1] if _is_safetensors(path) else _weights(read(path)[1]), model)
     info, arrays = read(path)
     try:
         model._check_weights(_weights(arrays), strict=True)

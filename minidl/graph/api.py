@@ -16,6 +16,7 @@ from .._types import Array
 from ..data.errors import DataError
 from ..data.loader import Loader, images_in, takes_images
 from ..layers.base import _fmt
+from ..metrics import Score
 from .summary import print_summary
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class FamiliarAPI:
         single_input: bool
         single_output: bool
         inputs: list[Node]
+        outputs: list[Node]
         layers: list[Layer]
         params: dict[str, Parameter]
         copies: list[Copies]
@@ -96,14 +98,71 @@ class FamiliarAPI:
         xp = self.device.xp if isinstance(x, self.device.xp.ndarray) else np
         return images_in(x, f"{self.name}.forward images", xp, check=takes)
 
+    def evaluate(self, x: ArrayLike, y: ArrayLike, batch_size: int = 256,
+                 normalize: bool | tuple[float, float] | None = None) -> Score:
+        """Score(mean cross-entropy, accuracy as a fraction) of the model on images `x` and int labels `y`,
+        without a Trainer (Keras's model.evaluate): batches as predict takes them (the input contract,
+        `normalize` as predict's, dropout off, BN's running statistics). A model ending in a Softmax is
+        scored on its probabilities, one without on its logits; Trainer.evaluate's numbers, up to rounding."""
+        if not (self.single_input and self.single_output):
+            raise ValueError(f"{self.name}: evaluate takes a model of one input and one output; call forward")
+        if takes_images(self) and normalize not in (None, False):  # type: ignore[arg-type]  # self is a Model
+            raise ValueError(f"{self.name}.evaluate: normalize={normalize!r}, but {self.name} carries its own "
+                             "Normalize: pass the images alone")
+        images, labels = np.asarray(x), np.asarray(y)
+        try:
+            loader = Loader(images, labels, batch_size, self.device, shuffle=False, drop_last=False,
+                            classes=self.outputs[0].shape[-1], normalize=normalize or False)
+        except DataError as e:
+            raise DataError(f"{self.name}.evaluate: {e}") from None
+        probabilities = self.layers[-1].kind == "softmax"
+        loss, hits = 0.0, 0
+        for xb, yb in loader:
+            out = np.asarray(self.device.to_host(self.forward(xb, training=False)), np.float64)   # (N, classes)
+            yb = np.asarray(self.device.to_host(yb)).astype(np.int64)
+            if probabilities:
+                logp = np.log(np.maximum(out, np.finfo(np.float64).tiny))
+            else:                            # log-softmax, shifted by the max for stability
+                z = out - out.max(axis=1, keepdims=True)
+                logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+            loss -= float(logp[np.arange(len(yb)), yb].sum())
+            hits += int((out.argmax(axis=1) == yb).sum())
+        n = max(len(labels), 1)
+        return Score(loss / n, hits / n)
+
+    def freeze(self, *names: str) -> FamiliarAPI:
+        """Freeze weights (Keras's `layer.trainable = False`, torch's requires_grad_(False)): the named
+        layers' or 'layer/param' weights, all of them where none is named. The optimizer leaves a frozen
+        weight, its decay and its state as they are, also in a step captured before (docs/training.md)."""
+        for p in self._weights_named(names, "freeze"):
+            p.trainable = False
+        return self
+
+    def unfreeze(self, *names: str) -> FamiliarAPI:
+        """Unfreeze weights, as freeze names them (all where none is named)."""
+        for p in self._weights_named(names, "unfreeze"):
+            p.trainable = True
+        return self
+
+    def _weights_named(self, names, what):
+        if not names:
+            return [p for p in self.params.values() if p.weight]
+        layers = {layer.name: layer for layer in self.layers}
+        unknown = [n for n in names if n not in layers and n not in self.params]
+        if unknown:
+            raise ValueError(f"{self.name}.{what}: no layer or parameter {', '.join(map(repr, unknown))}; layers: "
+                             f"{', '.join(layers)}")
+        return [p for n in names
+                for p in (layers[n].params.values() if n in layers else [self.params[n]]) if p.weight]
+
     def named_parameters(self) -> Iterator[tuple[str, Array]]:
-        """('layer/param', array) for each trainable parameter, in layer order, as torch's named_parameters.
+        """('layer/param', array) for each weight (frozen ones too), in layer order, as torch's named_parameters.
 
         The arrays are views into the model's flat arena, on its device: assigning into one
         (`w[...] = ...`) changes the model. BN's running statistics are state, not parameters
         (torch's buffers): get_weights() has them too.
         """
-        return ((k, p.data) for k, p in self.params.items() if p.trainable)
+        return ((k, p.data) for k, p in self.params.items() if p.weight)
 
     def parameters(self) -> Iterator[Array]:
         """The arrays of named_parameters(), as torch's parameters()."""
@@ -148,8 +207,8 @@ class FamiliarAPI:
         return {k: np.array(self.device.to_host(p.data)) for k, p in self.params.items()}
 
     def get_grads(self) -> dict[str, np.ndarray]:
-        """{'layer/param': NumPy array} of the trainable parameters' gradients."""
-        return {k: np.array(self.device.to_host(p.grad)) for k, p in self.params.items() if p.trainable}
+        """{'layer/param': NumPy array} of the weights' gradients (frozen ones too)."""
+        return {k: np.array(self.device.to_host(p.grad)) for k, p in self.params.items() if p.weight}
 
     # -- pickle and copy ----------------------------------------------------------------------
     def __reduce__(self) -> tuple[Any, ...]:

@@ -47,8 +47,8 @@ def allocate(xp: ModuleType, dtype: np.dtype, params: Sequence[Parameter], krsc:
     built as such, an inference lowering's: cuDNN would otherwise transpose them at every call).
     """
     permuted = {id(p) for p in krsc}
-    trainable = [p for p in params if p.trainable]
-    frozen = [p for p in params if not p.trainable]
+    trainable = [p for p in params if p.weight]        # frozen weights too: `trainable` may change
+    frozen = [p for p in params if not p.weight]
     (t_off, t_end), (f_off, f_end) = _layout(trainable, dtype.itemsize), _layout(frozen, dtype.itemsize)
     flat = xp.zeros(t_end, dtype=dtype)
     grads = xp.zeros_like(flat)
@@ -140,7 +140,7 @@ def share(lowered: Model, model: Model) -> list[Copies]:
             continue
         if master is None or master.shape != p.shape or dtypes[k] == model.device.dtype:
             raise ValueError(f"{model.name}: lowered layer parameter {k} is not one of the model's")
-        if not (p.trainable and master.trainable):
+        if not (p.weight and master.weight):
             raise ValueError(f"{model.name}: {k} is state (running statistics) of a layer computing in "
                              f"{dtypes[k].name}: such a layer must declare keeps_fp32")
         pairs.setdefault(dtypes[k], []).append((p, master, k in channels_last))

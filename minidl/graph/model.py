@@ -175,7 +175,7 @@ class Model(FamiliarAPI):
     @property
     def overwrites_grads(self) -> bool:
         """Whether every layer with parameters can overwrite its gradients (backward(accumulate=False))."""
-        return all(l.overwrites_grads for l in self.layers if any(p.trainable for p in l.params.values()))
+        return all(l.overwrites_grads for l in self.layers if any(p.weight for p in l.params.values()))
 
     def forward(self, *xs: Array, training: bool = False) -> Any:
         """Run the graph; returns the output (or a list of outputs)."""
@@ -283,8 +283,8 @@ class Model(FamiliarAPI):
 
     @property
     def n_params(self) -> int:
-        """Trainable parameters (the flat buffer also holds alignment gaps)."""
-        return sum(p.size for p in self.params.values() if p.trainable)
+        """Weights, frozen ones included (the flat buffer also holds alignment gaps)."""
+        return sum(p.size for p in self.params.values() if p.weight)
 
     # -- architecture as JSON ---------------------------------------------------------------
     def config(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 def print_summary(model: Model, print_fn: Callable[[str], object] = print) -> None:
     rows = [("layer (type)", "output shape", "params")]
     for node in model.nodes:
-        n = sum(p.size for p in node.layer.params.values() if p.trainable)
+        n = sum(p.size for p in node.layer.params.values() if p.weight)
         rows.append((f"{node.layer.name} ({type(node.layer).__name__})", _fmt(node.shape), f"{n:,}"))
     w = [max(len(r[i]) for r in rows) for i in range(3)]
     line = "-" * (w[0] + w[1] + w[2] + 4)
@@ -22,5 +22,6 @@ def print_summary(model: Model, print_fn: Callable[[str], object] = print) -> No
         if i == 0:
             print_fn(line)
     print_fn(line)
-    frozen = sum(p.size for p in model.params.values() if not p.trainable)
-    print_fn(f"total params: {model.n_params:,} trainable, {frozen:,} non-trainable")
+    trainable = sum(p.size for p in model.params.values() if p.trainable)
+    frozen = sum(p.size for p in model.params.values() if not p.trainable)     # state and frozen weights
+    print_fn(f"total params: {trainable:,} trainable, {frozen:,} non-trainable")

@@ -156,20 +156,42 @@ class Softmax(Protocol):
         """Cross-entropy of logits z (N, K) against int labels (N,), its gradient written into gz."""
 
 
+class Controls(NamedTuple):
+    """What a controlled update reads besides its hyper-parameters (minidl.optim.base builds it).
+
+    lrs (P,): each element's multiplier of the step's lr; 0 freezes it (its weight, weight decay and
+    optimizer state all stay as they were). wds (P,): each element's weight decay, which replaces the
+    update's `wd`. gmul: the gradient's multiplier (a 0-d device array or a number: grad_scale times the
+    clip-norm factor), which replaces `scale`. clip: gradients are clipped to [-clip, clip] after the
+    multiply (0: not). decoupled: the decay is p -= lr wd p before the update (AdamW) rather than g + wd p.
+    """
+    lrs: Array
+    wds: Array
+    gmul: Array | float
+    clip: float
+    decoupled: bool
+
+
 class Optim(Protocol):
-    """Optimizer updates over the flat arenas, in place; `ok` False changes nothing (the NaN gate)."""
+    """Optimizer updates over the flat arenas, in place; `ok` False changes nothing (the NaN gate).
+    `ctl` (Controls) adds freezing, per-element lr and decay, clipping and decoupled decay; None: none."""
     def sgd_update(self, p: Array, g: Array, lr: float | Array, wd: float = 0.0, ok: bool | Array = True,
-                   scale: float = 1.0) -> None:
+                   scale: float = 1.0, ctl: Controls | None = None) -> None:
         """p -= lr (scale g + wd p)."""
     def momentum_update(self, p: Array, g: Array, v: Array, lr: float | Array, mu: float, wd: float = 0.0,
-                        nesterov: bool = False, ok: bool | Array = True, scale: float = 1.0) -> None:
+                        nesterov: bool = False, ok: bool | Array = True, scale: float = 1.0,
+                        ctl: Controls | None = None) -> None:
         """v = mu v + d;  p -= lr (d + mu v if nesterov else v)."""
     def adam_update(self, p: Array, g: Array, m: Array, v: Array, lr: float | Array, b1: float, b2: float, eps: float,
-                    wd: float, t: int | Array, ok: bool | Array = True, scale: float = 1.0) -> None:
+                    wd: float, t: int | Array, ok: bool | Array = True, scale: float = 1.0,
+                    ctl: Controls | None = None) -> None:
         """Adam at step t >= 1."""
     def rmsprop_update(self, p: Array, g: Array, s: Array, lr: float | Array, rho: float, eps: float,
-                       wd: float = 0.0, ok: bool | Array = True, scale: float = 1.0) -> None:
+                       wd: float = 0.0, ok: bool | Array = True, scale: float = 1.0,
+                       ctl: Controls | None = None) -> None:
         """s = rho s + (1-rho) d²;  p -= lr d / (√s + eps)."""
+    def sq_norm(self, g: Array, lrs: Array) -> Array:
+        """Σ g² over the elements where lrs != 0, a 0-d float64 device array (clip_norm's, no host read)."""
 
 
 class Cast(Protocol):

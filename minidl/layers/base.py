@@ -22,18 +22,38 @@ if TYPE_CHECKING:
 class Parameter:
     """A named tensor of a layer: `data` and `grad` are views into the model's flat buffers.
 
-    Trainable parameters live in the model's parameter arena (updated by the optimizer);
-    non-trainable state (BN running statistics) lives in its state arena (saved, not updated).
+    Weights (`weight`, declared trainable) live in the model's parameter arena (updated by the
+    optimizer); state (BN running statistics) lives in its state arena (saved, not updated).
+    `trainable = False` freezes a weight (Keras, torch's requires_grad): it stays in the arena, and the
+    optimizer leaves it, its weight decay and its optimizer state unchanged (docs/training.md).
     """
+
+    changes = 0       # `trainable` set anywhere, counted: an optimizer rereads the flags only when it moved
 
     def __init__(self, name: str, shape: Sequence[int], initializer: str | Initializer, trainable: bool = True,
                  fan: tuple[int, int] | None = None) -> None:
-        self.name, self.shape, self.trainable = name, tuple(int(s) for s in shape), trainable
+        self.name, self.shape = name, tuple(int(s) for s in shape)
+        self.weight = bool(trainable)        # where it lives: the parameter arena, or the state arena
+        self.frozen = False
         self.initializer = _init.get(initializer)
         self.fan = fan or _fans(self.shape)
         self.data: Array = None
         self.grad: Array = None
         self.offset: int = None  # type: ignore[assignment]  # where `data` starts in its arena (set when allocated)
+
+    @property
+    def trainable(self) -> bool:
+        """A weight the optimizer updates: declared trainable and not frozen."""
+        return self.weight and not self.frozen
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"parameter {self.name}: trainable must be True or False, got {value!r}")
+        if not self.weight and value:
+            raise ValueError(f"parameter {self.name} is state (running statistics), not a weight: it cannot train")
+        self.frozen = self.weight and not value
+        Parameter.changes += 1
 
     @property
     def size(self) -> int:
@@ -137,7 +157,24 @@ class Layer:
         p = self.params.get(name)
         if p is None or p.shape != tuple(shape):
             p = self.params[name] = Parameter(name, shape, initializer, trainable, fan)
+            p.frozen = p.weight and not self.__dict__.get("_trainable", True)   # layer.trainable set before build
         return p
+
+    @property
+    def trainable(self) -> bool:
+        """Whether the optimizer updates this layer's weights (Keras's `layer.trainable`): setting it
+        freezes or unfreezes all of them, before or after build (a layer without weights: True)."""
+        weights = [p for p in self.params.values() if p.weight]
+        return all(p.trainable for p in weights) if weights else self.__dict__.get("_trainable", True)
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"layer {self.name}: trainable must be True or False, got {value!r}")
+        self.__dict__["_trainable"] = value
+        for p in self.params.values():
+            if p.weight:
+                p.trainable = value
 
     def state(self, name: str, shape: Sequence[int], initializer: str | Initializer) -> Parameter:
         """Declare non-trainable state (running statistics), saved in checkpoints."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from numbers import Real
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .base import Optimizer
 
@@ -15,6 +15,7 @@ class Adam(Optimizer):
     """m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'²;  p -= lr m̂ / (√v̂ + eps),  g' = g + wd p.
 
     The decay rates as b1=, b2= or as torch.optim.Adam's betas=(b1, b2); one of the two spellings.
+    `controls`: decoupled_weight_decay, clip_norm, clip_value, groups (Optimizer's).
     """
     name = "adam"
     slots = ("m", "v")
@@ -22,8 +23,8 @@ class Adam(Optimizer):
 
     def __init__(self, lr: float = 1e-3, b1: float | None = None, b2: float | None = None, eps: float = 1e-8,
                  weight_decay: float = 0.0, schedule: ScheduleSpec = None, *,
-                 betas: tuple[float, float] | None = None) -> None:
-        super().__init__(lr, weight_decay, schedule)
+                 betas: tuple[float, float] | None = None, **controls: Any) -> None:
+        super().__init__(lr, weight_decay, schedule, **controls)
         if betas is not None:
             if b1 is not None or b2 is not None:
                 raise ValueError("Adam: give betas=(b1, b2) or b1=/b2=, not both")
@@ -43,4 +44,17 @@ class Adam(Optimizer):
 
     def update(self, lr: Array, t: Array, ok: Array | bool) -> None:
         self.kernels.adam_update(self.flat, self.grads, self.state["m"], self.state["v"], lr,
-                                 self.b1, self.b2, self.eps, self.weight_decay, t, ok, scale=self.grad_scale)
+                                 self.b1, self.b2, self.eps, self.weight_decay, t, ok, scale=self.grad_scale,
+                                 ctl=self.ctl)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW and Keras's AdamW:
+    p -= lr_t wd p, then the Adam update of the undecayed gradient. weight_decay 0.01 unless told."""
+    name = "adamw"
+    decoupled_default = True
+
+    def __init__(self, lr: float = 1e-3, b1: float | None = None, b2: float | None = None, eps: float = 1e-8,
+                 weight_decay: float = 0.01, schedule: ScheduleSpec = None, *,
+                 betas: tuple[float, float] | None = None, **controls: Any) -> None:
+        super().__init__(lr, b1, b2, eps, weight_decay, schedule, betas=betas, **controls)

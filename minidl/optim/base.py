@@ -9,9 +9,11 @@ import numpy as np
 
 from ..backend import DtypeError
 from . import schedules as _schedules
+from .controls import ControlState, check_clip, check_groups, group_names
 
 if TYPE_CHECKING:
     from .._types import Array
+    from ..kernels.contract import Controls
     from ..graph.model import Model
     from .schedules import ScheduleSpec
 
@@ -29,6 +31,18 @@ class Optimizer:
     `setup` by whoever knows how the gradients arrive: 1/N among N data-parallel ranks (minidl.training.step: the
     ranks sum their gradients, the update takes the mean); at 1, one process, the kernels skip the multiply.
     A Python number, so a captured step holds it as it was at the capture.
+
+    Training controls, keyword-only, for every optimizer (docs/training.md; optim/controls.py):
+    weight_decay: coupled (g + wd p, torch.optim.Adam's) unless decoupled_weight_decay=True:
+    p -= lr_t wd p before the update (Loshchilov & Hutter; torch.optim.AdamW's, Keras's base).
+    clip_norm: the gradients are scaled so that their global L2 norm (over every trainable element) is at
+    most clip_norm (torch.nn.utils.clip_grad_norm_, Keras's global_clipnorm); clip_value: then clipped to
+    [-clip_value, clip_value] (Keras's clipvalue). groups: PyTorch's parameter groups, a list of
+    {"params": [...], "lr": ..., "weight_decay": ...}: params as Parameters, model.parameters() arrays,
+    layers or names; a group's lr is a multiplier of the base lr (group lr / lr), so schedules and
+    ReduceLROnPlateau move every group alike. Frozen weights (Parameter.trainable = False, layer.trainable,
+    model.freeze) are left as they are, their optimizer state too, even when frozen after a capture.
+    Without any of these the update kernels run as they always did.
     """
     name = "optimizer"
     slots: tuple[str, ...] = ()
@@ -37,11 +51,27 @@ class Optimizer:
     flat: Array          # the model's parameters and gradients, bound by setup()
     grads: Array
 
-    def __init__(self, lr: float, weight_decay: float = 0.0, schedule: ScheduleSpec = None):
+    decoupled_default = False          # AdamW: True
+
+    def __init__(self, lr: float, weight_decay: float = 0.0, schedule: ScheduleSpec = None, *,
+                 decoupled_weight_decay: bool | None = None, clip_norm: float | None = None,
+                 clip_value: float | None = None, groups: list[dict[str, Any]] | None = None):
+        who = type(self).__name__
         for what, v in (("lr", lr), ("weight_decay", weight_decay)):
             if not (isinstance(v, Real) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"{type(self).__name__}: {what} must be a finite number >= 0, got {v!r}")
+                raise ValueError(f"{who}: {what} must be a finite number >= 0, got {v!r}")
+        if decoupled_weight_decay is not None and not isinstance(decoupled_weight_decay, bool):
+            raise TypeError(f"{who}: decoupled_weight_decay must be True or False, got {decoupled_weight_decay!r}")
         self._lr, self.weight_decay = float(lr), float(weight_decay)
+        self.decoupled_weight_decay = (self.decoupled_default if decoupled_weight_decay is None
+                                       else decoupled_weight_decay)
+        self.clip_norm = check_clip(clip_norm, "clip_norm", who)
+        self.clip_value = check_clip(clip_value, "clip_value", who)
+        self.groups = check_groups(groups, who)
+        if self._lr == 0 and any(g.get("lr") for g in self.groups):
+            raise ValueError(f"{who}: a group's lr is a multiple of the base lr, which is 0: give lr > 0")
+        self._group_base_lr = self._lr     # groups' lrs are multiples of this one (fixed at construction)
+        self._controls: ControlState | None = None
         self.schedule = _schedules.resolve(schedule)
         self._t = 0                        # host copy while no model is set up
         self._lr_fn, self._lr_table = (None, None), None     # (schedule, its device function), a cosine's table
@@ -87,7 +117,14 @@ class Optimizer:
         self.t, self.lr = (t if same else 0), self._lr
         if pending is not None:
             self.load_state_dict(pending)
+        self._controls = ControlState(self)
+        self._controls.refresh()            # groups resolved now: a bad one is named at setup
         return self
+
+    def refresh(self) -> bool:
+        """Bring the per-element controls up to date with the weights' `trainable` flags (host only, no
+        device read); True where the update kernels changed, so a captured step must be captured again."""
+        return self._controls.refresh() if self._controls is not None else False
 
     # -- the step ---------------------------------------------------------------------------
     def step(self, gate: Array | None = None) -> None:
@@ -98,6 +135,7 @@ class Optimizer:
         """
         if self.model is None:
             raise RuntimeError(f"{type(self).__name__}.step() before setup(model)")
+        self.refresh()                      # a weight frozen since the last step
         self._t_dev += True if gate is None else gate
         self.update(self._lr_at()(self._lr_dev, self._t_dev), self._t_dev, True if gate is None else gate)
 
@@ -122,6 +160,12 @@ class Optimizer:
 
     def _tabulate(self, schedule, horizon):
         return np.array([schedule(self._lr, max(t - 1, 0)) for t in range(horizon + 2)], np.float64)
+
+    @property
+    def ctl(self) -> Controls | None:
+        """What the update kernels read besides their hyper-parameters (kernels.contract.Controls), or
+        None: the plain kernels (no control set, no weight frozen)."""
+        return self._controls.args() if self._controls is not None else None
 
     def update(self, lr: Array, t: Array, ok: Array | bool) -> None:
         """One in-place update with learning rate `lr` at step `t` (0-d float64 device arrays), where
@@ -170,6 +214,15 @@ class Optimizer:
         """The constructor's arguments, JSON-able: get(name, **config()) rebuilds this optimizer."""
         cfg: dict[str, Any] = {"lr": self.lr, "weight_decay": self.weight_decay}
         cfg.update({k: getattr(self, k) for k in self.hyper})
+        if self.decoupled_weight_decay != self.decoupled_default:
+            cfg["decoupled_weight_decay"] = self.decoupled_weight_decay
+        cfg.update({k: getattr(self, k) for k in ("clip_norm", "clip_value") if getattr(self, k)})
+        if self.groups:                    # by name, once a model resolved them: JSON, rebuilt by get()
+            names = (group_names(self.groups, self.model, self.name) if self.model is not None
+                     else [g["params"] for g in self.groups])
+            rate = self.lr / self._group_base_lr if self._group_base_lr else 1.0    # the lr moved since: groups too
+            cfg["groups"] = [dict(g, params=n, **({"lr": g["lr"] * rate} if g.get("lr") is not None else {}))
+                             for g, n in zip(self.groups, names)]
         # a user's own schedule function has no config: it is recorded as None and not rebuilt
         cfg["schedule"] = getattr(self.schedule, "config", None)
         return cfg

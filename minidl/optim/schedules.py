@@ -91,11 +91,38 @@ def warmup(steps: int, schedule: ScheduleSpec) -> Schedule:
 SCHEDULES: dict[str, Callable[..., Schedule]] = {
     "constant": constant, "step_decay": step_decay, "cosine": cosine, "inverse_time": inverse_time, "warmup": warmup}
 
+# The command line's names (--schedule), each over a run of `total` steps as cli/runplan.py builds it.
+RUN_SCHEDULES: dict[str, Callable[[int], Schedule]] = {
+    "cosine": lambda total: cosine(total), "constant": lambda total: constant(),
+    "step": lambda total: step_decay(max(total // 3, 1), 0.1), "inverse-time": lambda total: inverse_time(1e-4)}
+_ALIASES = {"step_decay": "step", "inverse_time": "inverse-time"}
+
+
+def over_run(name: str) -> Schedule:
+    """A schedule named without its arguments ("cosine", as on the command line): it spans the run,
+    so Trainer.fit builds it once it knows the run's total steps (`for_run`); called before, it says so."""
+    def f(base_lr, step):
+        raise ValueError(f"schedule {name!r} spans a run: Trainer.fit sets its length; without a Trainer "
+                         f"give schedules.{name.replace('-', '_')}(...) with its arguments")
+    f.over_run = name             # type: ignore[attr-defined]  # what for_run builds
+    return _schedule(f, name)
+
+
+def for_run(schedule: Schedule, total: int) -> Schedule:
+    """`schedule` itself, or, where it was named without arguments (over_run), that schedule over `total` steps."""
+    name = getattr(schedule, "over_run", None)
+    return schedule if name is None else RUN_SCHEDULES[name](total)
+
 
 def get(name: str, **kw: Any) -> Schedule:
-    """The schedule called `name`, built with keyword arguments `kw`."""
+    """The schedule called `name`, built with keyword arguments `kw`; a command-line name given without
+    arguments ("cosine", "step", "inverse-time") spans the run Trainer.fit trains (over_run)."""
+    run_name = _ALIASES.get(name, name)
+    if not kw and run_name in RUN_SCHEDULES and run_name != "constant":
+        return over_run(run_name)
     if name not in SCHEDULES:
-        raise ValueError(f"unknown schedule {name!r}: expected one of {', '.join(SCHEDULES)}")
+        raise ValueError(f"unknown schedule {name!r}: expected one of "
+                         f"{', '.join(dict.fromkeys([*SCHEDULES, *RUN_SCHEDULES]))}")
     return SCHEDULES[name](**kw)
 
 

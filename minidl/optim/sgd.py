@@ -1,7 +1,7 @@
 """Stochastic gradient descent, plain and with (Nesterov) momentum, as torch.optim.SGD."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .base import Optimizer
 
@@ -21,8 +21,8 @@ class SGD(Optimizer):
     hyper = ("momentum", "nesterov")
 
     def __init__(self, lr: float, *, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
-                 schedule: ScheduleSpec = None) -> None:
-        super().__init__(lr, weight_decay, schedule)
+                 schedule: ScheduleSpec = None, **controls: Any) -> None:
+        super().__init__(lr, weight_decay, schedule, **controls)
         if isinstance(momentum, bool) or not 0.0 <= momentum < 1.0:
             raise ValueError(f"{type(self).__name__}: momentum must be in [0, 1), got {momentum!r}")
         if nesterov and not momentum:
@@ -33,9 +33,10 @@ class SGD(Optimizer):
     def update(self, lr: Array, t: Array, ok: Array | bool) -> None:
         if self.slots:
             self.kernels.momentum_update(self.flat, self.grads, self.state["v"], lr, self.momentum,
-                                         self.weight_decay, self.nesterov, ok, scale=self.grad_scale)
+                                         self.weight_decay, self.nesterov, ok, scale=self.grad_scale, ctl=self.ctl)
         else:
-            self.kernels.sgd_update(self.flat, self.grads, lr, self.weight_decay, ok, scale=self.grad_scale)
+            self.kernels.sgd_update(self.flat, self.grads, lr, self.weight_decay, ok, scale=self.grad_scale,
+                                    ctl=self.ctl)
 
 
 class Momentum(SGD):
@@ -47,6 +48,7 @@ class Momentum(SGD):
     name = "momentum"
 
     def __init__(self, lr: float, momentum: float = 0.9, nesterov: bool = False, weight_decay: float = 0.0,
-                 schedule: ScheduleSpec = None) -> None:
-        super().__init__(lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, schedule=schedule)
+                 schedule: ScheduleSpec = None, **controls: Any) -> None:
+        super().__init__(lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, schedule=schedule,
+                         **controls)
         self.slots = ("v",)

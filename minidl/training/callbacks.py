@@ -1,112 +1,27 @@
 """The training loop's seam (Keras's callbacks, Lightning's hooks): what a run does besides training,
 and the built-ins `Trainer.fit` makes from its arguments (the NaN stop, the progress bar and the
 monitoring line, the metrics log, periodic checkpoints, the save at a stop request), written as a
-user's own callback would be. How a run ends early: TrainingDiverged, TrainingStopped."""
+user's own callback would be. How a run ends early: TrainingDiverged, TrainingStopped.
+
+Keras's built-ins a user adds (EarlyStopping, ReduceLROnPlateau, ModelCheckpoint), driven by the records
+of the run's History (`on_record`), are history.py's; `minidl.callbacks` holds both files' names."""
 from __future__ import annotations
 
 import os
+import sys
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from . import progress
+from .history import EarlyStopping, History, ModelCheckpoint, ReduceLROnPlateau  # noqa: F401 (users' import)
+from .hooks import Callback, Run, TrainingDiverged, TrainingInterrupted, TrainingStopped  # noqa: F401 (likewise)
 
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-    from ..data.loader import Loader
     from ..metrics import Score
     from ..files.metrics_log import Logs, MetricsLog
     from ..files.tensorboard_log import TensorBoardLog
-    from .trainer import Trainer
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is left untouched."""
-    collective = True                 # data-parallel ranks raise it together (distributed.World.guard)
-
-
-class TrainingStopped(RuntimeError):
-    """Training stopped on request (SIGINT, SIGTERM) after a whole step; `path`: where it saved, or None."""
-    collective = True                 # data-parallel ranks raise it together, after the same step
-
-    def __init__(self, message: str, signum: int, path: str | os.PathLike | None) -> None:
-        super().__init__(message)
-        self.signum, self.path, self.exit_status = signum, path, 128 + signum   # as a shell reports it
-
-
-@dataclass(eq=False)
-class Run:
-    """One call of Trainer.fit as its callbacks see it: steps `start` < `step` <= `end`, `per_epoch`
-    steps an epoch of `loader`, a monitoring interval every `monitor` steps.
-
-    stop: a callback sets it to end the run after the current step (Keras's `stop_training`): the
-    run then closes its last interval (the NaN check, on_interval), saves `save_to` and returns its
-    score. images: what the last interval trained on, all ranks together. signal: the stop request
-    (Trainer.request_stop: a signal number) every rank agreed on, which ended the run; else None.
-    """
-    trainer: Trainer
-    start: int
-    end: int
-    per_epoch: int
-    loader: Loader
-    monitor: int
-    callbacks: list[Callback] = field(default_factory=list)
-    stop: bool = False
-    images: int = 0
-    signal: int | None = None
-
-    @property
-    def step(self) -> int:
-        """Steps trained so far, this run's and those before it (Trainer.step)."""
-        return self.trainer.step
-
-    def emit(self, hook: str, *args: object) -> None:
-        """Call `hook` (a Callback method's name) of every callback, in order."""
-        for c in self.callbacks:
-            getattr(c, hook)(self, *args)
-
-    def check_finite(self, path: str | os.PathLike | None = None) -> None:
-        """Raise TrainingDiverged, naming `path` as left untouched, where a loss of this run was not
-        finite (Trainer.check_finite: the device's NaN flag, one sync)."""
-        self.trainer.check_finite(path)
-
-    def save(self, path: str | os.PathLike) -> str | os.PathLike | None:
-        """Save a checkpoint the way the loop does: the NaN flag is read first, so a run that diverged
-        raises TrainingDiverged and leaves `path` untouched. Collective: every rank calls it."""
-        self.check_finite(path)
-        return self.trainer.save(path)
-
-
-class Callback:
-    """Hooks Trainer.fit calls, in this order, on every rank (a rank other than 0 has a silent log):
-
-    on_train_begin(run) before the first step; on_step_end(run) after each step; on_interval(run, score)
-    every `monitor` steps and at the end, after the ranks' sums, with the interval's Score (the same on
-    every rank; TerminateOnNaN, fit's first callback, has checked it is finite); on_epoch_end(run, epoch)
-    after an epoch's last step (epochs count from 0); on_train_end(run) when the run ends (its steps
-    done, or stopped by a callback or a signal, before SaveOnStop's save), not when it raises. Each does
-    nothing here: override those you need.
-
-    A hook runs on the host between steps: reading a device array (float(), to_host) waits for the
-    step, so read at on_interval, where the loop has synchronised already. With several ranks, set
-    `run.stop` from what every rank sees alike (the step, the interval's score), so all stop together.
-    """
-
-    def on_train_begin(self, run: Run) -> None:
-        pass
-
-    def on_step_end(self, run: Run) -> None:
-        pass
-
-    def on_interval(self, run: Run, score: Score) -> None:
-        pass
-
-    def on_epoch_end(self, run: Run, epoch: int) -> None:
-        pass
-
-    def on_train_end(self, run: Run) -> None:
-        pass
 
 
 class TerminateOnNaN(Callback):
@@ -201,3 +116,6 @@ class SaveOnStop(Callback):
         if path:
             run.trainer.save(path)
         raise TrainingStopped(f"stopped at step {run.step}" + (f"; saved {path}" if path else ""), run.signal, path)
+
+
+sys.modules.setdefault("minidl.callbacks", sys.modules[__name__])   # `from minidl.callbacks import EarlyStopping`

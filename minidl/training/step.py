@@ -162,6 +162,8 @@ class TrainStep:
     # -- captured -------------------------------------------------------------------------
     def replay(self, loader: Loader, epoch: int, k: int) -> None:
         """The step on batch k of `epoch` as one graph launch (captured at the first call per loader)."""
+        if self.optimizer.refresh():        # the first control or frozen weight: the controlled kernels
+            self._captured.clear()          # (frozen flags set later are read from the device arrays)
         captured = self._captured.get(id(loader))
         if captured is None:
             captured = self._captured[id(loader)] = self._capture(loader, epoch, k)

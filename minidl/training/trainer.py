@@ -9,12 +9,14 @@ import time
 from numbers import Integral
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from . import callbacks as cb
-from ..files import checkpoint as ckpt
+from . import callbacks as cb, interrupt
+from .saving import Saving
 from .. import distributed
 from .._types import Array
 from ..backend import Device, DeviceError, get_device
 from .callbacks import TrainingDiverged, TrainingStopped  # noqa: F401 (re-exported: minidl.TrainingDiverged)
+from .history import History, record
+from ..optim import schedules
 from ..data.sources import TrainLoaders, loader_for
 from ..metrics import Mean, Score
 from .step import TrainStep
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from ..files.tensorboard_log import TensorBoardLog
 
 
-class Trainer:
+class Trainer(Saving):
     """Trains `model` with `optimizer` on `device` ('auto', 'cpu', 'cuda' or a Device).
 
     One step (minidl.training.step): forward in training mode, the loss from the logits, backward, optimizer
@@ -65,6 +67,7 @@ class Trainer:
         self.step = 0                      # steps trained so far (restored by resume)
         self.plan: dict[str, Any] | None = None     # the run's plan (JSON), saved in its checkpoints
         self._stop: int | None = None               # a signal number once a stop is requested
+        self._record_sums = [0.0, 0.0, 0]           # loss x images, hits, images since the History's last record
         self._since = 0                             # where the NaN flag began counting (fit's first step)
         self._global_batch = self._resumed_batch = None  # type: int | None  # all ranks' batch: fit's, checkpoint's
         self.progress = sys.stdout.isatty() if progress is None else progress
@@ -146,47 +149,75 @@ class Trainer:
         Safe to call from a signal handler."""
         self._stop = signum
 
+    @interrupt.stops_on_ctrl_c
     def fit(self, x: Any, y: Any = None, *, steps: int | None = None, epochs: int | None = None, batch_size: int = 32,
             steps_per_epoch: int | None = None, data_format: str | None = None, augment: Callable | None = None,
             monitor: int = 100, save_to: str | os.PathLike | None = None, save_every: int | None = None,
             checkpoint: str | os.PathLike | Callable[[], str | os.PathLike | None] | None = None,
-            metrics_log: MetricsLog | TensorBoardLog | Logs | None = None, callbacks: Sequence[Callback] = ()) -> Score:
-        """Train for `steps` (or `epochs` of the whole set) more steps on `(images, labels)`, `images,
-        labels` (Keras's order), a map-style dataset, an iterable or generator of (x_batch, y_batch)
-        batches, or a Loader (minidl.data.sources); returns the last interval's Score(loss, accuracy as a
-        fraction). Images as docs/input.md says. The rest is keyword-only (Keras's third positional is
-        batch_size). steps_per_epoch: the steps of an epoch of a source without len() (Keras's);
-        data_format: 'channels_last' for NHWC images; augment: a function of a host batch (x, y) -> (x, y).
+            metrics_log: MetricsLog | TensorBoardLog | Logs | None = None, callbacks: Sequence[Callback] = (),
+            more_steps: int | None = None, validation_data: Any = None, validation_freq: int | None = None,
+            validation_batch_size: int = 1000) -> History:
+        """Train on `(images, labels)`, `images, labels` (Keras's order), a map-style dataset, an iterable
+        or generator of (x_batch, y_batch) batches, or a Loader (minidl.data.sources) until the run has
+        trained `steps` steps in all (the command line's -n: after resume() at step 1749, steps=3000 trains
+        1251 more), or `epochs` epochs in all (Keras's epochs with initial_epoch), or `more_steps` more
+        than it has (default: one epoch more). Images as docs/input.md says. The rest is keyword-only
+        (Keras's third positional is batch_size). steps_per_epoch: the steps of an epoch of a source without
+        len() (Keras's); data_format: 'channels_last' for NHWC images; augment: a function of a host batch
+        (x, y) -> (x, y).
 
+        Returns a History: the last interval's Score (loss, accuracy as a fraction), `loss, acc = fit(...)`,
+        with Keras's `.history["loss"]`, `["val_accuracy"]`, ... a value per record.
+        validation_data: data as evaluate takes it, scored at every epoch's end, or every `validation_freq`
+        steps (in `validation_batch_size` batches): 'val_loss', 'val_accuracy' in the records.
         save_to: saved at the end, only if training stayed finite. checkpoint: where a stop request
-        (request_stop) and every `save_every` steps save (default save_to; for a stop also a function
+        (request_stop, Ctrl-C) and every `save_every` steps save (default save_to; for a stop also a function
         returning the path, called at the stop); each save first checks that training stayed finite.
+        Ctrl-C in the main thread finishes the step, saves to `checkpoint` and raises TrainingInterrupted
+        (a TrainingStopped and a KeyboardInterrupt); a second Ctrl-C interrupts at once.
         metrics_log: a log from minidl.files.metrics_log.open_logs that gets one record per monitoring interval.
-        callbacks: minidl.training.callbacks hooks, called after the built-ins (TerminateOnNaN, metrics_log's records,
-        the bar and line, save_every's Checkpoints) and before SaveOnStop; run.stop ends a run early. What
+        callbacks: minidl.training.callbacks hooks (EarlyStopping, ReduceLROnPlateau, ModelCheckpoint or a
+        user's), called after the built-ins (TerminateOnNaN, metrics_log's records, the bar and line,
+        save_every's Checkpoints) and before SaveOnStop; run.stop ends a run early. What
         every rank must do at the same step stays in the trainer (_interval, _agree_stop), never in a callback.
         """
         for what, v in (("steps", steps), ("epochs", epochs), ("batch_size", batch_size), ("monitor", monitor),
-                        ("save_every", save_every)):
+                        ("save_every", save_every), ("more_steps", more_steps), ("validation_freq", validation_freq),
+                        ("validation_batch_size", validation_batch_size)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v <= 0):
                 raise ValueError(f"fit: {what} must be a positive int, got {v!r}")
+        if sum(v is not None for v in (steps, epochs, more_steps)) > 1:
+            raise ValueError("fit: give one of steps (the run's total), epochs (in all) or more_steps")
         checkpoint = checkpoint or save_to
         if save_every is not None and not checkpoint:
             raise ValueError("fit: save_every needs a checkpoint path (checkpoint= or save_to=)")
-        loader = self._train_loader(x, y, batch_size, steps=steps, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                                    data_format=data_format, augment=augment)
+        left = steps - self.step if steps is not None else more_steps      # this call's steps, where said
+        loader = self._train_loader(x, y, batch_size, steps=None if left is None else max(left, 1), epochs=epochs,
+                                    steps_per_epoch=steps_per_epoch, data_format=data_format, augment=augment)
+        val = (None if validation_data is None else
+               loader_for(validation_data, None, self.model, self.device, where="fit validation_data",
+                          batch_size=validation_batch_size, training=False, seed=self.seed, rank=self.world.rank,
+                          world=self.world.size, data_format=data_format, fits=self._check_fits))
         self._global_batch, self._resumed_batch = self.world.global_batch(loader.batch_size, self._resumed_batch), None
         self._step.blank = loader.blank      # shifted images are filled with the background
         per_epoch = len(loader)
-        steps = (epochs or 1) * per_epoch if steps is None else steps
+        end = self.step + left if left is not None else (epochs or 0) * per_epoch or self.step + per_epoch
+        if end <= self.step:                 # the data checked all the same
+            return self._nothing_left(f"steps={steps}" if steps is not None else f"epochs={epochs} ({end} steps)")
+        # a schedule named without its length ("cosine") spans the run's steps, as on the command line
+        self.optimizer.schedule = schedules.for_run(self.optimizer.schedule, end)
         result = Score(math.nan, math.nan)
         self.metrics.reset()
         self._step.reset_flag()
         self._since = self.step
+        self._record_sums = [0.0, 0.0, 0]
         show, logs = cb.Progress(), [cb.MetricsRecords(metrics_log)] if metrics_log is not None else []
         every = [cb.Checkpoints(checkpoint, save_every)] if save_every else []  # type: ignore[arg-type]
         hooks = [cb.TerminateOnNaN(save_to), *logs, show, *every, *callbacks, cb.SaveOnStop(checkpoint)]
-        run = cb.Run(self, self.step, self.step + steps, per_epoch, loader, monitor, hooks)
+        run = cb.Run(self, self.step, end, per_epoch, loader, monitor, hooks)
+        # a record closes the monitoring interval where it scores the validation data (its train loss then
+        # covers every step since the last); else it takes the intervals closed since the last (the cadence kept)
+        closes = val is not None or validation_freq is not None
         run.emit("on_train_begin")
         t0 = t1 = time.perf_counter()
         quiet = self.device.preparing(show.say)     # a cold first step says what it does
@@ -200,8 +231,14 @@ class Trainer:
             if interval:
                 result = self._interval(run)
             run.emit("on_step_end")
-            if self.step % per_epoch == 0 or loader.exhausted:
+            epoch_end = self.step % per_epoch == 0 or loader.exhausted
+            if epoch_end:
                 run.emit("on_epoch_end", (self.step - 1) // per_epoch)
+            if (self.step % validation_freq == 0 if validation_freq else epoch_end) or (
+                    (self.step == run.end or run.stop) and self._record_sums[2]):
+                if closes and not interval:
+                    result, interval = self._interval(run), True
+                record(run, val)
             if run.stop and not interval:        # a callback ended the run between intervals
                 result = self._interval(run)
             self._agree_stop(run)
@@ -214,7 +251,12 @@ class Trainer:
                        "steady_ms": (t2 - t1) / max(steps - 1, 1) * 1e3}
         if save_to:
             self.save(save_to)
-        return result
+        return History.of(result, run.history)
+
+    def _nothing_left(self, total: str) -> History:
+        self.log(f"fit: the run has trained {self.step} steps, {total} is the run's total: nothing to train "
+                 f"(more_steps=N trains N more)")
+        return History.of(Score(math.nan, math.nan), {})
 
     # -- what every rank does at the same step: kept out of callbacks --------------------------
     def _interval(self, run):
@@ -222,6 +264,11 @@ class Trainer:
         if self.reducer:                      # the loss and accuracy of the global batches
             self.reducer.sum_metrics(self.metrics)
         run.images, result = self.metrics.count, self.metrics.result()
+        if not math.isnan(result.loss):          # the History's record: means weighted by images
+            sums = self._record_sums
+            sums[0] += result.loss * run.images
+            sums[1] += result.accuracy * run.images
+            sums[2] += run.images
         run.emit("on_interval", result)
         self.metrics.reset()
         return result
@@ -231,19 +278,6 @@ class Trainer:
         rank ends the run after this same step."""
         if (signum := self.world.agree_stop(self._stop, final)) is not None:
             self._stop, run.signal, run.stop = None, signum, True
-
-    def check_finite(self, path: str | os.PathLike | None = None) -> None:
-        """Raise TrainingDiverged where a loss of this run was not finite (the NaN flag, AND-ed over the
-        ranks inside each step: one sync); the step count goes back to the last good step, whose
-        weights the model holds (no update follows a bad loss), and `path` is named as left untouched."""
-        good = self._step.divergence()
-        if good is None:
-            return
-        bad = self._since + good + 1
-        loss = float(self.device.to_host(self.metrics.loss))      # nan or inf from there on
-        self.step = bad - 1
-        raise TrainingDiverged(f"loss is {loss} at step {bad}: training stopped, the weights are those after "
-                               f"step {bad - 1}" + _untouched(path))
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, x: Any, y: Any = None, *, batch_size: int = 1000, steps: int | None = None,
@@ -272,38 +306,3 @@ class Trainer:
         """BatchNorm trains on per-rank statistics: the running ones become their mean over the ranks."""
         if self.reducer:
             self.reducer.average(self.model.state_flat)
-
-    # -- checkpoints ---------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> str | os.PathLike | None:
-        if not bool(self.device.xp.all(self.device.xp.isfinite(self.model.flat))):
-            raise TrainingDiverged(f"parameters are not finite{_untouched(path)}")
-        self._average_state()
-        if not self.world.main:              # rank 0 saves: the same checkpoint as one process
-            return None
-        meta = {"step": self.step, "seed": self.seed, "ranks": self.world.size, "global_batch": self._global_batch,
-                "plan": self.plan, "rng": self.device.rng_state(), "loss_scale": self.loss_scale}
-        meta = {k: v for k, v in meta.items() if v is not None}
-        return ckpt.save(path, self.model, self.optimizer, meta)
-
-    def resume(self, path: str | os.PathLike) -> dict[str, Any]:
-        """Restore weights, optimizer state, step and generator state from a checkpoint."""
-        meta = ckpt.load(path, self.model, self.optimizer)
-        self._step.forget_captures()       # captured steps hold the old step count
-        self.step, self.seed = int(meta.get("step", 0)), int(meta.get("seed", self.seed))
-        self.plan = meta.get("plan", self.plan)
-        batch = meta.get("global_batch")
-        self._resumed_batch = batch if type(batch) is int and batch > 0 else None
-        self.device.set_rng_state(meta.get("rng"))
-        if "loss_scale" in meta:      # else it starts afresh
-            try:
-                self._step.set_loss_scale_state(meta["loss_scale"])
-            except ValueError as e:
-                raise ckpt.CheckpointError(f"checkpoint {path}: {e}") from None
-        return meta
-
-
-def _untouched(path) -> str:
-    """What a stop for a loss that is not finite left at `path`: a file there was not overwritten, none was saved."""
-    if not path:
-        return ""
-    return f"; {path} was not overwritten" if os.path.exists(path) else f"; nothing was saved to {path}"

@@ -44,7 +44,7 @@ def _train(device, graph):
                            L.Softmax()], (1, 28, 28), seed=0, device=dl.get_device(device, seed=0))
     t = dl.Trainer(model, optim.SGD(lr=0.05), progress=False, log=lambda s: None, graph=graph)
     first = t.fit((images, labels), steps=8, batch_size=32, monitor=8)
-    last = t.fit((images, labels), steps=120, batch_size=32, monitor=40)
+    last = t.fit((images, labels), more_steps=120, batch_size=32, monitor=40)
     return first, last, model.device.to_host(model.flat), model.get_weights()["gpu_swish/beta"]
 
 

@@ -72,7 +72,7 @@ def test_a_stream_gives_the_captured_step_no_extra_batch():
     t = trainer()
     t.fit((X, Y), steps=3, batch_size=32)           # a later fit starts at step 3: its capture asks for that step
     count = [0]
-    t.fit(batches(epochs=4, count=count), steps=5)
+    t.fit(batches(epochs=4, count=count), more_steps=5)
     assert t.step == 8 and count[0] == 5 + 1       # the five trained, and one read ahead (the end is known early)
 
 
@@ -81,11 +81,11 @@ def test_new_arrays_at_every_fit_keep_one_loader_and_one_captured_step():
     def big(s):                                      # 11.5 MB once float32
         return np.random.default_rng(s).integers(0, 256, (20000, 1, 12, 12)).astype(np.uint8)
     for s in range(2):                               # the first fits make what every later one reuses
-        t.fit(big(s), np.zeros(20000, int), steps=2)
+        t.fit(big(s), np.zeros(20000, int), more_steps=2)
     gc.collect()
     used = t.device.memory_bytes().used
     for s in range(2, 14):
-        t.fit(big(s), np.zeros(20000, int), steps=2)
+        t.fit(big(s), np.zeros(20000, int), more_steps=2)
     gc.collect()
     assert len(t._step._captured) == 1
     assert t.device.memory_bytes().used - used < 2 * 20000 * 144 * 4      # not 12 loaders (138 MB)

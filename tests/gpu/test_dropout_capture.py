@@ -26,7 +26,7 @@ def run(graph, steps, seed=0, resume_from=None, save_to=None):
     trainer = dl.Trainer(model, optim.SGD(0.05), seed=seed, graph=graph, progress=False, log=lambda s: None)
     if resume_from:
         trainer.resume(resume_from)
-    trainer.fit(data(), steps=steps, batch_size=32, monitor=steps)
+    trainer.fit(data(), more_steps=steps, batch_size=32, monitor=steps)
     if save_to:
         trainer.save(save_to)
     return trainer

@@ -83,12 +83,12 @@ def test_fp16_loss_scaling_skips_an_injected_overflow_inside_the_captured_step()
     assert trainer._step._captured
     flat, state = model.flat.copy(), {k: v.copy() for k, v in trainer.optimizer.state.items()}
     spike.fill(np.inf)                                    # read by the graph at its next replay
-    trainer.fit(data(), steps=1, batch_size=32)           # skipped: no TrainingDiverged
+    trainer.fit(data(), more_steps=1, batch_size=32)      # skipped: no TrainingDiverged
     assert trainer.loss_scale == {"scale": 512.0, "clean": 0, "skipped": 1} and trainer.optimizer.t == 2
     assert cp.array_equal(model.flat, flat) and all(cp.array_equal(trainer.optimizer.state[k], v)
                                                      for k, v in state.items())
     spike.fill(1.0)
-    trainer.fit(data(), steps=3, batch_size=32)
+    trainer.fit(data(), more_steps=3, batch_size=32)
     assert trainer.loss_scale == {"scale": 1024.0, "clean": 0, "skipped": 1} and trainer.optimizer.t == 5
     assert not cp.array_equal(model.flat, flat)
 

@@ -89,7 +89,7 @@ def test_captured_training_step_of_a_zoo_model_runs_no_normalize_and_learns(name
     trainer = dl.Trainer(model, optim.Adam(1e-3), progress=False, log=lambda s: None)
     assert "normalize" not in [n.kind for n in trainer._step.net.nodes]    # the Loader applied it
     first = trainer.fit(subset, steps=20, batch_size=32, monitor=20)
-    last = trainer.fit((subset[0].astype(np.float32) / 255, subset[1]), steps=60, batch_size=32, monitor=60)
+    last = trainer.fit((subset[0].astype(np.float32) / 255, subset[1]), more_steps=60, batch_size=32, monitor=60)
     assert trainer._step._captured and last.loss < first.loss and last.accuracy > 0.70
     u8 = subset[0][:500, None]
     assert (model.predict(u8).argmax(1) == subset[1][:500]).mean() > 0.7

@@ -79,7 +79,7 @@ def _run(device, graph, steps, resume_from=None, save_to=None, flip=False):
                          label_smoothing=0.1, shift=2, flip=flip)
     if resume_from:
         trainer.resume(resume_from)
-    trainer.fit(_data(), steps=steps, batch_size=32, monitor=steps)
+    trainer.fit(_data(), more_steps=steps, batch_size=32, monitor=steps)
     if save_to:
         trainer.save(save_to)
     return trainer

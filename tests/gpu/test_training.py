@@ -96,7 +96,7 @@ def test_eager_step_allocates_nothing_after_the_first():
     trainer.fit((images, labels), steps=2, batch_size=32, monitor=1000)
     pool = cp.get_default_memory_pool()
     before = pool.total_bytes()
-    trainer.fit((images, labels), steps=5, batch_size=32, monitor=1000)
+    trainer.fit((images, labels), more_steps=5, batch_size=32, monitor=1000)
     assert pool.total_bytes() == before
 
 
@@ -106,5 +106,5 @@ def test_resnet18_step_runs_captured_and_learns_on_mnist():
     model = models.resnet(18, device=dl.get_device("cuda"))
     trainer = dl.Trainer(model, optim.Adam(1e-3), progress=False, log=lambda s: None)
     first = trainer.fit(subset, steps=20, batch_size=32, monitor=20)
-    last = trainer.fit(subset, steps=80, batch_size=32, monitor=80)
+    last = trainer.fit(subset, more_steps=80, batch_size=32, monitor=80)
     assert trainer._step._captured and last.loss < first.loss and last.accuracy > 0.80

@@ -29,7 +29,7 @@ def _train(device, graph):
     t = dl.Trainer(model, optim.SGD(lr=0.1), progress=False, log=lambda s: None, graph=graph,
                    loss=MeanSquaredError())
     first = t.fit((images, labels), steps=8, batch_size=32, monitor=8)
-    last = t.fit((images, labels), steps=120, batch_size=32, monitor=40)
+    last = t.fit((images, labels), more_steps=120, batch_size=32, monitor=40)
     return first, last, model.device.to_host(model.flat)
 
 

@@ -152,7 +152,7 @@ def main(*argv):
         signal.signal(signal.SIGTERM, lambda signum, frame: trainer.request_stop(signum))
     arrays = {}
     try:
-        result = trainer.fit(train, steps=args.steps - trainer.step, batch_size=args.b, monitor=25,
+        result = trainer.fit(train, steps=args.steps, batch_size=args.b, monitor=25,
                              checkpoint=args.checkpoint, callbacks=stop)
     except TrainingStopped as e:
         result, arrays["stopped_at"], arrays["saved"] = (np.nan, np.nan), trainer.step, e.path is not None

@@ -15,7 +15,7 @@ def run(steps, resume_from=None, save_to=None, **trainer_kw):
         trainer.resume(resume_from)
     rng = np.random.default_rng(0)
     trainer.fit((rng.integers(0, 256, (128, 10, 10), dtype=np.uint8), rng.integers(0, 10, 128)),
-                steps=steps, batch_size=16, monitor=100)
+                more_steps=steps, batch_size=16, monitor=100)
     if save_to:
         trainer.save(save_to)
     return trainer

@@ -1,0 +1,87 @@
+"""What the Trainer does with checkpoints: save, resume, and the NaN check every save makes first."""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..files import checkpoint as ckpt
+from .hooks import TrainingDiverged
+
+if TYPE_CHECKING:
+    from ..backend import Device
+    from ..distributed import World
+    from ..graph.model import Model
+    from ..metrics import Mean
+    from ..optim.base import Optimizer
+    from .step import TrainStep
+
+
+class Saving:
+    """Trainer's checkpoints (a base class of it): check_finite, save, resume."""
+
+    if TYPE_CHECKING:              # what Trainer has
+        model: Model
+        optimizer: Optimizer
+        device: Device
+        world: World
+        metrics: Mean
+        step: int
+        seed: int
+        plan: dict[str, Any] | None
+        _step: TrainStep
+        _since: int
+        _global_batch: int | None
+        _resumed_batch: int | None
+
+        @property
+        def loss_scale(self) -> dict[str, float] | None: ...
+
+        def _average_state(self) -> None: ...
+
+    def check_finite(self, path: str | os.PathLike | None = None) -> None:
+        """Raise TrainingDiverged where a loss of this run was not finite (the NaN flag, AND-ed over the
+        ranks inside each step: one sync); the step count goes back to the last good step, whose
+        weights the model holds (no update follows a bad loss), and `path` is named as left untouched."""
+        good = self._step.divergence()
+        if good is None:
+            return
+        bad = self._since + good + 1
+        loss = float(self.device.to_host(self.metrics.loss))      # nan or inf from there on
+        self.step = bad - 1
+        raise TrainingDiverged(f"loss is {loss} at step {bad}: training stopped, the weights are those after "
+                               f"step {bad - 1}" + _untouched(path))
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> str | os.PathLike | None:
+        if not bool(self.device.xp.all(self.device.xp.isfinite(self.model.flat))):
+            raise TrainingDiverged(f"parameters are not finite{_untouched(path)}")
+        self._average_state()
+        if not self.world.main:              # rank 0 saves: the same checkpoint as one process
+            return None
+        meta = {"step": self.step, "seed": self.seed, "ranks": self.world.size, "global_batch": self._global_batch,
+                "plan": self.plan, "rng": self.device.rng_state(), "loss_scale": self.loss_scale}
+        meta = {k: v for k, v in meta.items() if v is not None}
+        return ckpt.save(path, self.model, self.optimizer, meta)
+
+    def resume(self, path: str | os.PathLike) -> dict[str, Any]:
+        """Restore weights, optimizer state, step and generator state from a checkpoint."""
+        meta = ckpt.load(path, self.model, self.optimizer)
+        self._step.forget_captures()       # captured steps hold the old step count
+        self.step, self.seed = int(meta.get("step", 0)), int(meta.get("seed", self.seed))
+        self.plan = meta.get("plan", self.plan)
+        batch = meta.get("global_batch")
+        self._resumed_batch = batch if type(batch) is int and batch > 0 else None
+        self.device.set_rng_state(meta.get("rng"))
+        if "loss_scale" in meta:      # else it starts afresh
+            try:
+                self._step.set_loss_scale_state(meta["loss_scale"])
+            except ValueError as e:
+                raise ckpt.CheckpointError(f"checkpoint {path}: {e}") from None
+        return meta
+
+
+def _untouched(path) -> str:
+    """What a stop for a loss that is not finite left at `path`: a file there was not overwritten, none was saved."""
+    if not path:
+        return ""
+    return f"; {path} was not overwritten" if os.path.exists(path) else f"; nothing was saved to {path}"
