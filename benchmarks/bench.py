@@ -28,12 +28,12 @@ def _environment():
         import cupy as cp
         env["gpu"] = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
         env["cupy"] = cp.__version__
-    except Exception:
+    except Exception:                     # noqa: BLE001  no CuPy, driver or device: each raises its own type
         pass
     try:
         from minidl.kernels.gpu import cudnn_graphs as cudnn
         env["cudnn"] = cudnn.version()
-    except Exception:
+    except Exception:                     # noqa: BLE001  no cuDNN Frontend or library: a version it cannot report
         pass
     try:
         import torch

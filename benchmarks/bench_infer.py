@@ -102,7 +102,8 @@ def bench_infer(names, out=print, runs=1000, seed=0, precision="fp32"):
                 built[key][2].to(memory_format=torch.channels_last)
         model, m, tmodel = built[key]
         N = case["batch"]
-        x = np.random.default_rng(seed + N).random((N, *model.inputs[0].shape[1:]), dtype=np.float32)   # images in [0, 1]
+        # images in [0, 1]
+        x = np.random.default_rng(seed + N).random((N, *model.inputs[0].shape[1:]), dtype=np.float32)
         r = {}
         buf = m.input_buffer(N)                          # captures the graph for this batch size
         buf[...] = dev.asarray(x)
@@ -179,7 +180,7 @@ def print_infer_table(results, out=print):
     for name, r in results.items():
         te, tg = r.get("torch_eager"), r.get("torch_graph")
         for runner, v in r.items():
-            ratio = (lambda ref: f"{ref['ms_per_call'] / v['ms_per_call']:.2f}x" if ref else "-")
+            vs_te, vs_tg = (f"{ref['ms_per_call'] / v['ms_per_call']:.2f}x" if ref else "-" for ref in (te, tg))
             if v["batch"] == 1:
                 med, p99 = f"{v['latency_us']:.1f} us", f"{v['p99_us']:.1f} us"
             else:
@@ -187,7 +188,7 @@ def print_infer_table(results, out=print):
             gpu = f"{v['gpu_us']:.1f} us" if "gpu_us" in v else "-"
             diff = f"{v['rel_diff']:.1e}" if "rel_diff" in v else "-"
             out(f"{name:<15} {runner:<12} {v['batch']:>6} {med:>10} {p99:>10} {gpu:>10} "
-                f"{ratio(te):>15} {ratio(tg):>15} {v.get('reserved_mb', 0):>13.0f} {diff:>15}")
+                f"{vs_te:>15} {vs_tg:>15} {v.get('reserved_mb', 0):>13.0f} {diff:>15}")
     out("ratios: the reference's time over this runner's (above 1: faster than the reference); "
         "max|dy|/max|y|: against PyTorch eager's output; reserved: memory the allocator holds (minidl: CuPy's "
         "pool and the CUDA graphs' pools, every model so far; PyTorch: peak reserved in this case)")

@@ -173,8 +173,8 @@ def print_table(results, out=print):
     for name, r in results.items():
         te, tg = r.get("torch_eager"), r.get("torch_graph")
         for runner, v in r.items():
-            ratio = lambda ref: f"{ref['ms_per_step'] / v['ms_per_step']:.2f}x" if ref else "-"
-            out(f"{name:<12} {runner:<13} {v['ms_per_step']:>9.3f} {ratio(te):>15} {ratio(tg):>15} "
+            vs_te, vs_tg = (f"{ref['ms_per_step'] / v['ms_per_step']:.2f}x" if ref else "-" for ref in (te, tg))
+            out(f"{name:<12} {runner:<13} {v['ms_per_step']:>9.3f} {vs_te:>15} {vs_tg:>15} "
                 f"{v['peak_reserved_mb']:>13.0f} {v['in_use_mb']:>11.0f} {v['test_accuracy']:>8.2f}%")
     out("reserved: peak memory held by the allocator (minidl: CuPy's pool and the captured steps' memory, warm-ups "
         "and planned arena); in use: minidl's live arrays after training, PyTorch's peak allocated")

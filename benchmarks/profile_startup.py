@@ -162,7 +162,8 @@ def table(results):
         c = r.get("compiles", [])
         main = [x for x in c if x[0] == "main"]
         if c:
-            rows.append((f"compiles [{name}]", f"{len(c)} ({len(main)} on the main thread, {sum(x[2] for x in main):.2f} s)"))
+            main_s = sum(x[2] for x in main)
+            rows.append((f"compiles [{name}]", f"{len(c)} ({len(main)} on the main thread, {main_s:.2f} s)"))
         for thread, start, dt, label in sorted(c, key=lambda x: -x[2])[:12]:
             rows.append((f"  compile [{name}]", f"{thread} at {start:.2f} s: {dt:.2f} s {label}"))
     for name, r in results.items():

@@ -22,7 +22,8 @@ def read(path):
 
 def label(r):
     """The framework and how its gradients travelled: 'minidl', 'minidl bf16-wire net', ..."""
-    extra = [x for x, on in (("bf16-wire", r.get("grad_reduce") == "bf16"), ("no-reduce", r.get("grad_reduce") == "none"),
+    extra = [x for x, on in (("bf16-wire", r.get("grad_reduce") == "bf16"),
+                             ("no-reduce", r.get("grad_reduce") == "none"),
                              ("net", r.get("transport") == "net")) if on]
     return " ".join([r["framework"], *extra])
 
@@ -51,7 +52,8 @@ def table(results):
     for r in with_scaling(results):
         lines.append(f"| {r['case']} | {r['precision']} | {r['label']} | {r['ranks']} | {r['images_s']:,.0f} | "
                      f"{fmt(r.get('ms_step'), '.3f')} | {fmt(r['speedup'], '.2f')} | {fmt(r['efficiency'], '.0%')} | "
-                     f"{fmt(r['vs_ddp'], '.2f')} | {fmt(r.get('allreduce_ms'), '.3f')} | {fmt(r.get('wire_mib'), '.1f')} |")
+                     f"{fmt(r['vs_ddp'], '.2f')} | {fmt(r.get('allreduce_ms'), '.3f')} | "
+                     f"{fmt(r.get('wire_mib'), '.1f')} |")
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ DTypeLike = Union[np.dtype, str, type]
 # the first entry from the rest, and shape arithmetic reads the others)
 BatchShape = tuple[Any, ...]
 IntOrPair = Union[int, Sequence[int]]   # a window size, stride or padding: an int or a pair of ints
-Kernels = Any                        # a kernel family (minidl/kernels/contract.py): a backend's module, or its half-storage wrapper
+# a kernel family (minidl/kernels/contract.py): a backend's module, or its half-storage wrapper
+Kernels = Any
 # an initializer (minidl.init): f(rng, shape, fan_in, fan_out) -> float64 host array
 Initializer = Callable[[np.random.Generator, tuple[int, ...], int, int], np.ndarray]

@@ -22,8 +22,8 @@ from .backends.cuda import CaptureError, CapturedCall  # CUDA graphs (kernels/gp
 from .kernels.contract import KERNEL_FAMILIES
 from .rng import CounterRNG
 
-__all__ = ["CaptureError", "CapturedCall", "CounterRNG", "Device", "DeviceError", "DtypeError", "KERNEL_FAMILIES", "MemoryUse",
-           "cuda_status", "get_device", "kernels_for"]
+__all__ = ["CaptureError", "CapturedCall", "CounterRNG", "Device", "DeviceError", "DtypeError", "KERNEL_FAMILIES",
+           "MemoryUse", "cuda_status", "get_device", "kernels_for"]
 
 _KERNELS: dict[str, Any] = {}    # backend name -> its float families, for kernels_for
 
@@ -86,7 +86,8 @@ class Device:
                 why = family.dtype_problem(self.dtype)
             if why:
                 instead = "--precision fp32" if self.dtype in precision.HALF else "float32"
-                return f"{self.dtype.name} is not supported on the {where} ({why}); use {instead}{self.backend.elsewhere}"
+                return (f"{self.dtype.name} is not supported on the {where} ({why}); "
+                        f"use {instead}{self.backend.elsewhere}")
         return None
 
     def compute_in(self, dtype: DTypeLike) -> Device:

@@ -51,6 +51,7 @@ class CounterRNG:
         ok = (isinstance(key, list) and len(key) == 2 and all(type(k) is int and 0 <= k <= 0xFFFFFFFF for k in key)
               and type(state.get("offset")) is int and 0 <= state["offset"] < 2 ** 63)
         if not ok:
-            raise ValueError(f"generator state must be {{'key': [two 32-bit ints], 'offset': int}}, got {state!r}"[:200])
+            shape = "{'key': [two 32-bit ints], 'offset': int}"
+            raise ValueError(f"generator state must be {shape}, got {state!r}"[:200])
         self.key = tuple(key)     # type: ignore[arg-type]  # a list of two ints: `ok` checked it
         self.offset.fill(state["offset"])

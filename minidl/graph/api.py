@@ -1,5 +1,6 @@
 """The names users bring to a Model: Keras's `predict`, `get_layer` (`layer`) and `get_weights`, PyTorch's
-`parameters` / `named_parameters`, pickle and copy.deepcopy, and a repr that says what the model is. Model (graph/model.py) takes them in as a base class.
+`parameters` / `named_parameters`, pickle and copy.deepcopy, and a repr that says what the model is. Model
+(graph/model.py) takes them in as a base class.
 
 `predict` is the graph room's one use of `data`: images go through the Loader, as fit's and
 evaluate's do, so the input contract (docs/input.md) is decided in one place: uint8 / 255 or floats
@@ -200,7 +201,7 @@ class FamiliarAPI:
         for layer in self.layers:
             if layer.name == name:
                 return layer
-        raise KeyError(f"{self.name} has no layer {name!r}; layers: {', '.join(l.name for l in self.layers)}")
+        raise KeyError(f"{self.name} has no layer {name!r}; layers: {', '.join(other.name for other in self.layers)}")
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """{'layer/param': NumPy array} for every parameter and running statistic."""

@@ -113,7 +113,7 @@ class Model(FamiliarAPI):
             layer.device = devices[at] = devices.get(at) or device.compute_in(at)
             node.shape = checks.built_shape(layer, layer.build([p.shape for p in node.parents], layer.device))
             node.dtype = layer.out_dtype or dtype
-            layer._model = me              # a second Model of these nodes copies this layer (Graph.free_of_other_models)
+            layer._model = me              # a second Model of these nodes copies it (Graph.free_of_other_models)
         self.params = {f"{layer.name}/{k}": p for layer in self.layers for k, p in layer.params.items()}
         self._dtypes = {f"{layer.name}/{k}": layer.device.dtype for layer in self.layers for k in layer.params}
         # What each backward must give: an input's gradient only where a layer reads it.
@@ -175,7 +175,7 @@ class Model(FamiliarAPI):
     @property
     def overwrites_grads(self) -> bool:
         """Whether every layer with parameters can overwrite its gradients (backward(accumulate=False))."""
-        return all(l.overwrites_grads for l in self.layers if any(p.weight for p in l.params.values()))
+        return all(layer.overwrites_grads for layer in self.layers if any(p.weight for p in layer.params.values()))
 
     def forward(self, *xs: Array, training: bool = False) -> Any:
         """Run the graph; returns the output (or a list of outputs)."""
