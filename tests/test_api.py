@@ -25,7 +25,7 @@ def images(n=4, shape=(1, 12, 12), seed=0, dtype=np.float32):
 
 def test_functional_model_names_shapes_and_output():
     model = design_net()
-    assert [l.name for l in model.layers] == ["conv2d", "fbn", "relu", "pool", "flatten", "dense", "softmax"]
+    assert [layer.name for layer in model.layers] == ["conv2d", "fbn", "relu", "pool", "flatten", "dense", "softmax"]
     assert set(model.params) == {"conv2d/w", "conv2d/b", "fbn/gamma", "fbn/beta", "fbn/running_mean",
                                  "fbn/running_var", "dense/w", "dense/b"}
     assert model.n_params == 4 * 9 + 4 + 4 + 4 + 10 * 4 * 6 * 6 + 10
@@ -36,11 +36,13 @@ def test_functional_model_names_shapes_and_output():
 
 
 def test_sequential_equals_the_functional_chain():
-    layers = lambda: [L.Conv2D(4, 3, padding=1), L.BatchNorm2D(), L.ReLU(), L.MaxPool2D(2),
-                      L.Flatten(), L.Dense(10), L.Softmax()]
+    def layers():
+        return [L.Conv2D(4, 3, padding=1), L.BatchNorm2D(), L.ReLU(), L.MaxPool2D(2),
+                L.Flatten(), L.Dense(10), L.Softmax()]
+
     seq = dl.Sequential(layers(), input_shape=(1, 12, 12), seed=3)
     fun = design_net(seed=3)
-    assert [l.name for l in seq.layers] == [l.name for l in fun.layers]
+    assert [layer.name for layer in seq.layers] == [layer.name for layer in fun.layers]
     assert seq.config()["layers"] == fun.config()["layers"]
     x = images()
     assert np.array_equal(seq.forward(x), fun.forward(x))    # same seed, same weights
@@ -211,8 +213,8 @@ def test_summary_prints_every_layer_and_the_totals(capsys):
     models.lenet5().summary()
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == "total params: 61,706 trainable, 0 non-trainable"
-    assert any(l.split()[:2] == ["layer", "(type)"] for l in out)
-    rows = {l.split()[0]: l for l in out if "(" in l and not l.startswith(("layer", "total"))}
+    assert any(line.split()[:2] == ["layer", "(type)"] for line in out)
+    rows = {line.split()[0]: line for line in out if "(" in line and not line.startswith(("layer", "total"))}
     assert list(rows) == ["normalize", "conv2d", "relu", "pool", "conv2d_1", "relu_1", "pool_1", "flatten",
                           "dense", "relu_2", "dense_1", "relu_3", "dense_2", "softmax"]
     assert rows["dense"].split()[-1] == "48,120" and "(N, 120)" in rows["dense"]
@@ -231,7 +233,7 @@ def test_config_round_trips_through_json():
     assert json.loads(text) == cfg
     rebuilt = dl.Model.from_config(json.loads(text), dtype="float64", seed=9)
     assert rebuilt.config() == cfg
-    assert [l.name for l in rebuilt.layers] == [l.name for l in model.layers]
+    assert [layer.name for layer in rebuilt.layers] == [layer.name for layer in model.layers]
     assert not np.array_equal(rebuilt.flat, model.flat)
     rebuilt.set_weights(model.get_weights())
     x = images(3, (2, 5, 5), seed=4, dtype=np.float64)

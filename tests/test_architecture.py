@@ -126,7 +126,8 @@ def test_devices_delegate_to_their_backend_and_switch_on_no_name():
     typed = [ast.unparse(n) for n in ast.walk(device) if isinstance(n, ast.Call) and getattr(n.func, "id", "") ==
              "isinstance" and "Device" not in ast.unparse(n.args[1])]
     assert not typed, typed
-    assert _names_compared(ast.parse('if self.name == "cuda": pass')) and _names_compared(ast.parse('x = spec != "cpu"'))
+    assert _names_compared(ast.parse('if self.name == "cuda": pass'))
+    assert _names_compared(ast.parse('x = spec != "cpu"'))
 
 
 # The one GPU module that reads the CPU's kernels, inside a function and why: cuDNN's float64

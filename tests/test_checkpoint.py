@@ -271,8 +271,8 @@ def test_load_model_rebuilds_the_architecture(tmp_path):
     trainer.save(path)
 
     rebuilt = ckpt.load_model(path)
-    assert [l.name for l in rebuilt.layers] == [l.name for l in model.layers]
-    assert [type(l) for l in rebuilt.layers] == [type(l) for l in model.layers]
+    assert [layer.name for layer in rebuilt.layers] == [layer.name for layer in model.layers]
+    assert [type(layer) for layer in rebuilt.layers] == [type(layer) for layer in model.layers]
     assert rebuilt.config() == model.config()
     xb = rng.standard_normal((6, 1, 12, 12)).astype(np.float32)
     assert np.array_equal(rebuilt.forward(xb), model.forward(xb))

@@ -29,7 +29,7 @@ def train(*args, cwd, data=True, **env_extra):
 
 
 def lines_of(proc):
-    return [l.rstrip() for l in proc.stdout.splitlines()]
+    return [line.rstrip() for line in proc.stdout.splitlines()]
 
 
 SMOKE = ("-n", "20", "-m", "10", "-y", "1", "-x", "500", "--device", "cpu")
@@ -43,16 +43,16 @@ def test_smoke_run_prints_the_seed_lines(tmp_path):
     out = lines_of(p)
     for needed in ("[TRAIN]", "[INFERENCE]", "Done."):
         assert needed in out, f"{needed!r} missing from:\n{p.stdout}"
-    steps = [l for l in out if STEP_LINE.fullmatch(l)]
-    assert [l[:10] for l in steps] == ["step:   10", "step:   20"]
-    results = [l for l in out if RESULT_LINE.fullmatch(l)]
+    steps = [line for line in out if STEP_LINE.fullmatch(line)]
+    assert [line[:10] for line in steps] == ["step:   10", "step:   20"]
+    results = [line for line in out if RESULT_LINE.fullmatch(line)]
     assert len(results) == 1 and "first 500 of 10000" in results[0]
     order = [out.index("[TRAIN]"), out.index(steps[0]), out.index(steps[1]), out.index("[INFERENCE]"),
              out.index(results[0]), out.index("Done.")]
     assert order == sorted(order)
     assert out[-1] == "Done."
-    assert any(l.startswith("loaded 60000 items") for l in out)
-    assert any(l.startswith("loaded 10000 items") for l in out)
+    assert any(line.startswith("loaded 60000 items") for line in out)
+    assert any(line.startswith("loaded 10000 items") for line in out)
     assert not (tmp_path / "checkpoints").exists()           # no -s, no checkpoint
 
 
@@ -62,7 +62,7 @@ def test_resume_continues_the_planned_run_and_refuses_another_plan(tmp_path):
     assert p.returncode == 0, p.stderr
     ckpt = tmp_path / "checkpoints" / "lenet5.npz"
     assert ckpt.is_file()
-    assert any("saved" in l and "lenet5.npz" in l for l in lines_of(p))
+    assert any("saved" in line and "lenet5.npz" in line for line in lines_of(p))
     with np.load(ckpt, allow_pickle=False) as z:
         info = json.loads(z["__meta__"].tobytes())
     assert info["meta"]["step"] == 20 and info["meta"]["plan"]["steps"] == 20
@@ -70,7 +70,7 @@ def test_resume_continues_the_planned_run_and_refuses_another_plan(tmp_path):
     p = train(*SMOKE[:2], "-b", "16", *SMOKE[2:], "--resume", cwd=tmp_path)   # -n is the run's total
     assert p.returncode == 0, p.stderr
     out = lines_of(p)
-    assert any(re.fullmatch(r"resumed from \S*lenet5\.npz at step 20", l) for l in out), p.stdout
+    assert any(re.fullmatch(r"resumed from \S*lenet5\.npz at step 20", line) for line in out), p.stdout
     assert "the run is complete: step 20 of 20" in out and "Done." in out
 
     for flags, named in ((("-n", "30"), "-n 30"), (("-b", "32"), "-b 32"), (("--lr", "0.1"), "--lr 0.1")):
@@ -105,7 +105,7 @@ def test_missing_data_is_a_one_line_error(tmp_path):
               MINIDL_MIRRORS="http://127.0.0.1:9/")
     assert p.returncode not in (0, 2)
     assert "Traceback" not in p.stderr
-    errors = [l for l in p.stderr.splitlines() if "error" in l.lower()]
+    errors = [line for line in p.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1, p.stderr
     line = errors[0][errors[0].index("error:"):]
     assert line.startswith("error: ") and "mnist" in line
@@ -198,7 +198,7 @@ def test_infer_names_no_gpu_module():
 def test_cpu_run_does_not_claim_compilation(tmp_path):
     p = train("-n", "3", "-m", "3", "-y", "1", "-x", "100", "--device", "cpu", "--threads", "1", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    line = next(l for l in lines_of(p) if l.startswith("trained 3 steps"))
+    line = next(printed for printed in lines_of(p) if printed.startswith("trained 3 steps"))
     assert "compilation" not in line
     assert ", 1 thread" in p.stdout
 
@@ -275,7 +275,7 @@ def test_the_studys_nets_train_by_name(name, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["--model", name, "-n", "4", "-m", "2", "-y", "1", "-x", "100", "--device", "cpu", "-s"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert any(l.startswith(f".. model {name}: ") and "sgd lr 0.01 constant" in l for l in out), out
-    assert [l[:10] for l in out if STEP_LINE.fullmatch(l)] == ["step:    2", "step:    4"]
-    assert any(RESULT_LINE.fullmatch(l) for l in out) and out[-1] == "Done."
+    assert any(line.startswith(f".. model {name}: ") and "sgd lr 0.01 constant" in line for line in out), out
+    assert [line[:10] for line in out if STEP_LINE.fullmatch(line)] == ["step:    2", "step:    4"]
+    assert any(RESULT_LINE.fullmatch(line) for line in out) and out[-1] == "Done."
     assert (tmp_path / "checkpoints" / f"{name}.npz").is_file()

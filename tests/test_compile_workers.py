@@ -26,7 +26,9 @@ def _module(code, names):
 
 
 def test_jobs_put_the_rehearsals_first_then_the_largest_modules_in_one_order():
-    small, large, mid = _module("a", ["k<float>"]), _module("b", ["x<1>", "x<2>", "x<3>"]), _module("c", ["y<1>", "y<2>"])
+    small = _module("a", ["k<float>"])
+    large = _module("b", ["x<1>", "x<2>", "x<3>"])
+    mid = _module("c", ["y<1>", "y<2>"])
     ran = []
     rehearsals = [lambda: ran.append("r1"), lambda: ran.append("r2")]
     for m in (small, large, mid):

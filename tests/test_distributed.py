@@ -77,7 +77,8 @@ def test_the_run_description_holds_the_flags_and_the_minidl_values_a_host_may_no
     assert agreement.first_difference({**d, "--seed": 5, "-n": 30}, d, 3) == "rank 3: -n is 30, rank 0 has 20"
     assert agreement.first_difference(agreement.describe({"-n": 20, "--seed": 0}, {}), d, 1) == \
         "rank 1: MINIDL_BUCKET_MIB is unset, rank 0 has 4"
-    assert agreement.first_difference({**d, "MINIDL_" + "NEW": "1"}, d, 1) == "rank 1: MINIDL_" "NEW is 1, rank 0 has unset"
+    assert agreement.first_difference({**d, "MINIDL_" + "NEW": "1"}, d, 1) == \
+        "rank 1: MINIDL_" "NEW is 1, rank 0 has unset"
     assert agreement.first_difference({**d, "-n": 20.0}, d, 1) is not None        # 20 and 20.0: other types
 
 

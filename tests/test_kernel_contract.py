@@ -115,7 +115,8 @@ def _methods(cls, path):
     for base in cls.bases:
         if isinstance(base, ast.Name) and (hit := _resolve(path, base.id)) and isinstance(hit[0], ast.ClassDef):
             out.update(_methods(*hit))
-    out.update({n.name: _from_ast(n) for n in cls.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")})
+    out.update({n.name: _from_ast(n) for n in cls.body
+                if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")})
     return out
 
 

@@ -57,8 +57,8 @@ def test_pad2d(padding, value):
     node = Input(x.shape[1:])
     layer = L.Pad2D(padding, value)
     model = Model(node, layer(node), dtype="float64")
-    t, b, l, r = layer.pads
-    want = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=value)
+    top, bottom, left, right = layer.pads
+    want = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
     np.testing.assert_array_equal(model.forward(x), want)
     check_model(model, [x])
 
@@ -148,7 +148,7 @@ def test_seed_style_names_and_summary(capsys):
     h = L.Add()(h, L.ReLU()(L.Conv2D(2, 3, padding=1)(h)))
     y = L.Softmax()(L.Dense(10)(L.Flatten()(h)))
     model = Model(x, y)
-    assert [l.name for l in model.layers] == [
+    assert [layer.name for layer in model.layers] == [
         "conv2d", "relu", "conv2d_1", "relu_1", "add_1", "flatten", "dense", "softmax"]
     model.summary()
     out = capsys.readouterr().out

@@ -123,7 +123,8 @@ def test_matches_reference(case):
 @pytest.mark.parametrize("case,sched,fn", [
     ("momentum", schedules.inverse_time(0.5), lambda lr, s: lr / (1 + 0.5 * s)),
     ("adam_wd", schedules.step_decay(3, gamma=0.5), lambda lr, s: lr * 0.5 ** (s // 3)),
-    ("rmsprop", schedules.cosine(5, min_lr=1e-4), lambda lr, s: 1e-4 + (lr - 1e-4) * (1 + math.cos(math.pi * min(s, 5) / 5)) / 2),
+    ("rmsprop", schedules.cosine(5, min_lr=1e-4),
+     lambda lr, s: 1e-4 + (lr - 1e-4) * (1 + math.cos(math.pi * min(s, 5) / 5)) / 2),
     ("sgd_wd", schedules.inverse_time(0.1), lambda lr, s: lr / (1 + 0.1 * s)),
 ])
 def test_schedule_drives_the_update(case, sched, fn):

@@ -33,10 +33,10 @@ def run(model, x, gy, training):
 def test_training_lowering_fuses_only_sole_reader_relus_into_bn_and_add():
     model = net()
     low = model.lower(passes.training)
-    acts = {l.name: l.activation for l in low.layers if hasattr(l, "activation")}
+    acts = {layer.name: layer.activation for layer in low.layers if hasattr(layer, "activation")}
     assert acts == {"conv2d": None, "fbn": "relu", "conv2d_1": None, "fbn_1": None, "add_1": "relu",
                     "conv2d_2": None, "dense": None}
-    assert [l.kind for l in low.layers].count("relu") == 1            # after the 1x1 conv: kept
+    assert [layer.kind for layer in low.layers].count("relu") == 1            # after the 1x1 conv: kept
     assert low.outputs[0].kind == "dense"                              # the Softmax is dropped: logits
     assert all(low.params[k] is p for k, p in model.params.items())   # the same parameters
 
@@ -74,7 +74,7 @@ def pool_net(seed=0):
 
 def test_training_lowering_moves_a_relu_after_the_max_pool_reading_it():
     low = pool_net().lower(passes.training)
-    kinds = [l.kind for l in low.layers]
+    kinds = [layer.kind for layer in low.layers]
     assert kinds[:6] == ["conv2d", "pool", "relu", "conv2d", "pool", "relu"]
     assert kinds[6:9] == ["conv2d", "relu", "avgpool"]                # an average does not commute
     assert kinds[9:13] == ["conv2d", "relu", "pool", "add"]           # read twice: stays
@@ -166,10 +166,10 @@ def test_channels_last_pass_marks_every_convolution_and_keeps_the_parameters():
     shares their parameters, and changes no result on the CPU (which computes in its own order)."""
     model = net()
     low = model.lower(lambda g: passes.channels_last(passes.training(g)))
-    convs = [l for l in low.layers if "channels_last" in l.layouts]
-    assert [l.name for l in convs] == ["conv2d", "conv2d_1", "conv2d_2"]
-    assert all(l.channels_last for l in convs) and not any(getattr(l, "channels_last", False)
-                                                          for l in model.layers)
+    convs = [layer for layer in low.layers if "channels_last" in layer.layouts]
+    assert [layer.name for layer in convs] == ["conv2d", "conv2d_1", "conv2d_2"]
+    assert all(layer.channels_last for layer in convs)
+    assert not any(getattr(layer, "channels_last", False) for layer in model.layers)
     assert all(low.params[k] is p for k, p in model.params.items())
     assert low.layers[0].config()["channels_last"] is True                 # recorded: artifacts keep it
     x = np.random.default_rng(1).standard_normal((5, 2, 6, 6))

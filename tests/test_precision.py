@@ -191,7 +191,7 @@ def test_a_channels_last_convolution_trains_on_filters_lying_k_kh_kw_c():
     model = dl.Model(x, L.Dense(2)(L.Flatten()(y)), device="cpu")
     plain = model.lower(lambda g: passes.cast(passes.training(g), BF16))
     cl = model.lower(lambda g: passes.cast(passes.channels_last(passes.training(g)), BF16))
-    w3, w1 = (l.w for l in cl.layers if l.kind == "conv2d")
+    w3, w1 = (layer.w for layer in cl.layers if layer.kind == "conv2d")
     v = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
     outs = []
     for net in (plain, cl):
@@ -216,8 +216,8 @@ def test_a_model_built_channels_last_keeps_its_filters_k_kh_kw_c_in_its_own_aren
         return dl.Model(x, L.Dense(2)(L.Flatten()(y)), device="cpu", seed=0)
     plain, cl = build(False), build(True)
     cl.set_weights(plain.get_weights())
-    w3, w1 = (l.w for l in cl.layers if l.kind == "conv2d")
-    p3 = next(l.w for l in plain.layers if l.kind == "conv2d")
+    w3, w1 = (layer.w for layer in cl.layers if layer.kind == "conv2d")
+    p3 = next(layer.w for layer in plain.layers if layer.kind == "conv2d")
     assert w3.data.transpose(0, 2, 3, 1).flags.c_contiguous and not w3.data.flags.c_contiguous
     assert w3.grad.strides == w3.data.strides and w1.data.flags.c_contiguous
     o, n = w3.offset, w3.size
@@ -232,7 +232,7 @@ def test_a_model_built_channels_last_keeps_its_filters_k_kh_kw_c_in_its_own_aren
     assert all(np.array_equal(a, b) for a, b in zip(cl.get_grads().values(), plain.get_grads().values()))
     half = cl.lower(lambda g: passes.cast(passes.training(g), BF16))
     half.forward(v)
-    assert np.array_equal(next(l.w for l in half.layers if l.kind == "conv2d").data, w3.data.astype(BF16))
+    assert np.array_equal(next(layer.w for layer in half.layers if layer.kind == "conv2d").data, w3.data.astype(BF16))
 
 
 def test_a_model_with_half_precision_weights_of_its_own_is_not_trained_by_hand():

@@ -92,7 +92,7 @@ def test_a_bf16_artifact_is_half_the_size_and_loads_checked(bf16_run, tmp_path):
     assert sizes["bf16"] < 0.55 * sizes["fp32"]
     info, arrays = read_npz(tmp_path / "bf16.npz")
     assert info["format"] == "minidl-artifact-3" and "conv2d/w" in info["bfloat16_bits"]
-    assert arrays["conv2d/w"].dtype == np.uint16 and any(l["class"] == "Cast" for l in info["model"]["layers"])
+    assert arrays["conv2d/w"].dtype == np.uint16 and any(layer["class"] == "Cast" for layer in info["model"]["layers"])
     write_npz(tmp_path / "bad.npz", arrays, dict(info, bfloat16_bits=[]))        # the bits read as integers
     with pytest.raises(inference.ArtifactError, match="tensor .* is uint16"):
         inference.load(tmp_path / "bad.npz", device="cpu")

@@ -22,7 +22,8 @@ def test_flags_left_out_take_the_models_recipe(argv, family, model):
 
 
 def test_fashion_mnist_takes_no_shifts_by_default():
-    assert plan("--dataset", "fashion-mnist").shift == 0 and plan("--dataset", "fashion-mnist", "--shift", "1").shift == 1
+    assert plan("--dataset", "fashion-mnist").shift == 0
+    assert plan("--dataset", "fashion-mnist", "--shift", "1").shift == 1
     assert plan("--dataset", "fashion-mnist", "-r", "18").shift == 0
     assert plan("--dataset", "fashion-mnist").lr == recipes.RECIPES["lenet"]["lr"]
 
@@ -54,7 +55,8 @@ def test_describe_names_the_seed_and_every_part_of_the_recipe():
     line = RunPlan("lenet5", "fashion-mnist", 32, None, 10, "adam", 3e-3, 0.0, "cosine", 4, warmup=100,
                    label_smoothing=0.1, shift=2).describe()
     assert line == ("recipe: seed 4, lenet5 on fashion-mnist, adam lr 0.003, cosine schedule, warm-up 100 steps, "
-                    "weight decay 0, label smoothing 0.1, shifts of up to 2 px, no horizontal flips, batch 32, 10 epochs")
+                    "weight decay 0, label smoothing 0.1, shifts of up to 2 px, no horizontal flips, batch 32, "
+                    "10 epochs")
     assert "shifts of up to 0 px, horizontal flips, batch 32" in RunPlan(
         "lenet5", "fashion-mnist", 32, None, 10, "adam", 3e-3, 0.0, "cosine", 0, flip=True).describe()
     assert RunPlan("resnet50", "mnist", 32, 500, None, "momentum", 0.05, 0.0, "cosine", 0).describe().endswith(
@@ -103,7 +105,7 @@ def test_the_recipe_is_printed_first_and_a_resume_that_changes_it_is_refused(tmp
     p = train(*smoke, "-s", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     out = lines_of(p)
-    recipe = next(i for i, l in enumerate(out) if l.startswith("recipe: "))
+    recipe = next(i for i, line in enumerate(out) if line.startswith("recipe: "))
     assert recipe < out.index("[TRAIN]")
     assert ("seed 0" in out[recipe] and "warm-up 3 steps" in out[recipe] and "label smoothing 0.05" in out[recipe]
             and "shifts of up to 1 px, horizontal flips" in out[recipe] and "10 steps" in out[recipe])

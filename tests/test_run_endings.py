@@ -35,7 +35,7 @@ def train(*args, cwd, prefix=(), code=None):
 
 def one_line(p):
     assert "Traceback" not in p.stderr, p.stderr
-    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, p.stderr
     return lines[0]
 
@@ -171,7 +171,7 @@ def test_a_full_disk_at_the_save_names_the_file_and_a_full_metrics_disk_only_war
                        cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stderr
     assert "step:    4" in p.stdout                          # training went on past the metrics failure
-    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(lines) == 2 and "Traceback" not in p.stderr, p.stderr
     assert lines[0].startswith(f"warning: metrics file {disk}/m.jsonl cannot be written (No space left on device)")
     assert lines[1] == f"error: {disk}/c.npz: no space left on the device while writing it; no c.npz was written"
@@ -187,7 +187,7 @@ def _int8(info, arrays):
 
 
 def _tanh(info, arrays):                                      # same tensors, another architecture
-    layer = next(l for l in info["model"]["layers"] if l["class"] == "Dense")
+    layer = next(spec for spec in info["model"]["layers"] if spec["class"] == "Dense")
     layer["config"]["activation"] = "tanh" if "activation" in layer["config"] else None
     layer["config"]["use_bias_typo"] = True
 

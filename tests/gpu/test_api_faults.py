@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 
-import minidl as dl  # noqa: E402
-from minidl import layers as L  # noqa: E402
-from minidl import optim  # noqa: E402
+import minidl as dl
+from minidl import layers as L
+from minidl import optim
 
 
 class Twice(L.Layer):

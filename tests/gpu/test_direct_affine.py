@@ -15,7 +15,8 @@ def _lenet_stages(rng):
     def p(*shape):
         return (rng.standard_normal(shape) * 0.1).astype(np.float32)
     return [("conv", p(6, 1, 5, 5), p(6), 2, 2, True), ("conv", p(16, 6, 5, 5), p(16), 0, 2, True),
-            ("dense", p(120, 400), p(120), True), ("dense", p(84, 120), p(84), True), ("dense", p(10, 84), p(10), False)]
+            ("dense", p(120, 400), p(120), True), ("dense", p(84, 120), p(84), True),
+            ("dense", p(10, 84), p(10), False)]
 
 
 def _gpu(stages):

@@ -2,8 +2,8 @@
 python number` of a process by importing cupyx.scipy.sparse and SciPy (0.44 s on the H200 machine),
 so the step's device arithmetic, the schedules' included, calls CuPy's ufuncs instead
 (minidl/optim/schedules.py); and CuPy compiles an empty file once per set of compile options
-(13 ms), so every minidl kernel compiles with the same options (kernels/gpu/_cuda.py OPTIONS). Checked in a fresh process: this one may have
-imported SciPy or compiled under other options already."""
+(13 ms), so every minidl kernel compiles with the same options (kernels/gpu/_cuda.py OPTIONS). Checked in
+a fresh process: this one may have imported SciPy or compiled under other options already."""
 import subprocess
 import sys
 
@@ -28,7 +28,8 @@ runs = ((None, "fp32"), (schedules.cosine(12), "fp16"), (schedules.warmup(3, sch
         (schedules.step_decay(4), "fp32"), (schedules.warmup(2, schedules.inverse_time(0.1)), "fp32"))
 for i, (schedule, precision) in enumerate(runs):
     opt = optim.SGD(lr=0.01, schedule=schedule)
-    trainer = dl.Trainer(models.get("lenet", device=dev), opt, precision=policy(precision, always=True), progress=False, log=lambda s: None)
+    trainer = dl.Trainer(models.get("lenet", device=dev), opt, precision=policy(precision, always=True),
+                         progress=False, log=lambda s: None)
     trainer.fit((images, labels), steps=6, batch_size=32, monitor=6)
     trainer.evaluate((images, labels), batch_size=64)
     if i == 0:     # CuPy's fingerprints, one per option set (its own half kernels add theirs later)
