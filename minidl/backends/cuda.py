@@ -44,7 +44,7 @@ class CUDA(Backend):
             return False, str(e)
         try:
             _gpu("frontend").load()   # the cuDNN Frontend Python API
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  an ImportError, or the library's load failing in its own types
             return False, f"the cuDNN Frontend (import cudnn) is missing: {e}"
         return True, "CuPy, a CUDA device and the cuDNN Frontend are usable"
 
@@ -140,7 +140,7 @@ def _import_cupy():
     try:
         import cupy
         cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # ImportError, or CUDA driver errors surfacing as several types
+    except Exception as e:  # noqa: BLE001  ImportError, or CUDA driver errors surfacing as several types
         from ..install_hint import install_hint
         hint = f" ({install_hint('cuda', 'cupy-cuda13x')})" if isinstance(e, ImportError) else ""
         raise DeviceError(f"no usable GPU (CuPy and a CUDA device are needed): {type(e).__name__}: {e}{hint}") from None

@@ -57,7 +57,8 @@ __device__ __forceinline__ void conv_stage(const float* in, float* out, const fl
                     #pragma unroll
                     for (int q = 0; q < KW + P - 1; ++q) {
                         const int yy = y0 + r, xx = x0 + q;
-                        pt[r][q] = (!CHECK || ((unsigned)yy < (unsigned)H && (unsigned)xx < (unsigned)W)) ? ic[yy * WS + xx] : 0.f;
+                        const bool inside = (unsigned)yy < (unsigned)H && (unsigned)xx < (unsigned)W;
+                        pt[r][q] = (!CHECK || inside) ? ic[yy * WS + xx] : 0.f;
                     }
                 }
             }

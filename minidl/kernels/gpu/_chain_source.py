@@ -46,10 +46,11 @@ def _chain_kt(C, K, kH, kW, P, npos, vec2):
 def chain_source(x_shape, stages, shapes, R, affine=False):
     """The chain kernel's CUDA source and dynamic shared bytes for these stages and R first-layer rows
     a block; `affine`: the kernel takes xa, xb (C,) after x and stages x as xa[c] x + xb[c] (a
-    Normalize before the first conv; its zero padding stays zero). Conv weights are staged in shared memory transposed to [c][i][j][k] and the input
-    zero-padded for the first conv; dense weights that fit the shared-memory budget are copied there
-    with cp.async (this block's first-layer rows with the input, the later layers as a second group
-    that lands while the convs run); the rest are read from global memory."""
+    Normalize before the first conv; its zero padding stays zero). Conv weights are staged in shared
+    memory transposed to [c][i][j][k] and the input zero-padded for the first conv; dense weights that
+    fit the shared-memory budget are copied there with cp.async (this block's first-layer rows with the
+    input, the later layers as a second group that lands while the convs run); the rest are read from
+    global memory."""
     first = next(i for i, st in enumerate(stages) if st[0] == "dense")
     if first > 0:                                       # the first conv reads a zero-padded copy of x
         C0, H0, W0 = x_shape
@@ -113,7 +114,8 @@ def chain_source(x_shape, stages, shapes, R, affine=False):
     if first > 0:
         x_load = f"""#pragma unroll 4
     for (int j = threadIdx.x; j < {size_in}; j += NT) {{            // x, zero-padded to ({C0}, {in_h}, {in_w})
-        const int c = j / {in_h * in_w}, rem = j - c * {in_h * in_w}, hh = rem / {in_w} - {t0}, ww = rem % {in_w} - {l0};
+        const int c = j / {in_h * in_w}, rem = j - c * {in_h * in_w};
+        const int hh = rem / {in_w} - {t0}, ww = rem % {in_w} - {l0};
         cur[j] = ((unsigned)hh < {H0}u && (unsigned)ww < {W0}u) ? {xv.format(size=size, H0=H0, W0=W0)} : 0.f;
     }}"""
     else:

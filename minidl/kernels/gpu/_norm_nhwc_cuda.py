@@ -52,7 +52,10 @@ bn_fwd_nhwc(const T* x, const float* gamma, const float* beta, T* y, float* mean
 #pragma unroll
     for (int i = 0; i < R; ++i) {
         int m = threadIdx.y + i * RY;
-        if (m < M) { float t = (v[i] - m0) * scale + b; y[(long long)m * C + c] = from_f<T>(relu && t < 0.f ? 0.f : t); }
+        if (m < M) {
+            float t = (v[i] - m0) * scale + b;
+            y[(long long)m * C + c] = from_f<T>(relu && t < 0.f ? 0.f : t);
+        }
     }
 }
 

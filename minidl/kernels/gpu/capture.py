@@ -105,7 +105,7 @@ class CapturedCall:
         except BaseException as e:
             try:
                 self.stream.end_capture()   # leave capture mode so the stream stays usable
-            except Exception:               # an invalidated capture reports itself here too
+            except Exception:  # noqa: BLE001  an invalidated capture reports itself here too
                 pass
             if isinstance(e, Exception):    # the warm-up ran fn fine: capturing is what failed
                 raise CaptureError(f"the function failed while being captured ({type(e).__name__}: {e}); "

@@ -11,7 +11,7 @@ import cupy as cp
 import numpy as np
 
 from ..._types import Array, DTypeLike
-from ..shapes import ConvPlan, conv2d_plan  # noqa: F401  plans are shape arithmetic: one definition
+from ..shapes import ConvPlan, conv2d_plan  # plans are shape arithmetic: one definition
 from . import _cublaslt as _lt, cudnn_graphs as _cd, engines, small_conv as _small
 from ._dtypes import ELEMENTWISE
 from ._util import ADD_RELU, NHWC, RELU, channels_last, in_order, lies_in, memory, out_array, pointwise

@@ -199,7 +199,8 @@ def _conv_direct(x, w, b, pads, pool, relu, out, config, x_affine=None):
     def source():
         smem = 4 * (C * kH * kW * KTP + KTP + S * C * rows * WS)
         src = defines(C=C, H=H, W=W, K=K, KH=kH, KW=kW, PT=t, PL=l, P=pool, POH=pH, POW=pW, RELU=relu,
-                      HASB=b is not None, XAFF=0 if x_affine is None else 1 if C == 1 else 2, KT=KT, KTP=KTP, S=S, NT=NT, MINB=MINB, HP=rows, WP=cols, WS=WS, VEC2=vec2,
+                      HASB=b is not None, XAFF=0 if x_affine is None else 1 if C == 1 else 2, KT=KT, KTP=KTP,
+                      S=S, NT=NT, MINB=MINB, HP=rows, WP=cols, WS=WS, VEC2=vec2,
                       ) + LOAD_K + _CONV.replace("@CUNROLL@", str(C if C * kH * kW <= 50 else 1))
         return src, smem
     kern, smem = raw_kernel(key, source, "direct_conv")
