@@ -201,11 +201,28 @@ def test_a_kind_without_onnx_mapping_is_named():
     pytest.importorskip("onnx")
     from minidl.inference.onnx_export import to_onnx
 
-    class Double(L.ReLU):
-        kind, prefix, fusable_activation = "double", "double", None
+    class Double(L.Layer):
+        prefix = "double"
+
+        def build(self, in_shapes, device):
+            return in_shapes[0]
+
+        def forward(self, xs, training):
+            return 2 * xs[0]
 
     model = dl.Sequential([L.Flatten(), Double()], (4,))
     with pytest.raises(ValueError, match="double.*kind 'double' has no ONNX mapping"):
+        to_onnx(model)
+
+    class Half(L.Sigmoid):                    # an activation of its own whose ONNX operator is not said
+        prefix, kernel, onnx_op = "half", None, None
+
+        def f(self, xp, x):
+            return 0.5 * x
+
+    model = dl.Sequential([L.Flatten(), Half()], (4,))
+    assert model.forward(np.ones((1, 4), np.float32)).tolist() == [[0.5] * 4]
+    with pytest.raises(ValueError, match=r"^layer half \(Half\): has no ONNX mapping: give the class an onnx_op"):
         to_onnx(model)
 
 

@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 
 OPSET = 17
 BATCH = "N"          # the dynamic batch dimension's name
-# the node kinds exported, each by the _Emitter method of its name
-KINDS = ("normalize", "conv2d", "dense", "pool", "avgpool", "gap", "flatten", "add", "batchnorm", "relu", "leaky_relu",
-         "sigmoid", "tanh", "pad", "lrn", "softmax")
+# the node kinds exported by the _Emitter method of their name: the layers whose export reads what the
+# inference passes decided (plans, folds, fused activations). Every other layer writes itself through its
+# `onnx(builder, ins, out, weights)` method: the activations (layers/activation.py) and a user's layers.
+KINDS = ("normalize", "conv2d", "dense", "pool", "avgpool", "gap", "flatten", "add", "batchnorm", "pad", "lrn",
+         "softmax")
 
 
 def lower(model: Model, probabilities: bool = True) -> Model:
@@ -57,8 +59,8 @@ def _value_name(layer: str, n_in: int, n_out: int) -> str:
 
 
 class _Emitter:
-    """Collects ONNX nodes and initializers; one method per minidl node kind. A layer of another kind
-    is handed it as `builder`, of which it calls `op(op_type, ins, out, **attrs)` and `const(name, array)`."""
+    """Collects ONNX nodes and initializers; one method per kind of KINDS. A layer of another kind is
+    handed it as `builder`, of which it calls `op(op_type, ins, out, **attrs)` and `const(name, array)`."""
 
     def __init__(self, helper, numpy_helper):
         self.h, self.nh = helper, numpy_helper
@@ -128,18 +130,6 @@ class _Emitter:
         args = [self.const(f"{out}/{k}", w[k]) for k in ("gamma", "beta", "running_mean", "running_var")]
         return self.with_activation(node.layer, "BatchNormalization", ins + args, out, epsilon=node.layer.eps)
 
-    def relu(self, node, ins, out, w):
-        return self.op("Relu", ins, out)
-
-    def leaky_relu(self, node, ins, out, w):
-        return self.op("LeakyRelu", ins, out, alpha=node.layer.alpha)
-
-    def sigmoid(self, node, ins, out, w):
-        return self.op("Sigmoid", ins, out)
-
-    def tanh(self, node, ins, out, w):
-        return self.op("Tanh", ins, out)
-
     def pad(self, node, ins, out, w):
         top, bottom, left, right = node.layer.pads
         pads = self.const(f"{out}/pads", np.array([0, 0, top, left, 0, 0, bottom, right], np.int64))
@@ -198,7 +188,7 @@ def to_onnx(model: Model, probabilities: bool | None = None, uint8: bool = False
             names[id(node)] = emit.op("Div", [cast, emit.const(f"{names[id(node)]}/255", np.array(255, np.float32))],
                                       names[id(node)] + "/unit")
     for node in lowered.nodes:
-        # a kind of its own: the layer's onnx(builder, ins, out, weights) writes it (docs/custom-layers.md)
+        # any other kind: the layer's onnx(builder, ins, out, weights) writes it (docs/custom-layers.md)
         own = None if node.kind in KINDS else getattr(node.layer, "onnx", None)
         if node.kind not in KINDS and not callable(own):
             raise ValueError(f"{model.name}: layer {node.layer.name} of kind {node.kind!r} has no ONNX mapping "

@@ -17,7 +17,7 @@ Backend-specific knobs are keyword parameters with defaults that other backends 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from .. import precision
@@ -66,7 +66,12 @@ class Dense(Protocol):
 
 
 class Activation(Protocol):
-    """Elementwise activations; backward reads the output where that suffices."""
+    """Elementwise activations. Each is written once, in its layer, as expressions over the array module
+    (minidl/layers/activation.py), which `elementwise` computes; the fused pairs below run instead where a
+    backend has them (extras but ReLU's; backward reads the output where that suffices)."""
+    def elementwise(self, fn: Callable[..., Array], *arrays: Array) -> Array:
+        """fn(xp, *arrays), xp the backend's array module (NumPy's API), over arrays of one shape: in the first
+        array's dtype and memory order, on float32 copies of half-precision arrays, rounded once."""
     def relu_fprop(self, x: Array, out: Array | None = None) -> Array: """y = max(x, 0)."""
     def relu_bprop(self, y: Array, gy: Array, out: Array | None = None) -> Array: """gx = gy where y > 0."""
     def leaky_relu_fprop(self, x: Array, alpha: float, out: Array | None = None) -> Array:
@@ -278,7 +283,8 @@ class Family(NamedTuple):
 FAMILIES = {
     "conv": Family(Conv, HALF, extras=("conv2d_bias_relu_fprop", "conv2d_bias_add_act_fprop")),
     "dense": Family(Dense, HALF),
-    "activation": Family(Activation, HALF),
+    "activation": Family(Activation, HALF, extras=("leaky_relu_fprop", "leaky_relu_bprop", "sigmoid_fprop",
+                                                   "sigmoid_bprop", "tanh_fprop", "tanh_bprop")),
     "merge": Family(Merge, HALF),
     "pad": Family(Pad, HALF),
     "pool": Family(Pool, HALF),

@@ -20,6 +20,11 @@ def register(cls: type) -> None:
     _classes[(cls.__module__, cls.__name__)] = cls
 
 
+def defined_in(package: str) -> list[str]:
+    """The names of the layer classes the modules of `package` define (minidl.layers exports them all)."""
+    return sorted(n for (m, n) in _classes if m.startswith(package + "."))
+
+
 def find(name: str, module: str | None = None) -> type:
     """The layer class a config names: `name` from `module` (None: a config that did not record it);
     a ValueError saying which class is missing and what to import."""

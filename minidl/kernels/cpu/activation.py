@@ -1,5 +1,12 @@
-"""Elementwise activations and their backward passes."""
+"""Elementwise activations: any activation's expression (`elementwise`), and ReLU's own pair.
+
+The activations are written once, as expressions over the array module in their layers
+(minidl/layers/activation.py); `elementwise` computes one with NumPy. ReLU keeps its kernels, which
+run faster than its expression (SIMD against a zero array, the output's memory order for gy).
+"""
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
@@ -9,6 +16,14 @@ from ._util import like, zeros_like
 
 # Below this many values a broadcast 0 costs less than finding a zero array of x's layout.
 ZEROS_FROM = 8192
+
+
+def elementwise(fn: Callable[..., Array], *arrays: Array) -> Array:
+    """fn(np, *arrays) in the first array's dtype and memory order (the others follow its order: mixed
+    orders run 2-8x slower). Half-precision storage reaches here as float32 (kernels/cpu/storage.py)."""
+    first = arrays[0]
+    y = fn(np, first, *(like(a, first) if isinstance(a, np.ndarray) else a for a in arrays[1:]))
+    return y if y.dtype == first.dtype else y.astype(first.dtype)
 
 
 def relu_fprop(x: Array, out: Array | None = None) -> Array:
@@ -21,32 +36,3 @@ def relu_bprop(y: Array, gy: Array, out: Array | None = None) -> Array:
     """gx = gy where y > 0 (the output tells where the input was positive); in y's memory order."""
     gy = like(gy, y)                 # mixed memory orders run 2-8x slower than one
     return np.multiply(gy, y > 0, out=np.empty_like(y, dtype=gy.dtype) if out is None else out)
-
-
-def leaky_relu_fprop(x: Array, alpha: float, out: Array | None = None) -> Array:
-    """y = x if x > 0 else alpha x."""
-    return np.multiply(x, np.where(x > 0, 1.0, alpha).astype(x.dtype), out=out)
-
-
-def leaky_relu_bprop(x: Array, gy: Array, alpha: float, out: Array | None = None) -> Array:
-    return np.multiply(gy, np.where(x > 0, 1.0, alpha).astype(gy.dtype), out=out)
-
-
-def sigmoid_fprop(x: Array, out: Array | None = None) -> Array:
-    """y = 1 / (1 + exp(-x)), written as (1 + tanh(x/2)) / 2 so no exp overflows."""
-    y = np.multiply(np.tanh(x * 0.5, out=out), 0.5, out=out)
-    return np.add(y, 0.5, out=y)
-
-
-def sigmoid_bprop(y: Array, gy: Array, out: Array | None = None) -> Array:
-    """gx = gy y (1 - y)."""
-    return np.multiply(gy, y * (1 - y), out=out)
-
-
-def tanh_fprop(x: Array, out: Array | None = None) -> Array:
-    return np.tanh(x, out=out)
-
-
-def tanh_bprop(y: Array, gy: Array, out: Array | None = None) -> Array:
-    """gx = gy (1 - y^2)."""
-    return np.multiply(gy, 1 - y * y, out=out)
