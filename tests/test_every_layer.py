@@ -102,8 +102,9 @@ def test_every_layer_exports_to_onnx_as_minidl_computes_it(name):
     from minidl.inference.onnx_export import to_onnx
     model, shapes = one_layer_model(name)
     xs = [x.astype(np.float32) * (1 if takes_images(name) else 3) for x in inputs(name, shapes, seed=1)]
+    rng = np.random.default_rng(2)
     for layer in model.layers:                        # parameters and statistics away from their start
-        layer.set_weights({k: np.random.default_rng(2).uniform(0.5, 1.5, v.shape) for k, v in layer.get_weights().items()})
+        layer.set_weights({k: rng.uniform(0.5, 1.5, v.shape) for k, v in layer.get_weights().items()})
     proto = to_onnx(model)
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     feed = {i.name: x for i, x in zip(session.get_inputs(), xs)}

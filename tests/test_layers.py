@@ -5,7 +5,12 @@ from tests.helpers.gradcheck import check_model, gradcheck
 
 from minidl import Input, Model, Sequential
 from minidl import layers as L
+from minidl.backend import Device
 from minidl.kernels.cpu import softmax as ksoftmax
+from minidl.layers.activation import _Activation
+from minidl.precision import dtype_of
+
+BF16 = dtype_of("bfloat16")
 
 rng = np.random.default_rng(0)
 
@@ -28,6 +33,36 @@ def test_activation_forward_and_backward(layer, ref):
     model = Model(node, layer()(node), dtype="float64")
     np.testing.assert_allclose(model.forward(x), ref(x), rtol=1e-13, atol=1e-15)
     check_model(model, [x])
+
+
+ACTIVATIONS = sorted(n for n in L.__all__ if isinstance(getattr(L, n), type) and issubclass(getattr(L, n), _Activation))
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_a_fused_cpu_kernel_computes_the_activations_expressions(name):
+    """Where the CPU family offers an activation's `kernel` pair (ReLU's), the layer runs it: it computes
+    what the layer's expressions say, which every other backend and activation runs."""
+    layer, act = getattr(L, name)(), Device("cpu", dtype="float64").kernels.activation
+    if not layer.kernel or not hasattr(act, f"{layer.kernel}_fprop"):
+        pytest.skip(f"{name}: the CPU runs its expressions")
+    x, gy = away_from_zero((3, 2, 4, 5)) * 3, rng.standard_normal((3, 2, 4, 5))
+    y = getattr(act, f"{layer.kernel}_fprop")(x, *layer.kernel_args())
+    np.testing.assert_array_equal(y, act.elementwise(layer.f, x))
+    s = x if layer.needs_input else y
+    np.testing.assert_array_equal(getattr(act, f"{layer.kernel}_bprop")(s, gy, *layer.kernel_args()),
+                                  act.elementwise(layer.df, s, gy))
+
+
+def test_the_expressions_follow_the_inputs_memory_order_and_round_half_storage_once():
+    act = Device("cpu").kernels.activation
+    x = np.ascontiguousarray(away_from_zero((2, 3, 4, 5)).transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)   # CHWN
+    gy = rng.standard_normal(x.shape)                                                                     # NCHW
+    gx = act.elementwise(L.Tanh().df, x, gy)
+    assert gx.transpose(1, 2, 3, 0).flags.c_contiguous and np.allclose(gx, gy * (1 - x * x))
+    half = Device("cpu").compute_in("bfloat16").kernels.activation
+    xb = x.astype(BF16)
+    y = half.elementwise(L.Sigmoid().f, xb)
+    assert y.dtype == BF16 and np.array_equal(y, (0.5 + 0.5 * np.tanh(0.5 * xb.astype(np.float32))).astype(BF16))
 
 
 def test_sigmoid_does_not_overflow_for_large_inputs():

@@ -4,6 +4,7 @@ Every layer class a module here defines is exported (`__all__` is read from the 
 class not imported below is missed by no one: tests/test_every_layer.py fails); the activations come
 with activation.py's own `__all__`, so a new one is written in that file alone.
 """
+# ruff: noqa: F401  (the imports are the exports: ruff cannot read an __all__ taken from the registry)
 from . import registry
 from .activation import *  # noqa: F403  (ReLU, LeakyReLU, Sigmoid, Tanh, ...: activation.__all__)
 from .base import Layer, Need, Parameter

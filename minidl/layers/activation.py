@@ -51,7 +51,8 @@ class _Activation(Layer):
             self.fprop, self.bprop = getattr(act, f"{self.kernel}_fprop"), getattr(act, f"{self.kernel}_bprop")
             self.args = self.kernel_args()
         else:                                   # the expressions, on this device's array module
-            self.fprop, self.bprop = functools.partial(act.elementwise, self.f), functools.partial(act.elementwise, self.df)
+            self.fprop = functools.partial(act.elementwise, self.f)
+            self.bprop = functools.partial(act.elementwise, self.df)
             self.args = ()
         return shape
 
