@@ -1,4 +1,6 @@
 """API misuse gets one clear message naming the layer and the shapes (or is made right)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -124,3 +126,36 @@ def test_cpu_out_of_memory_is_one_line(monkeypatch, capsys):
                                                      rng.integers(0, 10, 64)), steps=2, batch_size=8), None)
     err = capsys.readouterr().err
     assert status == 1 and err == "error: out of CPU memory: try a smaller batch (-b, -x, --batch-size)\n"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "32"])
+def test_predict_batch_size_is_checked_as_fits_is(bad):
+    """predict(batch_size=2.5 or "32") ran, and 0 or -1 said "gives no batch": one line naming it."""
+    with pytest.raises(ValueError, match=rf"lenet5\.predict: batch_size must be a positive int, got {re.escape(repr(bad))}"):
+        models.lenet5().predict(data(4)[0], batch_size=bad)
+
+
+@pytest.mark.parametrize("bad", [None, optim.Adam], ids=["None", "the class"])
+def test_a_trainer_takes_an_optimizer_instance_and_names_what_it_got(bad):
+    """Trainer(model, None) was an AttributeError deep in the optimizer check."""
+    with pytest.raises(TypeError, match=r"Trainer: optimizer must be an Optimizer instance .*, got (None|<class)"):
+        dl.Trainer(models.lenet5(), bad, device="cpu")
+
+
+def test_a_diverging_fit_ends_in_its_one_line_without_numpy_warnings():
+    """An exploding run overflowed NumPy's matmul first: `RuntimeWarning: overflow encountered` lines of
+    the kernels' files printed ahead of the NaN stop's one line (on the command line too)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(dl.TrainingDiverged, match="loss is nan at step"):
+            quiet(models.lenet5(), optim.SGD(1e9)).fit(data(), steps=20, batch_size=16)
+
+
+def test_predict_of_nan_images_passes_them_without_a_numpy_warning():
+    """NaN images pass the input contract (docs/input.md); the range check said `All-NaN slice` on the way."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = models.lenet5(preprocess=False).predict(np.full((2, 1, 28, 28), np.nan, np.float32))
+    assert out.shape == (2, 10) and np.isnan(out).all()

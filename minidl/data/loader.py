@@ -1,6 +1,7 @@
 """Mini-batches of a whole dataset held on the device, reshuffled every epoch by a seeded generator."""
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 import numpy as np
@@ -44,7 +45,9 @@ def pixel_scale(images: np.ndarray, where: str = "images") -> int:
         raise DataError(f"{where}: dtype {images.dtype}, expected {CONTRACT}")
     if images.size == 0:                # no values to range: the caller names the empty batch
         return 1
-    lo, hi = float(np.nanmin(images)), float(np.nanmax(images))     # one pass each, on the host
+    with warnings.catch_warnings():     # all-NaN images: NaN passes (above), without NumPy's warning line
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = float(np.nanmin(images)), float(np.nanmax(images))     # one pass each, on the host
     if lo < 0 or hi > 1:
         why = ("infinite values" if np.isinf(lo) or np.isinf(hi) else
                "0-255 values? divide them by 255, or pass uint8" if lo >= 0 and hi <= 255 else

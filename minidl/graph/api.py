@@ -9,6 +9,7 @@ in [0, 1], normalised only by a model's own Normalize.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from numbers import Integral
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -72,6 +73,8 @@ class FamiliarAPI:
         """
         if not (self.single_input and self.single_output):
             raise ValueError(f"{self.name}: predict takes a model of one input and one output; call forward")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size <= 0:
+            raise ValueError(f"{self.name}.predict: batch_size must be a positive int, got {batch_size!r}")
         takes = takes_images(self)  # type: ignore[arg-type]  # self is a Model
         if takes and normalize not in (None, False):
             raise ValueError(f"{self.name}.predict: normalize={normalize!r}, but {self.name} carries its own "

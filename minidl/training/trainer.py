@@ -9,6 +9,8 @@ import time
 from numbers import Integral
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+import numpy as np
+
 from . import callbacks as cb, interrupt
 from .saving import Saving
 from .. import distributed
@@ -17,6 +19,7 @@ from ..backend import Device, DeviceError, get_device
 from .callbacks import TrainingDiverged, TrainingStopped  # noqa: F401 (re-exported: minidl.TrainingDiverged)
 from .history import History, record
 from ..optim import schedules
+from ..optim.base import Optimizer
 from ..data.sources import TrainLoaders, loader_for
 from ..metrics import Mean, Score
 from .step import TrainStep
@@ -26,7 +29,6 @@ if TYPE_CHECKING:
     from ..graph.model import Model
     from ..losses import Loss
     from ..files.metrics_log import Logs, MetricsLog
-    from ..optim.base import Optimizer
     from ..precision import Policy
     from ..files.tensorboard_log import TensorBoardLog
 
@@ -58,6 +60,9 @@ class Trainer(Saving):
                  precision: Policy | str | None = None, loss: Loss | None = None, label_smoothing: float = 0.0,
                  shift: int = 0, flip: bool = False, channels_last: bool | None = None,
                  grad_reduce: str = "fp32") -> None:
+        if not isinstance(optimizer, Optimizer):    # None or the class itself: one line, not an AttributeError
+            raise TypeError(f"Trainer: optimizer must be an Optimizer instance (e.g. minidl.optim.Adam(lr=1e-3)), "
+                            f"got {optimizer!r}")
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.xp is not model.device.xp:     # another backend: rebuild the model there
@@ -222,7 +227,10 @@ class Trainer(Saving):
         t0 = t1 = time.perf_counter()
         quiet = self.device.preparing(show.say)     # a cold first step says what it does
         while self.step < run.end and not run.stop:
-            self._run_step(loader, per_epoch)
+            # NumPy's overflow / invalid-value warnings would print lines of the kernels' files ahead of the
+            # one line that a diverged run ends with (TerminateOnNaN names the step); the NaN check covers them
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                self._run_step(loader, per_epoch)
             run.stop = run.stop or loader.exhausted     # a stream of batches ran out: its epoch, and the run, end
             if self.step == run.start + 1:       # one sync: the first step's compilation apart
                 self.device.sync()
