@@ -224,3 +224,21 @@ def test_a_save_after_the_lock_went_with_its_folder_does_not_replace_anothers_fi
         assert path.read_bytes() == b"B"
     finally:
         _end(a, *([b] if b else []))
+
+
+@pytest.mark.parametrize("kind", ["file", "missing parent"])
+def test_a_lock_folder_named_by_the_user_that_cannot_serve_is_refused_naming_the_variable(tmp_path, monkeypatch, kind):
+    """$MINIDL_LOCK_DIR naming a file (or a folder that cannot be made) was skipped silently, and with it
+    the lock that outlives the target's folder: a second run after `rm -rf` was no longer refused."""
+    bad = tmp_path / "locks"
+    if kind == "file":
+        bad.write_text("not a folder\n")
+    else:
+        bad = bad / "under-a-file" / "locks"
+        (tmp_path / "locks").write_text("x\n")
+    monkeypatch.setenv("MINIDL_LOCK_DIR", str(bad))
+    with pytest.raises(WriteError, match=r"^\$MINIDL_LOCK_DIR is .*locks.*: .*; it must name a folder of yours"):
+        files.hold(tmp_path / "run.npz")
+    assert not files.holds(str(tmp_path / "run.npz"))
+    if kind == "file":
+        assert "not a folder" in str(pytest.raises(WriteError, files.hold, tmp_path / "run.npz").value)

@@ -131,7 +131,8 @@ def test_cpu_out_of_memory_is_one_line(monkeypatch, capsys):
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "32"])
 def test_predict_batch_size_is_checked_as_fits_is(bad):
     """predict(batch_size=2.5 or "32") ran, and 0 or -1 said "gives no batch": one line naming it."""
-    with pytest.raises(ValueError, match=rf"lenet5\.predict: batch_size must be a positive int, got {re.escape(repr(bad))}"):
+    said = rf"lenet5\.predict: batch_size must be a positive int, got {re.escape(repr(bad))}"
+    with pytest.raises(ValueError, match=said):
         models.lenet5().predict(data(4)[0], batch_size=bad)
 
 

@@ -41,16 +41,26 @@ def lock_path(path: str | os.PathLike) -> str:
 
 
 def _lock_dir():
-    """The per-user folder of the locks keyed by path (mode 0700, ours, not a symlink), or None."""
-    folder = os.environ.get("MINIDL_LOCK_DIR") or (
+    """The per-user folder of the locks keyed by path (mode 0700, ours, not a symlink), or None where
+    the default one cannot be made. A $MINIDL_LOCK_DIR that cannot serve is a WriteError naming it:
+    skipping it silently would drop the lock that outlives the target's folder (issue 38.3)."""
+    chosen = os.environ.get("MINIDL_LOCK_DIR")
+    folder = chosen or (
         os.path.join(os.environ["XDG_RUNTIME_DIR"], "minidl-locks") if os.environ.get("XDG_RUNTIME_DIR")
         else os.path.join(tempfile.gettempdir(), f"minidl-locks-{os.getuid()}"))
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         st = os.lstat(folder)
-    except OSError:
-        return None
-    return folder if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() else None
+        why = None if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() else "not a folder of this user's"
+    except OSError as e:
+        why = ("not a folder" if os.path.lexists(folder) and not os.path.isdir(folder) else
+               e.strerror or type(e).__name__)
+    if why is None:
+        return folder
+    if chosen:
+        raise WriteError(f"$MINIDL_LOCK_DIR is {chosen}: {why}; it must name a folder of yours for the file "
+                         "locks (or be unset)")
+    return None
 
 
 def key_lock_path(path: str | os.PathLike) -> str | None:

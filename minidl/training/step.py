@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .. import precision
 from .._types import Array, DTypeLike
 from ..graph import passes
@@ -36,6 +38,16 @@ if TYPE_CHECKING:
     from ..graph.model import Model
     from ..metrics import Mean
     from ..optim.base import Optimizer
+
+
+def check_optimizer(optimizer: Any, model: Model) -> None:
+    """`optimizer` is an Optimizer instance free to train `model` (Trainer(model, None) or the class itself
+    was an AttributeError deep in the check: one TypeError naming what was given)."""
+    from ..optim.base import Optimizer
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"Trainer: optimizer must be an Optimizer instance (e.g. minidl.optim.Adam(lr=1e-3)), "
+                        f"got {optimizer!r}")
+    optimizer.check_free_for(model)
 
 
 class TrainStep:
@@ -121,6 +133,9 @@ class TrainStep:
         loss_sum, correct = self.eval_loss(logits, y, self.device.xp.empty_like(logits))
         metrics.update(loss_sum, correct, len(y))
 
+    # NumPy's overflow / invalid-value warnings of a diverging step printed lines of the kernels' files
+    # ahead of the one line the NaN stop ends a run with (TerminateOnNaN names the step): the check covers them
+    @np.errstate(over="ignore", invalid="ignore", divide="ignore")
     def forward_backward(self, x: Array, y: Array, blank: float = 0.0) -> tuple[Array, Array]:
         """Flip, shift, forward, loss from the logits, backward: on-device (loss_sum, correct); no update.
         `blank`: the value of a background pixel in x, which shifted images are filled with."""
@@ -147,6 +162,7 @@ class TrainStep:
         self._update(loss_sum)
         self.metrics.update(loss_sum, correct, len(y))
 
+    @np.errstate(over="ignore", invalid="ignore", divide="ignore")
     def _update(self, loss_sum):
         xp = self.device.xp
         xp.logical_and(self.finite, xp.isfinite(loss_sum), out=self.finite)

@@ -9,8 +9,6 @@ import time
 from numbers import Integral
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-import numpy as np
-
 from . import callbacks as cb, interrupt
 from .saving import Saving
 from .. import distributed
@@ -19,16 +17,16 @@ from ..backend import Device, DeviceError, get_device
 from .callbacks import TrainingDiverged, TrainingStopped  # noqa: F401 (re-exported: minidl.TrainingDiverged)
 from .history import History, record
 from ..optim import schedules
-from ..optim.base import Optimizer
 from ..data.sources import TrainLoaders, loader_for
 from ..metrics import Mean, Score
-from .step import TrainStep
+from .step import TrainStep, check_optimizer
 if TYPE_CHECKING:
     from .callbacks import Callback
     from ..distributed import World
     from ..graph.model import Model
     from ..losses import Loss
     from ..files.metrics_log import Logs, MetricsLog
+    from ..optim.base import Optimizer
     from ..precision import Policy
     from ..files.tensorboard_log import TensorBoardLog
 
@@ -60,14 +58,11 @@ class Trainer(Saving):
                  precision: Policy | str | None = None, loss: Loss | None = None, label_smoothing: float = 0.0,
                  shift: int = 0, flip: bool = False, channels_last: bool | None = None,
                  grad_reduce: str = "fp32") -> None:
-        if not isinstance(optimizer, Optimizer):    # None or the class itself: one line, not an AttributeError
-            raise TypeError(f"Trainer: optimizer must be an Optimizer instance (e.g. minidl.optim.Adam(lr=1e-3)), "
-                            f"got {optimizer!r}")
+        check_optimizer(optimizer, model)    # an Optimizer, free: one for two Trainers would train neither
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
             if dev.xp is not model.device.xp:     # another backend: rebuild the model there
                 model.to(dev)
-        optimizer.check_free_for(model)     # one optimizer for two Trainers would train neither
         self.model, self.optimizer, self.seed, self.log, self.device = model, optimizer, seed, log, model.device
         self.step = 0                      # steps trained so far (restored by resume)
         self.plan: dict[str, Any] | None = None     # the run's plan (JSON), saved in its checkpoints
@@ -227,10 +222,7 @@ class Trainer(Saving):
         t0 = t1 = time.perf_counter()
         quiet = self.device.preparing(show.say)     # a cold first step says what it does
         while self.step < run.end and not run.stop:
-            # NumPy's overflow / invalid-value warnings would print lines of the kernels' files ahead of the
-            # one line that a diverged run ends with (TerminateOnNaN names the step); the NaN check covers them
-            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                self._run_step(loader, per_epoch)
+            self._run_step(loader, per_epoch)
             run.stop = run.stop or loader.exhausted     # a stream of batches ran out: its epoch, and the run, end
             if self.step == run.start + 1:       # one sync: the first step's compilation apart
                 self.device.sync()
