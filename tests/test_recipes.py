@@ -3,6 +3,7 @@ the recipe flags are checked before data is read and are part of the run plan.""
 import pytest
 from tests.test_cli import exits_2, lines_of, needs_mnist, no_data, train  # noqa: F401 (a fixture)
 
+from minidl import optim
 from minidl.cli import recipes, train as cli
 from minidl.cli.runplan import RunPlan
 
@@ -47,8 +48,23 @@ def test_given_flags_override_the_recipe_and_another_optimizer_takes_its_own_lr(
                "--weight-decay", "1e-4")
     assert (got.lr, got.warmup, got.label_smoothing, got.shift, got.schedule, got.weight_decay) == \
         (0.02, 7, 0.2, 0, "step", 1e-4)
-    assert plan("--optimizer", "sgd").lr == recipes.DEFAULT_LR["sgd"]
-    assert plan("-r", "18", "--optimizer", "adam").lr == recipes.DEFAULT_LR["adam"]
+    assert plan("--optimizer", "sgd").lr == 0.01 == optim.SGD.default_lr
+    assert plan("-r", "18", "--optimizer", "adam").lr == 1e-3 == optim.Adam.default_lr
+    assert plan("-r", "18", "--optimizer", "momentum", "--lr", "0.3").lr == 0.3       # the flag first
+    assert plan("-r", "18", "--optimizer", "momentum").lr == recipes.RECIPES["resnet"]["lr"]   # the recipe's own
+
+
+@pytest.mark.parametrize("name", list(optim.OPTIMIZERS))
+def test_every_registered_optimizer_is_a_choice_and_runs_at_its_own_default_lr(name):
+    """No hand-kept table: --optimizer takes every registered optimizer, at its class's default_lr where
+    the model's recipe is another optimizer's, and the plan builds it as cli/train.py does."""
+    cls = optim.OPTIMIZERS[name]
+    family = "resnet" if recipes.RECIPES["lenet"]["optimizer"] == name else "lenet"
+    got = plan("--optimizer", name, *(("-r", "18") if family == "resnet" else ()))
+    assert got.optimizer == name and got.lr == cls.default_lr > 0
+    opt = optim.get(name, lr=got.lr, weight_decay=got.weight_decay, schedule=None)
+    assert type(opt) is cls and opt.lr == cls.default_lr
+    assert f"{name} {cls.default_lr:g}" in cli.parser()._option_string_actions["--lr"].help
 
 
 def test_describe_names_the_seed_and_every_part_of_the_recipe():

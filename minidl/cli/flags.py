@@ -124,8 +124,8 @@ def training_parser(prog: str = "python -m minidl.train", description: str | Non
     add_model(p)
     p.add_argument("--epochs", type=positive, help="train whole epochs instead of -n steps (not with -n)")
     p.add_argument("--optimizer", choices=tuple(optim.OPTIMIZERS), help="optimizer (the recipe's; momentum is 0.9)")
-    p.add_argument("--lr", type=float, help="learning rate (the recipe's; another optimizer's: adam/rmsprop 1e-3, "
-                                            "momentum 0.05, sgd 0.01)")
+    p.add_argument("--lr", type=float, help="learning rate (the recipe's; another optimizer's own: "
+                   + ", ".join(f"{n} {recipes.default_lr(n):g}" for n in optim.OPTIMIZERS) + ")")
     p.add_argument("--schedule", choices=recipes.SCHEDULES,
                    help="learning-rate schedule over the run's steps (cosine: to 0 at the last step; "
                         "step: x0.1 every third of the run; inverse-time: lr/(1+1e-4*step), the C++ trainer's)")

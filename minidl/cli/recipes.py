@@ -8,7 +8,7 @@ import argparse
 import math
 from typing import Any, Callable
 
-from .. import distributed, models
+from .. import distributed, models, optim
 from .runplan import RunPlan
 
 # Per model: optimizer, lr, schedule, warm-up steps, weight decay, label smoothing, shift in pixels,
@@ -42,10 +42,14 @@ DATASETS = {"mnist": {}, "fashion-mnist": {"shift": 0}}
 MODEL_DATASET = {("lenet", "fashion-mnist"): {"weight_decay": 2e-4}}
 # The learning-rate schedules a run plan names (RunPlan.schedule_fn builds each over the run).
 SCHEDULES = ("cosine", "constant", "step", "inverse-time")
-# The learning rate of an optimizer other than the recipe's (--optimizer without --lr).
-DEFAULT_LR = {"sgd": 0.01, "momentum": 0.05, "adam": 1e-3, "rmsprop": 1e-3}
+# An optimizer other than the recipe's (--optimizer without --lr) takes its own class's `default_lr`.
 DEFAULT_STEPS = 2000         # the run's length where neither -n nor --epochs is given
 MAX_SHIFT = 8                # of a 28x28 image: beyond this a shift leaves little of a digit
+
+
+def default_lr(optimizer: str) -> float:
+    """The learning rate of `optimizer` where neither a flag nor the model's recipe gives one: its class's."""
+    return float(optim.OPTIMIZERS[optimizer].default_lr)      # type: ignore[arg-type]  # registered: a number
 
 
 def model_of(args: argparse.Namespace) -> tuple[str, int | None]:
@@ -80,7 +84,7 @@ def plan(args: argparse.Namespace) -> RunPlan:
         v = getattr(args, dest)
         return recipe[dest] if v is None else v
     opt = pick("optimizer")
-    lr = args.lr if args.lr is not None else recipe["lr"] if opt == recipe["optimizer"] else DEFAULT_LR[opt]
+    lr = args.lr if args.lr is not None else recipe["lr"] if opt == recipe["optimizer"] else default_lr(opt)
     return RunPlan(model=models.tag(family, depth), dataset=args.dataset, batch_size=args.batch_size,
                    steps=steps(vars(args)), epochs=args.epochs, optimizer=opt, lr=float(lr),
                    weight_decay=float(pick("weight_decay")), schedule=pick("schedule"), seed=args.seed,

@@ -178,8 +178,14 @@ class Controls(NamedTuple):
 
 
 class Optim(Protocol):
-    """Optimizer updates over the flat arenas, in place; `ok` False changes nothing (the NaN gate).
-    `ctl` (Controls) adds freezing, per-element lr and decay, clipping and decoupled decay; None: none."""
+    """Fused optimizer updates over the flat arenas, in place; `ok` False changes nothing (the NaN gate).
+    `ctl` (Controls) adds freezing, per-element lr and decay, clipping and decoupled decay; None: none.
+
+    Each optimizer writes its update once, as `rule` over the array module (minidl/optim/reference.py
+    runs it on any backend); the updates here are extras a backend may offer to override a rule, and it
+    lists those its optimizers should call in `FUSED` (the GPU's four; the CPU's twins are the GPU tests'
+    reference and listed in none). A new optimizer needs nothing here."""
+    FUSED: tuple[str, ...]
     def sgd_update(self, p: Array, g: Array, lr: float | Array, wd: float = 0.0, ok: bool | Array = True,
                    scale: float = 1.0, ctl: Controls | None = None) -> None:
         """p -= lr (scale g + wd p)."""
@@ -292,7 +298,7 @@ FAMILIES = {
     "lrn": Family(Lrn, WIDE),
     "dropout": Family(Dropout, HALF),
     "softmax": Family(Softmax, WIDE),
-    "optim": Family(Optim, WIDE),
+    "optim": Family(Optim, WIDE, extras=("sgd_update", "momentum_update", "adam_update", "rmsprop_update")),
     "direct": Family(Direct, ("float32",), optional=True, extras=("chain_blocks", "choose_conv")),
     "augment": Family(Augment, HALF, extras=("shift_draws", "flip_draws")),
     "cast": Family(Cast, None),

@@ -18,8 +18,10 @@ class Adam(Optimizer):
     `controls`: decoupled_weight_decay, clip_norm, clip_value, groups (Optimizer's).
     """
     name = "adam"
+    default_lr = 1e-3
     slots = ("m", "v")
     hyper = ("b1", "b2", "eps")
+    fused = "adam_update"
 
     def __init__(self, lr: float = 1e-3, b1: float | None = None, b2: float | None = None, eps: float = 1e-8,
                  weight_decay: float = 0.0, schedule: ScheduleSpec = None, *,
@@ -42,10 +44,18 @@ class Adam(Optimizer):
         """(b1, b2), as torch.optim.Adam names them."""
         return self.b1, self.b2
 
-    def update(self, lr: Array, t: Array, ok: Array | bool) -> None:
-        self.kernels.adam_update(self.flat, self.grads, self.state["m"], self.state["v"], lr,
-                                 self.b1, self.b2, self.eps, self.weight_decay, t, ok, scale=self.grad_scale,
-                                 ctl=self.ctl)
+    def rule(self, xp: Any, p: Array, g: Array, state: dict[str, Array], lr: Array, t: Array) -> Array:
+        b1, b2 = self.b1, self.b2
+        m = state["m"] = xp.add(xp.multiply(state["m"], b1), xp.multiply(g, 1.0 - b1))
+        v = state["v"] = xp.add(xp.multiply(state["v"], b2), xp.multiply(xp.square(g), 1.0 - b2))
+        m_hat = xp.divide(m, xp.subtract(1.0, xp.power(b1, t)))
+        v_hat = xp.divide(v, xp.subtract(1.0, xp.power(b2, t)))
+        # eps after the bias correction, as torch.optim.Adam
+        return xp.subtract(p, xp.multiply(lr, xp.divide(m_hat, xp.add(xp.sqrt(v_hat), self.eps))))
+
+    def fused_update(self, kernel: Any, lr: Array, t: Array, ok: Array | bool) -> None:
+        kernel(self.flat, self.grads, self.state["m"], self.state["v"], lr, self.b1, self.b2, self.eps,
+               self.weight_decay, t, ok, scale=self.grad_scale, ctl=self.ctl)
 
 
 class AdamW(Adam):

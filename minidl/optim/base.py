@@ -1,4 +1,4 @@
-"""Optimizer: one fused kernel call per step over the model's flat parameter and gradient buffers."""
+"""Optimizer: the base of every optimizer over the model's flat parameter and gradient buffers, and their registry."""
 from __future__ import annotations
 
 import math
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..backend import DtypeError
+from . import reference
 from . import schedules as _schedules
 from .controls import ControlState, check_clip, check_groups, group_names
 
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from ..graph.model import Model
     from .schedules import ScheduleSpec
 
+REGISTRY: dict[str, type[Optimizer]] = {}     # name -> class, filled as the classes are defined (optim.OPTIMIZERS)
+
 
 class Optimizer:
     """Base optimizer: p <- update(p, g, state, lr_t) with lr_t = schedule(lr, t - 1) at step t >= 1.
@@ -24,8 +27,14 @@ class Optimizer:
     The step count t, the base learning rate and lr_t live on the device as 0-d arrays, and
     `step()` computes lr_t there: the same update runs eagerly and inside a captured CUDA graph
     (whose replays then advance t and the schedule themselves), with nothing read back to the host.
-    Subclasses set `name`, `slots` (state arrays, each zeros_like(flat)), `hyper` (the
-    constructor's other hyper-parameters, kept as attributes) and `update(lr, t)`.
+    A new optimizer is one class in one file, `optim/<name>.py` (docs/training.md, Writing an optimizer):
+    `name` (it registers under it: optim.get, optim.OPTIMIZERS and the command line's --optimizer
+    follow), `default_lr` (the command line's lr for it), `slots` (state arrays, each zeros_like(flat)),
+    `hyper` (the constructor's other hyper-parameters, kept as attributes) and `rule(xp, p, g, state,
+    lr, t) -> new p`, its update written once over the array module (optim/reference.py applies it on
+    every device, the controls and the gate around it). Where a device holds a fused kernel for it
+    (`fused`, a name in the optim family's FUSED), `fused_update` calls that instead. `register=False` in
+    the class statement keeps a subclass out of the registry.
 
     grad_scale: the gradients enter the update multiplied by it, inside the update kernel; given at
     `setup` by whoever knows how the gradients arrive: 1/N among N data-parallel ranks (minidl.training.step: the
@@ -45,13 +54,30 @@ class Optimizer:
     Without any of these the update kernels run as they always did.
     """
     name = "optimizer"
+    default_lr: float | None = None    # the command line's lr for this optimizer (--optimizer without --lr)
     slots: tuple[str, ...] = ()
     hyper: tuple[str, ...] = ()
+    fused: str | None = None           # the optim family's fused kernel that replaces `rule` where a device has it
     grad_scale = 1.0
     flat: Array          # the model's parameters and gradients, bound by setup()
     grads: Array
 
     decoupled_default = False          # AdamW: True
+
+    def __init_subclass__(cls, register: bool = True, **kw: Any) -> None:
+        """Register a subclass that names itself (`name` in its own body) under that name."""
+        super().__init_subclass__(**kw)
+        if not register or "name" not in cls.__dict__:
+            return
+        lr = cls.default_lr
+        if not (isinstance(lr, Real) and math.isfinite(lr) and lr > 0):
+            raise TypeError(f"optimizer {cls.__name__}: a registered optimizer declares default_lr, the command "
+                            f"line's learning rate for it (a number > 0), got {lr!r}")
+        old = REGISTRY.get(cls.name)
+        if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise TypeError(f"optimizer {cls.__name__}: the name {cls.name!r} is {old.__module__}.{old.__qualname__}'s;"
+                            f" give another name, or register=False")
+        REGISTRY[cls.name] = cls
 
     def __init__(self, lr: float, weight_decay: float = 0.0, schedule: ScheduleSpec = None, *,
                  decoupled_weight_decay: bool | None = None, clip_norm: float | None = None,
@@ -109,6 +135,8 @@ class Optimizer:
         self.model, self.device = model, model.device
         self.flat, self.grads = model.flat, model.grads
         self.xp, self.kernels = model.device.xp, model.device.kernels.optim
+        self._fused = (getattr(self.kernels, self.fused) if self.fused in getattr(self.kernels, "FUSED", ())
+                       else None)
         self.state = {k: self.xp.zeros_like(self.flat) for k in self.slots}
         # 0-d device scalars: a captured step reads and advances them at every replay.
         self._t_dev = self.xp.zeros((), np.float64)
@@ -169,8 +197,22 @@ class Optimizer:
 
     def update(self, lr: Array, t: Array, ok: Array | bool) -> None:
         """One in-place update with learning rate `lr` at step `t` (0-d float64 device arrays), where
-        `ok` (True or a 0-d device bool) holds."""
-        raise NotImplementedError
+        `ok` (True or a 0-d device bool) holds: the device's fused kernel where it has one, else `rule`."""
+        if self._fused is not None:
+            self.fused_update(self._fused, lr, t, ok)
+        else:
+            reference.apply(self, lr, t, ok)
+
+    def rule(self, xp: Any, p: Array, g: Array, state: dict[str, Array], lr: Array, t: Array) -> Array:
+        """The update, written once over the array module `xp`: the new p from p and the gradient g
+        (scaled, decayed and clipped already), assigning each state slot's new value into `state`.
+        lr: a 0-d array, or (P,) under per-element controls; t: the step, from 1. Never write into an
+        array given; read nothing to the host (a captured step replays it). optim/reference.py runs it."""
+        raise NotImplementedError(f"{type(self).__name__} has no update rule")
+
+    def fused_update(self, kernel: Any, lr: Array, t: Array, ok: Array | bool) -> None:
+        """Call the device's fused kernel `kernel` (the optim family's function named `fused`) for this step."""
+        raise NotImplementedError(f"{type(self).__name__} names a fused kernel but does not call it")
 
     @property
     def t(self) -> int:

@@ -18,6 +18,7 @@ class SGD(Optimizer):
     All but lr are keyword-only: minidl's second positional argument was weight_decay, torch's momentum.
     """
     name = "sgd"
+    default_lr = 0.01
     hyper = ("momentum", "nesterov")
 
     def __init__(self, lr: float, *, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
@@ -29,14 +30,21 @@ class SGD(Optimizer):
             raise ValueError(f"{type(self).__name__}: nesterov=True needs a momentum > 0 (as torch.optim.SGD)")
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
         self.slots = ("v",) if momentum else ()      # the velocity, only where there is momentum
+        self.fused = "momentum_update" if momentum else "sgd_update"
 
-    def update(self, lr: Array, t: Array, ok: Array | bool) -> None:
+    def rule(self, xp: Any, p: Array, g: Array, state: dict[str, Array], lr: Array, t: Array) -> Array:
+        if not self.slots:
+            return xp.subtract(p, xp.multiply(lr, g))
+        v = state["v"] = xp.add(xp.multiply(state["v"], self.momentum), g)
+        step = xp.add(g, xp.multiply(v, self.momentum)) if self.nesterov else v
+        return xp.subtract(p, xp.multiply(lr, step))
+
+    def fused_update(self, kernel: Any, lr: Array, t: Array, ok: Array | bool) -> None:
         if self.slots:
-            self.kernels.momentum_update(self.flat, self.grads, self.state["v"], lr, self.momentum,
-                                         self.weight_decay, self.nesterov, ok, scale=self.grad_scale, ctl=self.ctl)
+            kernel(self.flat, self.grads, self.state["v"], lr, self.momentum, self.weight_decay, self.nesterov, ok,
+                   scale=self.grad_scale, ctl=self.ctl)
         else:
-            self.kernels.sgd_update(self.flat, self.grads, lr, self.weight_decay, ok, scale=self.grad_scale,
-                                    ctl=self.ctl)
+            kernel(self.flat, self.grads, lr, self.weight_decay, ok, scale=self.grad_scale, ctl=self.ctl)
 
 
 class Momentum(SGD):
@@ -46,9 +54,10 @@ class Momentum(SGD):
     it "momentum" and always hold v (momentum 0 included), as before SGD took a momentum.
     """
     name = "momentum"
+    default_lr = 0.05
 
     def __init__(self, lr: float, momentum: float = 0.9, nesterov: bool = False, weight_decay: float = 0.0,
                  schedule: ScheduleSpec = None, **controls: Any) -> None:
         super().__init__(lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, schedule=schedule,
                          **controls)
-        self.slots = ("v",)
+        self.slots, self.fused = ("v",), "momentum_update"

@@ -1,4 +1,10 @@
-"""Optimizer updates over the flat parameter buffer, in place (NumPy reference).
+"""Optimizer updates over the flat parameter buffer, in place (NumPy twins of the GPU's fused kernels).
+
+The CPU optimizers do not call these: they run their update rules (optim/<name>.py's `rule`, through
+optim/reference.py), and this family declares no FUSED. The functions stay as the NumPy twins the GPU
+tests compare the fused kernels with (tests/gpu/test_kernels.py, test_float64.py, test_training_controls.py),
+and a float16 arena's reference (tests/test_precision.py); tests/gpu/test_optim_xp.py compares every
+registered optimizer's GPU step with its CPU rule.
 
 Every state array is updated through ufuncs with `out=` and never rebound: CUDA-graph replay on
 the GPU twin needs fixed addresses, and the CPU reference keeps the same contract. The gradient
@@ -20,6 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..._types import Array
+
+FUSED: tuple[str, ...] = ()      # the CPU runs every optimizer's rule
 
 if TYPE_CHECKING:
     from ..contract import Controls

@@ -1,5 +1,8 @@
 """Optimizer updates on the GPU: one fused ElementwiseKernel each, in place over the flat buffers.
 
+They override the optimizers' update rules (optim/<name>.py's `rule`, which CuPy runs for an optimizer
+with no kernel here): an optimizer whose `fused` is in FUSED calls its kernel instead, one launch a step.
+
 lr and t arrive as float64 (0-d device arrays from the optimizer, or numbers: on the device they
 let a captured CUDA graph replay with a schedule) and are rounded to the parameters' type inside
 the kernel. Weight decay is coupled (d = g + wd p), as in PyTorch. `ok` (a 0-d device bool, or
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from ..contract import Controls
 
 DTYPES = FLOAT_DOUBLE     # ElementwiseKernels on T; lr and t arrive as float64
+FUSED = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update")    # what optimizers call instead of `rule`
 
 
 def _kernels(params, outs, body, name):
