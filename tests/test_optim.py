@@ -16,11 +16,17 @@ STEPS = 7
 
 
 def fake_model(seed=0):
-    """What an optimizer reads of a Model: flat, grads and device."""
+    """What an optimizer reads of a Model: flat, grads, device, and the weights' places in flat (params)."""
     dev = Device("cpu", dtype="float64")
     n = sum(math.prod(s) for s in SHAPES.values())
     flat = np.random.default_rng(seed).standard_normal(n)
-    return types.SimpleNamespace(flat=flat, grads=np.zeros_like(flat), device=dev)
+    params, i = {}, 0
+    for k, s in SHAPES.items():
+        params[k] = types.SimpleNamespace(offset=i, size=math.prod(s), shape=s, weight=True, frozen=False,
+                                          data=flat[i:i + math.prod(s)])
+        i += math.prod(s)
+    return types.SimpleNamespace(flat=flat, grads=np.zeros_like(flat), device=dev, params=params, layers=[],
+                                 name="fake")
 
 
 def split(flat):
@@ -77,6 +83,13 @@ def ref_rmsprop(params, grads, st, lr, t, rho=0.99, eps=1e-8, wd=0.0):
         params[k] = params[k] - lr * d / (np.sqrt(s) + eps)
 
 
+def ref_adamw(params, grads, st, lr, t, b1=0.9, b2=0.999, eps=1e-8, wd=0.01):
+    """torch.optim.AdamW: p -= lr wd p, then Adam on the undecayed gradient."""
+    for k in params:
+        params[k] = params[k] - lr * wd * params[k]
+    ref_adam(params, grads, st, lr, t, b1, b2, eps)
+
+
 CASES = {
     "sgd": (lambda: optim.SGD(0.1), ref_sgd, {}),
     "sgd_wd": (lambda: optim.SGD(0.1, weight_decay=0.05), ref_sgd, {"wd": 0.05}),
@@ -92,7 +105,16 @@ CASES = {
     "rmsprop": (lambda: optim.RMSprop(0.01), ref_rmsprop, {}),
     "rmsprop_wd": (lambda: optim.RMSprop(0.01, rho=0.9, weight_decay=0.03), ref_rmsprop,
                    {"rho": 0.9, "wd": 0.03}),
+    "adamw": (lambda: optim.AdamW(0.01, betas=(0.8, 0.99), weight_decay=0.1), ref_adamw,
+              {"b1": 0.8, "b2": 0.99, "wd": 0.1}),
 }
+COVERED = {make().name for make, _, _ in CASES.values()}
+
+
+def test_every_registered_optimizer_has_its_formula_written_out_here():
+    """A new optimizer (one file in minidl/optim/) fails here until its formula is a case of CASES."""
+    missing = sorted(set(optim.OPTIMIZERS) - COVERED)
+    assert not missing, f"no formula in tests/test_optim.py CASES for the registered optimizers {missing}"
 
 
 def run_both(opt, ref, kw, steps=STEPS, schedule=lambda lr, step: lr, seed=0):
@@ -303,9 +325,137 @@ def test_grad_scale_is_the_update_of_the_scaled_gradient(case, scale):
 
 
 def test_a_grad_scale_of_one_multiplies_nothing():
-    """One process: scale 1 takes the unscaled path, so the update rounds as it always did."""
-    from minidl.kernels.cpu.optim import _decayed
-    p, g = np.random.default_rng(0).standard_normal((2, 50)).astype(np.float32)
-    assert _decayed(p, g, 0.0, 1.0) is g                              # g itself: no pass over it
-    np.testing.assert_array_equal(_decayed(p, g, 0.01, 1.0), np.multiply(p, np.float32(0.01)) + g)
-    np.testing.assert_array_equal(_decayed(p, g, 0.0, 0.25), g * np.float32(0.25))
+    """One process: scale 1 hands the rule the gradient arena itself, so the update rounds as it always did."""
+    seen = []
+
+    class Spy(optim.SGD, register=False):
+        def rule(self, xp, p, g, state, lr, t):
+            seen.append(g)
+            return super().rule(xp, p, g, state, lr, t)
+    model = fake_model()
+    model.grads[...] = np.random.default_rng(2).standard_normal(model.flat.size)
+    Spy(0.1).setup(model).step()
+    Spy(0.1).setup(model, grad_scale=0.25).step()
+    p = model.flat.copy()
+    Spy(0.1, weight_decay=0.01).setup(model).step()
+    assert seen[0] is model.grads
+    np.testing.assert_array_equal(seen[1], model.grads * 0.25)
+    np.testing.assert_array_equal(seen[2], model.grads + 0.01 * p)         # coupled decay: g + wd p
+
+
+# -- every registered optimizer: what the base promises around its rule ------------------------------
+FIRST_CASE = {}
+for _case, (_make, _, _) in CASES.items():
+    FIRST_CASE.setdefault(_make().name, _case)
+REGISTERED = sorted(optim.OPTIMIZERS)
+
+
+def controlled(name, **kw):
+    """The registered optimizer `name` at its default lr with every control on (decoupled decay, clipping)."""
+    return optim.get(name, lr=optim.OPTIMIZERS[name].default_lr, weight_decay=0.05, decoupled_weight_decay=True,
+                     clip_norm=1.0, clip_value=0.5, **kw)
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+@pytest.mark.parametrize("controls", [False, True])
+def test_a_closed_gate_changes_nothing(name, controls):
+    """The trainer's NaN guard: gate False leaves weights, state and t as they were (NaN gradients too)."""
+    model = fake_model()
+    opt = (controlled(name) if controls else optim.get(name, lr=optim.OPTIMIZERS[name].default_lr)).setup(model)
+    model.grads[...] = np.random.default_rng(3).standard_normal(model.flat.size)
+    opt.step()
+    before = model.flat.copy(), {k: a.copy() for k, a in opt.state.items()}
+    model.grads[::7] = np.nan
+    opt.step(gate=np.asarray(False))
+    assert opt.t == 1 and np.array_equal(model.flat, before[0])
+    assert all(np.array_equal(a, before[1][k]) for k, a in opt.state.items())
+    model.grads[...] = 1.0
+    opt.step(gate=np.asarray(True))
+    assert opt.t == 2 and not np.array_equal(model.flat, before[0])
+
+
+class HostRead(AssertionError):
+    pass
+
+
+class Device0(np.ndarray):
+    """NumPy arrays standing in for device ones: whatever reads a value to the host raises, as a captured
+    CUDA graph cannot (no `if array`, float(), .item())."""
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        return np.asarray(arr).view(Device0)          # 0-d results stay arrays, so their reads are caught too
+
+    def _read(self, *a, **k):
+        raise HostRead("a host read inside the update")
+    __bool__ = __float__ = __int__ = __index__ = item = tolist = _read
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+@pytest.mark.parametrize("controls", [False, True])
+def test_every_rule_is_capture_safe_it_reads_nothing_to_the_host(name, controls):
+    model = fake_model()
+    opt = (controlled(name) if controls else optim.get(name, lr=0.01)).setup(model)
+    assert opt._fused is None                          # the CPU runs every rule (its kernels declare no FUSED)
+    opt.flat, opt.grads = model.flat.view(Device0), np.ones_like(model.flat).view(Device0)
+    opt.state = {k: a.view(Device0) for k, a in opt.state.items()}
+    if opt._controls.on:
+        c = opt._controls
+        c.lrs, c.wds = c.lrs.view(Device0), c.wds.view(Device0)
+    ptrs = [a.ctypes.data for a in (model.flat, *opt.state.values())]
+    p0 = model.flat.copy()
+    with pytest.raises(HostRead):                     # the stand-in catches a read
+        bool(opt.flat[:1] > 0)
+    lr, t = np.asarray(0.01).view(Device0), np.asarray(3.0).view(Device0)
+    opt.update(lr, t, np.asarray(True).view(Device0))
+    assert not np.array_equal(model.flat, p0)          # it did update, in place
+    assert [a.ctypes.data for a in (model.flat, *opt.state.values())] == ptrs
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+def test_every_registered_optimizer_round_trips_its_state_and_keeps_float32(name):
+    test_state_dict_round_trip_continues_identically(FIRST_CASE[name])
+    test_float32_buffers_stay_float32(FIRST_CASE[name])
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if CASES[c][0]().fused])
+def test_a_backends_fused_kernel_overrides_the_rule(case, monkeypatch):
+    """Where the optim family lists an optimizer's kernel in FUSED, the optimizer calls it instead of its
+    rule (the GPU's four): here the CPU's NumPy twins, listed for the test, give the same formula."""
+    from minidl.kernels.cpu import optim as cpu_optim
+    make, ref, kw = CASES[case]
+    calls = []
+    kernel = getattr(cpu_optim, make().fused)
+    monkeypatch.setattr(cpu_optim, "FUSED", (make().fused,))
+    monkeypatch.setattr(cpu_optim, make().fused, lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    opt = make()
+    opt.rule = None                                    # the rule is not run
+    run_both(opt, ref, kw)
+    assert len(calls) == STEPS
+
+
+def test_registering_an_optimizer():
+    class Halve(optim.Optimizer):
+        """p -= lr g / 2: a user's optimizer, registered by its name."""
+        name, default_lr = "test-halve", 0.5
+
+        def __init__(self, lr=0.5, weight_decay=0.0, schedule=None, **controls):
+            super().__init__(lr, weight_decay, schedule, **controls)
+
+        def rule(self, xp, p, g, state, lr, t):
+            return xp.subtract(p, xp.multiply(xp.multiply(lr, g), 0.5))
+    try:
+        assert optim.OPTIMIZERS["test-halve"] is Halve and optim.get("test-halve").lr == 0.5
+        model = fake_model()
+        model.grads[...] = 1.0
+        p0 = model.flat.copy()
+        optim.get("test-halve").setup(model).step()
+        np.testing.assert_allclose(model.flat, p0 - 0.25)
+        with pytest.raises(TypeError, match=r"the name 'test-halve' is .*Halve's; give another name, or register=False"):
+            type("Other", (optim.Optimizer,), {"name": "test-halve", "default_lr": 0.1})
+        with pytest.raises(TypeError, match=r"optimizer NoLr: a registered optimizer declares default_lr"):
+            type("NoLr", (optim.Optimizer,), {"name": "test-nolr"})
+
+        class Private(optim.SGD, register=False):
+            name = "test-private"
+        assert "test-private" not in optim.OPTIMIZERS and "test-nolr" not in optim.OPTIMIZERS
+    finally:
+        optim.OPTIMIZERS.pop("test-halve", None)
