@@ -239,3 +239,34 @@ def test_without_controls_the_plain_kernels_run():
     assert opt.refresh() is True and opt.ctl is not None      # switched: a captured step is captured anew
     m.params["dense/b"].trainable = True
     assert opt.refresh() is False                             # stays controlled: only the arrays change
+
+
+# -- every registered optimizer: the controls live in the base, around its rule --------------------------
+@pytest.mark.parametrize("name", sorted(optim.OPTIMIZERS))
+def test_every_registered_optimizer_decays_decoupled_and_leaves_a_frozen_weight_alone(name):
+    """Decoupled decay is p (1 - lr wd) before the optimizer's own step (Loshchilov & Hutter), whatever the
+    optimizer: the same optimizer without decay on weights decayed by hand ends at the same place."""
+    lr, wd = optim.OPTIMIZERS[name].default_lr * 10, 0.1
+    decayed, by_hand = model(), model()
+    w0 = weights(decayed)
+    for m in (decayed, by_hand):
+        m.params["dense/b"].trainable = False
+    opt = optim.get(name, lr=lr, weight_decay=wd, decoupled_weight_decay=True).setup(decayed)
+    plain = optim.get(name, lr=lr, weight_decay=0.0).setup(by_hand)
+    used = grad_steps(decayed, opt)
+    rng = np.random.default_rng(1)
+    for t in range(1, STEPS + 1):          # the same gradients as grad_steps drew
+        g = {k: rng.standard_normal(p.shape) * 3 for k, p in by_hand.params.items()}
+        for k, p in by_hand.params.items():
+            p.grad[...] = g[k]
+            if p.trainable:
+                p.data[...] *= 1 - lr * wd
+        plain.step()
+        assert all(np.array_equal(g[k], used[t - 1][k]) for k in g)
+    for k, p in decayed.params.items():
+        np.testing.assert_allclose(p.data, by_hand.params[k].data, rtol=1e-10, atol=1e-13, err_msg=k)
+    assert np.array_equal(decayed.params["dense/b"].data, w0["dense/b"])       # frozen: bit-identical
+    assert not np.allclose(decayed.params["dense/w"].data, w0["dense/w"])
+    undecayed = model()
+    grad_steps(undecayed, optim.get(name, lr=lr, weight_decay=0.0).setup(undecayed))
+    assert not np.allclose(undecayed.params["dense/w"].data, decayed.params["dense/w"].data, rtol=1e-6)
