@@ -449,7 +449,7 @@ def test_registering_an_optimizer():
         p0 = model.flat.copy()
         optim.get("test-halve").setup(model).step()
         np.testing.assert_allclose(model.flat, p0 - 0.25)
-        with pytest.raises(TypeError, match=r"the name 'test-halve' is .*Halve's; give another name, or register=False"):
+        with pytest.raises(TypeError, match=r"name 'test-halve' is .*Halve's; give another name, or register=False"):
             type("Other", (optim.Optimizer,), {"name": "test-halve", "default_lr": 0.1})
         with pytest.raises(TypeError, match=r"optimizer NoLr: a registered optimizer declares default_lr"):
             type("NoLr", (optim.Optimizer,), {"name": "test-nolr"})

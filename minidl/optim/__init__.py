@@ -22,7 +22,7 @@ for _m in pkgutil.iter_modules(__path__):              # the optimizers no line 
         importlib.import_module(f"{__name__}.{_m.name}")
 
 OPTIMIZERS: dict[str, type[Optimizer]] = REGISTRY     # name -> class; a user's registered subclass too
-globals().update({c.__name__: c for c in REGISTRY.values() if c.__module__.startswith(f"{__name__}.")})
+globals().update({c.__name__: c for c in REGISTRY.values() if c.__module__.startswith(f"{__name__}.")})   # optim.Lion
 
 
 def get(name: str, **kw: Any) -> Optimizer:
@@ -33,5 +33,6 @@ def get(name: str, **kw: Any) -> Optimizer:
     return OPTIMIZERS[name](**kw)
 
 
-__all__ = ["Optimizer", "schedules", "get", "OPTIMIZERS",
-           *dict.fromkeys(c.__name__ for c in REGISTRY.values() if c.__module__.startswith(f"{__name__}."))]
+__all__ = ["Optimizer", "SGD", "Momentum", "Adam", "AdamW", "RMSprop", "schedules", "get", "OPTIMIZERS"]
+__all__ += [c.__name__ for c in REGISTRY.values()
+            if c.__module__.startswith(f"{__name__}.") and c.__name__ not in __all__]
