@@ -90,6 +90,14 @@ def ref_adamw(params, grads, st, lr, t, b1=0.9, b2=0.999, eps=1e-8, wd=0.01):
     ref_adam(params, grads, st, lr, t, b1, b2, eps)
 
 
+def ref_lion(params, grads, st, lr, t, b1=0.9, b2=0.99, wd=0.0):
+    """Chen et al. 2023, Program 1: p -= lr (sign(b1 m + (1-b1) g) + wd p);  m = b2 m + (1-b2) g."""
+    for k in params:
+        m = st.get(k, np.zeros_like(grads[k]))
+        params[k] = params[k] - lr * (np.sign(b1 * m + (1 - b1) * grads[k]) + wd * params[k])
+        st[k] = b2 * m + (1 - b2) * grads[k]
+
+
 CASES = {
     "sgd": (lambda: optim.SGD(0.1), ref_sgd, {}),
     "sgd_wd": (lambda: optim.SGD(0.1, weight_decay=0.05), ref_sgd, {"wd": 0.05}),
@@ -107,6 +115,9 @@ CASES = {
                    {"rho": 0.9, "wd": 0.03}),
     "adamw": (lambda: optim.AdamW(0.01, betas=(0.8, 0.99), weight_decay=0.1), ref_adamw,
               {"b1": 0.8, "b2": 0.99, "wd": 0.1}),
+    "lion": (lambda: optim.Lion(1e-3), ref_lion, {}),
+    "lion_wd": (lambda: optim.Lion(3e-3, b1=0.8, b2=0.95, weight_decay=0.5), ref_lion,
+                {"b1": 0.8, "b2": 0.95, "wd": 0.5}),
 }
 COVERED = {make().name for make, _, _ in CASES.values()}
 

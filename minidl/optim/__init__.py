@@ -15,6 +15,7 @@ from . import schedules
 from .base import REGISTRY, Optimizer
 from .sgd import SGD, Momentum           # first: the registry's order is the command line's
 from .adam import Adam, AdamW
+from .lion import Lion                    # not needed at run time (the scan below): for type checkers
 from .rmsprop import RMSprop
 
 for _m in pkgutil.iter_modules(__path__):              # the optimizers no line above names
@@ -33,6 +34,6 @@ def get(name: str, **kw: Any) -> Optimizer:
     return OPTIMIZERS[name](**kw)
 
 
-__all__ = ["Optimizer", "SGD", "Momentum", "Adam", "AdamW", "RMSprop", "schedules", "get", "OPTIMIZERS"]
+__all__ = ["Optimizer", "SGD", "Momentum", "Adam", "AdamW", "Lion", "RMSprop", "schedules", "get", "OPTIMIZERS"]
 __all__ += [c.__name__ for c in REGISTRY.values()
             if c.__module__.startswith(f"{__name__}.") and c.__name__ not in __all__]
