@@ -265,7 +265,7 @@ def test_load_state_dict_errors():
 
 def test_get_and_config():
     assert isinstance(optim.get("momentum", lr=0.1, nesterov=True), optim.Momentum)
-    with pytest.raises(ValueError, match=r"unknown optimizer 'adagrad'.*sgd, momentum, adam, adamw, rmsprop"):
+    with pytest.raises(ValueError, match=r"unknown optimizer 'adagrad'.*sgd, momentum, adam, adamw, lion, rmsprop"):
         optim.get("adagrad", lr=0.1)
     opt = optim.RMSprop(schedule=schedules.cosine(10))
     assert opt.config() == {"lr": 0.01, "weight_decay": 0.0, "rho": 0.99, "eps": 1e-8,

@@ -12,10 +12,11 @@ import pkgutil
 from typing import Any
 
 from . import schedules
-from .base import REGISTRY, Optimizer
+from .base import Optimizer
 from .sgd import SGD, Momentum           # first: the registry's order is the command line's
 from .adam import Adam, AdamW
 from .lion import Lion                    # not needed at run time (the scan below): for type checkers
+from .registry import REGISTRY
 from .rmsprop import RMSprop
 
 for _m in pkgutil.iter_modules(__path__):              # the optimizers no line above names

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..backend import DtypeError
 from . import reference
+from . import registry as _registry
 from . import schedules as _schedules
 from .controls import ControlState, check_clip, check_groups, group_names
 
@@ -17,8 +18,6 @@ if TYPE_CHECKING:
     from ..kernels.contract import Controls
     from ..graph.model import Model
     from .schedules import ScheduleSpec
-
-REGISTRY: dict[str, type[Optimizer]] = {}     # name -> class, filled as the classes are defined (optim.OPTIMIZERS)
 
 
 class Optimizer:
@@ -65,19 +64,10 @@ class Optimizer:
     decoupled_default = False          # AdamW: True
 
     def __init_subclass__(cls, register: bool = True, **kw: Any) -> None:
-        """Register a subclass that names itself (`name` in its own body) under that name."""
+        """Register a subclass that names itself (`name` in its own body) under that name (registry.py)."""
         super().__init_subclass__(**kw)
-        if not register or "name" not in cls.__dict__:
-            return
-        lr = cls.default_lr
-        if not (isinstance(lr, Real) and math.isfinite(lr) and lr > 0):
-            raise TypeError(f"optimizer {cls.__name__}: a registered optimizer declares default_lr, the command "
-                            f"line's learning rate for it (a number > 0), got {lr!r}")
-        old = REGISTRY.get(cls.name)
-        if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
-            raise TypeError(f"optimizer {cls.__name__}: the name {cls.name!r} is {old.__module__}.{old.__qualname__}'s;"
-                            f" give another name, or register=False")
-        REGISTRY[cls.name] = cls
+        if register and "name" in cls.__dict__:
+            _registry.register(cls)
 
     def __init__(self, lr: float, weight_decay: float = 0.0, schedule: ScheduleSpec = None, *,
                  decoupled_weight_decay: bool | None = None, clip_norm: float | None = None,
