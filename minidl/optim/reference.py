@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from .._types import Array
     from .base import Optimizer
@@ -52,7 +54,10 @@ def apply(opt: Optimizer, lr: Array, t: Array, ok: Array | bool) -> None:
         else:
             g, p_in = xp.add(g, xp.multiply(ctl.wds, p)), p
     state = dict(opt.state)
-    new_p = opt.rule(xp, p_in, g, state, lr, t)
+    # A step the gate closes (an fp16 overflow) computes on inf/NaN and is not written: NumPy need not warn;
+    # a real divergence is the trainer's NaN flag's to report.
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        new_p = opt.rule(xp, p_in, g, state, lr, t)
     for dst, src in [(p, new_p)] + [(opt.state[k], state[k]) for k in opt.slots]:
         if src is not dst:
             if keep is None:
