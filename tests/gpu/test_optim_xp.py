@@ -65,9 +65,11 @@ def test_captured_gpu_training_matches_the_cpu(name, rule, controls, no_tf32):
     lr = opt.lr
     for k in w_cpu:
         close = np.isclose(w_gpu[k], w_cpu[k], rtol=2e-3, atol=2e-4)
-        # a sign-based rule (Lion) may flip an element whose update direction is ~0 on one device
-        assert close.mean() > 0.995, (k, float(np.abs(w_gpu[k] - w_cpu[k]).max()))
-        assert np.abs(w_gpu[k] - w_cpu[k]).max() <= 2.5 * lr * STEPS, k
+        diff = float(np.abs(w_gpu[k] - w_cpu[k]).max())
+        # a sign-based rule (Lion) may flip an element whose update direction is ~0 on one device: a few
+        # elements, each off by at most its steps' sizes
+        assert (~close).sum() <= max(2, 0.005 * close.size), (k, diff)
+        assert diff <= 2.5 * lr * STEPS + 2e-3 * float(np.abs(w_cpu[k]).max()) + 2e-4, (k, diff)
     if controls:
         assert np.array_equal(w_gpu["conv2d/w"], b_gpu["conv2d/w"])       # frozen: bit-identical
     assert not np.array_equal(w_gpu["fc/w"], b_gpu["fc/w"])
