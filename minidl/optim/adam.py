@@ -48,10 +48,11 @@ class Adam(Optimizer):
         b1, b2 = self.b1, self.b2
         m = state["m"] = xp.add(xp.multiply(state["m"], b1), xp.multiply(g, 1.0 - b1))
         v = state["v"] = xp.add(xp.multiply(state["v"], b2), xp.multiply(xp.square(g), 1.0 - b2))
-        m_hat = xp.divide(m, xp.subtract(1.0, xp.power(b1, t)))
-        v_hat = xp.divide(v, xp.subtract(1.0, xp.power(b2, t)))
-        # eps after the bias correction, as torch.optim.Adam
-        return xp.subtract(p, xp.multiply(lr, xp.divide(m_hat, xp.add(xp.sqrt(v_hat), self.eps))))
+        # m̂ / (√v̂ + eps) with the corrections on the 0-d values: √v̂ = √v / √(1 - b2^t), eps after it (as
+        # torch.optim.Adam), 1 / (1 - b1^t) folded into the step size
+        denom = xp.add(xp.divide(xp.sqrt(v), xp.sqrt(xp.subtract(1.0, xp.power(b2, t)))), self.eps)
+        step_size = xp.divide(lr, xp.subtract(1.0, xp.power(b1, t)))
+        return xp.subtract(p, xp.multiply(step_size, xp.divide(m, denom)))
 
     def fused_update(self, kernel: Any, lr: Array, t: Array, ok: Array | bool) -> None:
         kernel(self.flat, self.grads, self.state["m"], self.state["v"], lr, self.b1, self.b2, self.eps,
