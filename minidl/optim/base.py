@@ -125,8 +125,8 @@ class Optimizer:
         self.model, self.device = model, model.device
         self.flat, self.grads = model.flat, model.grads
         self.xp, self.kernels = model.device.xp, model.device.kernels.optim
-        self._fused = (getattr(self.kernels, self.fused) if self.fused in getattr(self.kernels, "FUSED", ())
-                       else None)
+        fused = self.fused
+        self._fused = getattr(self.kernels, fused) if fused in getattr(self.kernels, "FUSED", ()) and fused else None
         self.state = {k: self.xp.zeros_like(self.flat) for k in self.slots}
         # 0-d device scalars: a captured step reads and advances them at every replay.
         self._t_dev = self.xp.zeros((), np.float64)
