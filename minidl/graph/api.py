@@ -75,7 +75,7 @@ class FamiliarAPI:
             raise ValueError(f"{self.name}: predict takes a model of one input and one output; call forward")
         if isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size <= 0:
             raise ValueError(f"{self.name}.predict: batch_size must be a positive int, got {batch_size!r}")
-        takes = takes_images(self)  # type: ignore[arg-type]  # self is a Model
+        takes = takes_images(self)
         if takes and normalize not in (None, False):
             raise ValueError(f"{self.name}.predict: normalize={normalize!r}, but {self.name} carries its own "
                              "Normalize: pass the images alone")
