@@ -14,6 +14,7 @@ from minidl import distributed
 from minidl.cli import recipes, stops
 from minidl.cli.flags import Parser, check_args, checkpoint_path, run_cli, saves, training_parser
 from minidl.cli.recipes import DEFAULT_STEPS  # noqa: F401 (re-exported: the run's length without -n or --epochs)
+from minidl.cli.run import build_run, device_for
 
 if TYPE_CHECKING:
     from minidl.metrics import Score
@@ -21,25 +22,20 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
     import minidl as dl
-    from minidl import data, models, optim
+    from minidl import data
     from minidl.files.metrics_log import open_logs
     from minidl.threads import set_threads
 
-    model_name, depth = recipes.model_of(args)
-    tag = recipes.model_tag(args)
     path = checkpoint_path(args)
     world = distributed.init()                   # one process, or rank r of N under mpiexec
     out = out if world.main else (lambda *a: None)  # rank 0 prints
     stop_path = stops.claim_outputs(args, path) if world.main else path
     with stops.Signals() as signals:                  # SIGINT/SIGTERM/SIGHUP: nothing trained is lost
         threads = set_threads(args.threads)
-        device = dl.get_device(args.device, seed=args.seed, verbose=world.main,
-                               gpu=world.local_rank if world.size > 1 else None)
-        device.set_tf32(args.tf32)
-        device.set_deterministic(not args.nondeterministic)
+        device = device_for(args, args.device, verbose=world.main, gpu=world.local_rank if world.size > 1 else None)
 
         out(f"== {args.dataset.upper()} training with minidl ==")
-        plan = recipes.plan(args)
+        plan = recipes.plan(args)                  # the flags resolved once: what follows reads the plan
         out(plan.describe())
         out("[TRAIN]")
         paths = world.host_first(lambda: data.find_dataset(args.dataset, args.data_dir))   # one download a host
@@ -48,17 +44,9 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
         out(f"loaded {len(train[0])} items..")
         test = data.load(args.dataset, "test", args.data_dir)     # checked now, not after the whole run
 
-        model = models.get(model_name, depth=depth, device=device, seed=args.seed)
-        name, lr = plan.optimizer, plan.lr
         per_epoch = len(train[0]) // (args.batch_size * world.size)   # -b is per rank
-        total = plan.total_steps(per_epoch)            # the run's length: -n / --epochs are totals
-        kw = {"momentum": 0.9} if name == "momentum" else {}
-        opt = optim.get(name, lr=lr, weight_decay=plan.weight_decay,
-                        schedule=plan.schedule_fn(optim.schedules, per_epoch), **kw)
-        trainer = dl.Trainer(model, opt, seed=args.seed, graph=args.graph, world=world, log=out,
-                             precision=plan.precision, label_smoothing=plan.label_smoothing, shift=plan.shift,
-                             flip=plan.flip, channels_last=args.channels_last, grad_reduce=args.grad_reduce)
-        trainer.plan = plan.to_json()
+        built = build_run(args, device, plan, per_epoch, world=world, log=out)
+        model, trainer, total = built.model, built.trainer, built.total_steps   # -n / --epochs are totals
         if args.resume:
             meta = trainer.resume(path)
             out(f"resumed from {path} at step {meta.get('step', 0)}")
@@ -68,8 +56,8 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
         mode = f", {threads} thread{'s' * (threads > 1)}" if device.name == "cpu" else \
             f", {'CUDA graph' if trainer.graph else 'eager'}, TF32 {'on' if args.tf32 else 'off'}" \
             f"{', channels-last' if trainer.channels_last else ''}"
-        out(f".. model {tag}: {len(model.layers)} layers, {model.n_params:,} parameters, "
-            f"{name} lr {lr:g} {plan.schedule}, batch {args.batch_size}"
+        out(f".. model {plan.model}: {len(model.layers)} layers, {model.n_params:,} parameters, "
+            f"{plan.optimizer} lr {plan.lr:g} {plan.schedule}, batch {args.batch_size}"
             f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")
 
         log = open_logs(args.metrics, args.tensorboard) if world.main else None      # rank 0 writes

@@ -24,6 +24,7 @@ import numpy as np
 
 from minidl.cli import recipes
 from minidl.cli.flags import IMAGES, Parser, check_args, run_cli, training_parser
+from minidl.cli.run import build_run, device_for
 
 if TYPE_CHECKING:
     from minidl.backend import Device
@@ -43,18 +44,11 @@ def synthetic(n: int, classes: int = 10, seed: int = 0) -> tuple[np.ndarray, np.
 
 
 def build_trainer(args: argparse.Namespace, device: Device, train_images: int = IMAGES["train"]) -> Trainer:
-    """The model, optimizer and Trainer `python -m minidl.train` builds for `args` on `device`."""
-    import minidl as dl
-    from minidl import models, optim
-    model_name, depth = recipes.model_of(args)
+    """The model, optimizer and Trainer `python -m minidl.train` builds for `args` on `device` (cli/run.py's
+    build_run, over an epoch of `train_images`), printing nothing."""
     plan = recipes.plan(args)
-    model = models.get(model_name, depth=depth, device=device, seed=args.seed)
-    kw = {"momentum": 0.9} if plan.optimizer == "momentum" else {}
-    opt = optim.get(plan.optimizer, lr=plan.lr, weight_decay=plan.weight_decay,
-                    schedule=plan.schedule_fn(optim.schedules, train_images // args.batch_size), **kw)
-    return dl.Trainer(model, opt, seed=args.seed, graph=args.graph, log=lambda *a, **k: None, progress=False,
-                      precision=plan.precision, label_smoothing=plan.label_smoothing, shift=plan.shift,
-                      flip=plan.flip, channels_last=args.channels_last)
+    return build_run(args, device, plan, train_images // args.batch_size, log=lambda *a, **k: None,
+                     progress=False).trainer
 
 
 def caches() -> list[tuple[str, str]]:
@@ -76,10 +70,7 @@ def folder_bytes(folder: str) -> int:
 
 
 def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> None:
-    import minidl as dl
-    device = dl.get_device("cuda", seed=args.seed)
-    device.set_tf32(args.tf32)
-    device.set_deterministic(not args.nondeterministic)
+    device = device_for(args, "cuda")
     progress = importlib.import_module("minidl.kernels.gpu._cuda").progress
     t0 = time.perf_counter()
     trainer = build_trainer(args, device)
