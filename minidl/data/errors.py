@@ -1,5 +1,5 @@
-"""The one exception the data package raises for bad or missing data files."""
+"""The one exception the data package raises for bad or missing data files (defined on the ground,
+minidl/errors.py, since the model's input contract raises it too)."""
+from ..errors import DataError
 
-
-class DataError(ValueError):
-    """A data file is missing, truncated, corrupt or not what it claims to be."""
+__all__ = ["DataError"]

@@ -1,11 +1,15 @@
-"""Mini-batches of a whole dataset held on the device, reshuffled every epoch by a seeded generator."""
+"""Mini-batches of a whole dataset held on the device, reshuffled every epoch by a seeded generator.
+
+The images a model takes and how they are normalised are the model's input contract
+(layers/input_contract.py); the Loader applies it. Its names are re-exported here, where users found them.
+"""
 from __future__ import annotations
 
-import warnings
-from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
+from ..layers.input_contract import CONTRACT, Model, images_in, normalization, pixel_scale, preprocessing, takes_images
 from .checks import CLASSES, check_images, check_labels
 from .errors import DataError
 
@@ -13,76 +17,11 @@ if TYPE_CHECKING:
     from .._types import Array
     from ..backend import Device
 
+__all__ = ["CONTRACT", "MNIST_MEAN", "MNIST_STD", "Loader", "Model", "background", "check_normalization", "images_in",
+           "normalization", "on_device", "pixel_scale", "preprocessing", "takes_images"]
+
 # MNIST's pixel mean and standard deviation after scaling to [0, 1] (the usual torchvision values)
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
-CONTRACT = "uint8 in [0, 255] or floating point in [0, 1] (docs/input.md)"
-
-
-class Model(Protocol):
-    """What the Loader reads of a model (a graph.Model; data sits below the graph, so it names no more)."""
-    @property
-    def name(self) -> str: ...
-    @property
-    def inputs(self) -> Sequence[Any]: ...
-    @property
-    def nodes(self) -> Sequence[Any]: ...
-    @property
-    def outputs(self) -> Sequence[Any]: ...
-
-
-def pixel_scale(images: np.ndarray, where: str = "images") -> int:
-    """What the images are divided by to lie in [0, 1]: 255 for uint8, 1 for floating images in [0, 1].
-
-    The one input contract of Loader (so of Trainer.fit and evaluate), docs/input.md. Anything else is
-    a DataError (a ValueError) naming the range or dtype found: 0-255 floats would train on pixels 255x
-    too bright, [0, 1] floats taken for uint8 were divided by 255 twice (11% after 500 steps), and data
-    normalised before would be normalised again. Integers other than uint8 and booleans are refused:
-    their dtype does not say which scale they use. NaN passes, as a training loss stops on it.
-    """
-    if images.dtype == np.uint8:
-        return 255
-    if not np.issubdtype(images.dtype, np.floating):
-        raise DataError(f"{where}: dtype {images.dtype}, expected {CONTRACT}")
-    if images.size == 0:                # no values to range: the caller names the empty batch
-        return 1
-    with warnings.catch_warnings():     # all-NaN images: NaN passes (above), without NumPy's warning line
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lo, hi = float(np.nanmin(images)), float(np.nanmax(images))     # one pass each, on the host
-    if lo < 0 or hi > 1:
-        why = ("infinite values" if np.isinf(lo) or np.isinf(hi) else
-               "0-255 values? divide them by 255, or pass uint8" if lo >= 0 and hi <= 255 else
-               "normalised already? pass the [0, 1] images: minidl normalises them (a model's Normalize, "
-               "the Loader's normalize=)")
-        raise DataError(f"{where}: {images.dtype} values in [{lo:.4g}, {hi:.4g}], expected {CONTRACT}; {why}")
-    return 1
-
-
-def preprocessing(model: Model) -> Any:
-    """The layer at `model`'s input that declares `takes_images` (layers.Normalize), or None: a model
-    without it, which takes the contract's images as they are (floats in [0, 1])."""
-    inputs = {id(n) for n in model.inputs}
-    for node in model.nodes:
-        if getattr(node.layer, "takes_images", False) and all(id(p) in inputs for p in node.parents):
-            return node.layer
-    return None
-
-
-def takes_images(model: Model) -> bool:
-    """Whether `model` carries its preprocessing (a Normalize at its input). Every model takes the
-    contract's images at every entry point; one that carries it normalises them itself."""
-    return preprocessing(model) is not None
-
-
-def normalization(model: Model) -> bool | tuple[Any, Any]:
-    """What a Loader feeding `model`'s training lowering applies (its `normalize=`): the (mean, std)
-    the model's preprocessing declares (the lowering drops that layer, passes.drop_preprocessing), or
-    False for a model without one: it trains on the contract's images as they are, floats in [0, 1]
-    (uint8 / 255), what every entry point then gives it (docs/input.md). Nothing is applied that the
-    model does not declare. The Trainer builds its Loaders so."""
-    layer = preprocessing(model)
-    if layer is None:
-        return False
-    return tuple(v[0] if len(v) == 1 else list(v) for v in (layer.mean, layer.std))  # type: ignore[return-value]
 
 
 def check_normalization(model: Model, loader: Loader, where: str = "fit") -> None:
@@ -101,22 +40,6 @@ def _pair(normalize):
         return None
     mean, std = (MNIST_MEAN, MNIST_STD) if normalize is True else normalize
     return tuple(np.atleast_1d(np.asarray(mean, float)).tolist()), tuple(np.atleast_1d(np.asarray(std, float)).tolist())
-
-
-def images_in(images: Any, where: str, xp: Any = np, check: bool = True) -> Any:
-    """Images at an entry point of a model: uint8 in [0, 255] divided by 255 (in float32), floats in
-    [0, 1] as they are (with `check`, a host array's range is checked: pixel_scale's one DataError line,
-    naming `where`, the dtype and the range). A device float array is not checked (that would wait for
-    the device)."""
-    if getattr(images, "dtype", None) == np.uint8:
-        return xp.divide(images, np.float32(255), dtype=np.float32)
-    if not check:
-        return images
-    if isinstance(images, np.ndarray):
-        pixel_scale(images, where)
-    elif not np.issubdtype(getattr(images, "dtype", np.dtype(np.float32)), np.floating):
-        raise DataError(f"{where}: dtype {images.dtype}, expected {CONTRACT}")
-    return images
 
 
 def on_device(images: np.ndarray, scale: int, device: Device, normalize: bool | tuple[Any, Any],

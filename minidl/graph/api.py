@@ -2,9 +2,9 @@
 `parameters` / `named_parameters`, pickle and copy.deepcopy, and a repr that says what the model is. Model
 (graph/model.py) takes them in as a base class.
 
-`predict` is the graph room's one use of `data`: images go through the Loader, as fit's and
-evaluate's do, so the input contract (docs/input.md) is decided in one place: uint8 / 255 or floats
-in [0, 1], normalised only by a model's own Normalize.
+`predict` and `evaluate` are the graph room's one use of `data`: images go through the Loader, as
+fit's do, and every entry point reads the model's input contract (layers/input_contract.py,
+docs/input.md) from one place: uint8 / 255 or floats in [0, 1], normalised only by a model's own Normalize.
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import numpy as np
 
 from .._types import Array
 from ..data.errors import DataError
-from ..data.loader import Loader, images_in, takes_images
+from ..data.loader import Loader
 from ..layers.base import _fmt
+from ..layers.input_contract import images_in, takes_images
 from ..metrics import Score
 from .summary import print_summary
 

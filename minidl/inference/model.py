@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..data.loader import CONTRACT, pixel_scale
-from ..data.errors import DataError
+from ..errors import DataError
 from ..graph.passes import last_reads
+from ..layers.input_contract import CONTRACT, pixel_scale
 from . import artifact, schedule as _schedule
 
 if TYPE_CHECKING:
