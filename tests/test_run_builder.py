@@ -46,7 +46,8 @@ def test_warmup_builds_the_run_minidl_train_builds():
 
 @needs_mnist
 def test_a_training_walk_resolves_the_recipe_once(tmp_path, monkeypatch, capsys):
-    """After check_args, the command reads the plan: recipes.plan once, the model's family never again."""
+    """After check_args, the command resolves the recipe once (recipes.plan) and reads the plan; only the default
+    checkpoint path still asks recipes for the model's tag."""
     monkeypatch.chdir(tmp_path)
     args = _args("-n", "2", "-m", "1", "-y", "1", "-x", "100")
     calls = {"plan": 0, "model_of": 0}
@@ -59,5 +60,6 @@ def test_a_training_walk_resolves_the_recipe_once(tmp_path, monkeypatch, capsys)
         monkeypatch.setattr(recipes, name, counted)
     train.run(args)
     assert calls["plan"] == 1
-    assert calls["model_of"] == 2      # plan's own, and the default checkpoint path's (cli/checkpoints.py)
+    # plan's own, and the default checkpoint path's (cli/checkpoints.py); the walk before the builder took 4
+    assert calls["model_of"] <= 2
     assert capsys.readouterr().out.splitlines()[-1] == "Done."
