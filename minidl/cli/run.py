@@ -27,7 +27,8 @@ MOMENTUM = 0.9          # the momentum of --optimizer momentum (the flag's help 
 
 @dataclass(frozen=True)
 class Run:
-    """What a training command runs: the plan its flags resolved to, and what was built for it."""
+    """What a training command runs: the plan its flags resolved to, and what was built for it (a
+    command's, not `minidl.callbacks.Run`, which is what a callback sees of the loop)."""
     plan: RunPlan
     model: Model
     optimizer: Optimizer
