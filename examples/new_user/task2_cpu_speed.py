@@ -27,6 +27,6 @@ print(f"\nPython API: {api_ms:.1f} ms/step (LeNet-5, b32), test accuracy {accura
 cli = subprocess.run([sys.executable, "-m", "minidl", "train", "-n", "60", "-m", "60", "--device", "cpu"],
                      capture_output=True, text=True, check=True).stdout
 cli_ms = float(re.search(r"([\d.]+) ms/step", cli).group(1))
-print("CLI `minidl train -n 60 --device cpu`:", next(l for l in cli.splitlines() if "ms/step" in l).strip())
+print("CLI `minidl train -n 60 --device cpu`:", next(line for line in cli.splitlines() if "ms/step" in line).strip())
 print(f"API / CLI: {api_ms / cli_ms:.2f}x (the CLI's recipe also shifts images, and label-smooths)")
 assert api_ms < 3 * cli_ms, "the API is much slower than the command line"

@@ -38,7 +38,7 @@ print("\nload_weights(strict=False) into a 5-class head:", keys)
 assert np.array_equal(head5.get_weights()["conv2d_1/w"], after["conv2d_1/w"])
 try:
     dl.checkpoint.load_weights("lenet5-digits.npz", dl.models.lenet5(classes=5))
-except Exception as e:
+except dl.checkpoint.CheckpointError as e:
     print("strict=True refuses it:", type(e).__name__, str(e)[:150])
 
 # validation at each epoch, the three built-in callbacks

@@ -11,7 +11,7 @@ x, y = x[:3200], y[:3200]                                           # uint8 (320
 
 def fit(data, what, **kw):
     trainer = dl.Trainer(dl.models.lenet5(), dl.optim.Adam(3e-3), device="cpu", seed=0)
-    history = trainer.fit(data, monitor=1000, **kw)
+    trainer.fit(data, monitor=1000, **kw)
     score = trainer.evaluate((test[0][:1000], test[1][:1000]))
     print(f"{what:46s} {trainer.step:3d} steps, test accuracy {score.accuracy:.1%}")
     return trainer

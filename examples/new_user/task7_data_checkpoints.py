@@ -32,7 +32,8 @@ print("checkpoints/lenet5.npz still the MNIST run:",
       dl.checkpoint.read_info("checkpoints/lenet5.npz") == mnist_info)
 rc, out = minidl("train", "--dataset", "fashion-mnist", "-n", "20", "--device", "cpu", "-s",
                  "--checkpoint", "checkpoints/lenet5.npz")
-print(f"train --dataset fashion-mnist -s --checkpoint checkpoints/lenet5.npz: exit {rc}: {out.strip().splitlines()[-1]}")
+print(f"train --dataset fashion-mnist -s --checkpoint checkpoints/lenet5.npz: exit {rc}:",
+      out.strip().splitlines()[-1])
 
 rc, out = minidl("infer", "--checkpoint", "checkpoints/lenet5-fashion-mnist.npz", "--device", "cpu")
 print(f"infer the Fashion-MNIST checkpoint: exit {rc}: {out.strip().splitlines()[-1]}")
@@ -47,7 +48,8 @@ trainer.save("py_unnamed.npz")
 trainer.save("py_fashion.npz", dataset="fashion-mnist")
 for path in ("py_unnamed.npz", "py_fashion.npz"):
     rc, out = minidl("infer", "--checkpoint", path, "--device", "cpu")
-    notes = [l for l in out.splitlines() if l.startswith("note")]
+    lines = out.splitlines()
+    notes = [line for line in lines if line.startswith("note")]
     print(f"\ninfer {path} (dataset recorded: {dl.checkpoint.dataset_of(dl.checkpoint.read_info(path))}): "
-          f"exit {rc}, {[l for l in out.splitlines() if l.startswith('accuracy')][0]}"
+          f"exit {rc}, {next(line for line in lines if line.startswith('accuracy'))}"
           + (f"\n  {notes[0]}" if notes else ""))
