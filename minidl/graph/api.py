@@ -17,7 +17,7 @@ import numpy as np
 from .._types import Array
 from ..data.errors import DataError
 from ..data.loader import Loader, images_in, takes_images
-from ..data.sources import layout
+from ..data.sources import layout, renamed
 from ..layers.base import _fmt
 from ..metrics import Score
 from .summary import print_summary
@@ -87,7 +87,7 @@ class FamiliarAPI:
             loader = Loader(images, np.zeros(len(images) if images.ndim else 0, np.int64), batch_size, self.device,
                             shuffle=False, drop_last=False, normalize=normalize or False)
         except DataError as e:
-            raise DataError(f"{self.name}.predict: {e}") from None
+            raise renamed(e, f"{self.name}.predict") from None
         return np.concatenate([np.array(self.device.to_host(self.forward(xb, training=False))) for xb, _ in loader])
 
     def images_in(self, x: Any, i: int = 0) -> Any:
@@ -122,7 +122,7 @@ class FamiliarAPI:
             loader = Loader(images, labels, batch_size, self.device, shuffle=False, drop_last=False,
                             classes=self.outputs[0].shape[-1], normalize=normalize or False)
         except DataError as e:
-            raise DataError(f"{self.name}.evaluate: {e}") from None
+            raise renamed(e, f"{self.name}.evaluate") from None
         probabilities = self.layers[-1].kind == "softmax"
         loss, hits = 0.0, 0
         for xb, yb in loader:
