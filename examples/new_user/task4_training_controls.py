@@ -14,7 +14,9 @@ val = (test[0][:500], test[1][:500])
 
 # freezing, parameter groups, clipping, AdamW, a cosine schedule by name
 model = dl.models.lenet5()
-model.freeze("conv2d")
+model.freeze("conv2d")                                          # Keras-style, by layer name
+model.layer("dense").params["b"].trainable = False             # torch-style, one parameter
+model.layer("dense_1").trainable = False                       # Keras-style, a layer object
 model.summary()
 before = model.get_weights()
 opt = dl.optim.AdamW(1e-3, weight_decay=0.05, clip_norm=1.0, schedule="cosine",
@@ -24,7 +26,9 @@ history = trainer.fit(train, steps=40, batch_size=32, monitor=20, validation_dat
 after = model.get_weights()
 print("\nfrozen conv2d/w unchanged:", np.array_equal(before["conv2d/w"], after["conv2d/w"]),
       "| conv2d_1/w changed:", not np.array_equal(before["conv2d_1/w"], after["conv2d_1/w"]))
-assert np.array_equal(before["conv2d/w"], after["conv2d/w"])
+frozen = ["conv2d/w", "conv2d/b", "dense/b", "dense_1/w", "dense_1/b"]
+print("also unchanged:", {k: np.array_equal(before[k], after[k]) for k in frozen[1:]})
+assert all(np.array_equal(before[k], after[k]) for k in frozen)
 print("History:", {k: [round(v, 4) for v in vs] for k, vs in history.history.items()})
 print("lr by the cosine schedule at the records:", history.history["lr"], "| optimizer lr now:", opt.lr)
 loss, accuracy = history                                        # the last interval's Score, as before
