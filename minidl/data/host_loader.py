@@ -32,7 +32,8 @@ PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # mini
 def _user_stacklevel() -> int:
     """warnings.warn's stacklevel of the first frame outside minidl: the user's fit call, so the warning
     names the user's line, not this file (Python 3.12's skip_file_prefixes, on 3.10 too)."""
-    frame, level = sys._getframe(1), 1
+    frame: Any = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(PACKAGE + os.sep):
         frame, level = frame.f_back, level + 1
     return level
