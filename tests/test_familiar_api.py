@@ -63,7 +63,7 @@ def test_predict_refuses_what_fit_refuses_naming_predict(bad, found, trained):
     trainer, images, _ = trained
     with pytest.raises(DataError, match=found) as e:
         trainer.model.predict(bad(images[:8]))
-    assert str(e.value).startswith("lenet5.predict: ")
+    assert str(e.value).startswith("lenet5.predict images: ")
 
 
 def test_predict_runs_in_evaluation_mode():

@@ -124,7 +124,8 @@ def test_model_checkpoint_saves_the_best_model_so_far(tmp_path, monkeypatch):
           callbacks=[Spy(), best, every])
     improved = [4 * (i + 1) for i, v in enumerate(losses) if v < min(losses[:i], default=math.inf)]
     assert [s for s, p in saves if p.endswith("best.npz")] == improved
-    assert sorted(p.name for p in tmp_path.glob("e*.npz")) == [f"e{e}-{4 * (e + 1)}.npz" for e in range(5)]
+    # '{epoch}' counts from 1 in the name, as Keras's ModelCheckpoint does
+    assert sorted(p.name for p in tmp_path.glob("e*.npz")) == [f"e{e + 1}-{4 * (e + 1)}.npz" for e in range(5)]
     again = trainer(seed=3)
     assert again.resume(tmp_path / "best.npz")["step"] == improved[-1]      # a checkpoint that resumes
 
@@ -139,7 +140,7 @@ def test_model_evaluate_without_a_trainer_is_trainer_evaluate():
     z = logits.predict(x)
     ref = np.mean(np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1) - z[np.arange(48), y])
     assert logits.evaluate(x, y).loss == pytest.approx(ref, rel=1e-5)
-    with pytest.raises(ValueError, match="model.evaluate: .*labels"):
+    with pytest.raises(ValueError, match="model.evaluate labels: "):
         t.model.evaluate(x, np.full(48, 12))
 
 

@@ -414,7 +414,7 @@ def test_cli_prints_the_models_eval_accuracy(trained, tmp_path):
     art = tmp_path / "lenet5.artifact.npz"
     p = infer("--checkpoint", str(ckpt), "--device", "cpu", "--save-artifact", str(art), data_dir=data_dir)
     assert p.returncode == 0, p.stderr
-    assert f"accuracy: {acc:.3f}% (10000 test images" in p.stdout, p.stdout
+    assert f"accuracy: {acc:.3f}% (10000 mnist test images" in p.stdout, p.stdout     # names its dataset
     assert "14 layers -> 10 nodes" in p.stdout and art.is_file()             # the Softmax kept
     p = infer("--artifact", str(art), "--device", "cpu", "--batch-size", "768", data_dir=data_dir)
     assert p.returncode == 0, p.stderr

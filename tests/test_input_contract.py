@@ -73,12 +73,12 @@ def test_floats_outside_0_1_are_one_error_naming_the_range(scale, words):
     images, labels = _uint8()
     images[0, 0, :2] = (0, 255)
     bad = scale(images)
-    for enter in (lambda: Loader(bad, labels, 32, Device("cpu")),
-                  lambda: _quiet(models.lenet5()).fit((bad, labels), steps=1),
-                  lambda: _quiet(models.lenet5()).evaluate((bad, labels))):
+    for enter, where in ((lambda: Loader(bad, labels, 32, Device("cpu")), "Loader"),
+                         (lambda: _quiet(models.lenet5()).fit((bad, labels), steps=1), "fit"),
+                         (lambda: _quiet(models.lenet5()).evaluate((bad, labels)), "evaluate")):
         with pytest.raises(ValueError) as info:
             enter()
-        assert isinstance(info.value, DataError) and str(info.value).startswith("Loader images: ")
+        assert isinstance(info.value, DataError) and str(info.value).startswith(f"{where} images: ")
         assert words in str(info.value) and "\n" not in str(info.value)
 
 
@@ -147,7 +147,7 @@ def test_images_outside_the_contract_are_one_error_naming_the_entry_point(bad, w
     u8[0, 0, 0, :2] = (0, 255)
     x = bad(u8)
     compiled = inference.compile(model)
-    for enter, where in ((lambda: model.predict(x), "lenet5.predict: Loader images: "),
+    for enter, where in ((lambda: model.predict(x), "lenet5.predict images: "),
                          (lambda: compiled.predict(x), "lenet5.predict images: "),
                          (lambda: model.images_in(x), "lenet5.forward images: ")):
         with pytest.raises(DataError) as info:

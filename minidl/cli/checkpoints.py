@@ -60,7 +60,8 @@ def infer_dataset(args: argparse.Namespace, error: Callable[[str, str], NoReturn
         error("dataset", f"{args.dataset} is not the dataset {args.checkpoint} was trained on ({recorded}); "
                          f"leave --dataset out to score it on {recorded}")
     args.dataset_note = (f"note: {args.checkpoint} does not say which dataset it was trained on: scored on mnist "
-                         f"(--dataset chooses)" if args.dataset is None and info is not None and recorded is None
+                         f"(--dataset chooses; in Python, Trainer.save(path, dataset=...) records it)"
+                         if args.dataset is None and info is not None and recorded is None
                          else None)        # printed by infer once the checkpoint has compiled
     args.dataset = args.dataset or recorded or "mnist"
 

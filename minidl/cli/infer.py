@@ -168,7 +168,7 @@ def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> float:
                          f"{tuple(loader.x.shape[1:])}")
     t0 = time.perf_counter()
     acc = accuracy(model, loader)
-    out(f"accuracy: {acc:.3f}% ({loader.N} test images, batch {args.batch_size}, "
+    out(f"accuracy: {acc:.3f}% ({loader.N} {args.dataset} test images, batch {args.batch_size}, "
         f"{time.perf_counter() - t0:.2f} s with compilation)")
     if args.checkpoint and model.precision != "fp32":
         # against the model itself, layer by layer in fp32 (Model.forward), not another lowering of it:

@@ -11,6 +11,8 @@ first, then the layout (`layout`: NHWC to NCHW).
 """
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
@@ -23,6 +25,19 @@ from .loader import background, on_device, pixel_scale
 if TYPE_CHECKING:
     from .._types import Array
     from ..backend import Device
+
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # minidl/
+
+
+def _user_stacklevel() -> int:
+    """warnings.warn's stacklevel of the first frame outside minidl: the user's fit call, so the warning
+    names the user's line, not this file (Python 3.12's skip_file_prefixes, on 3.10 too)."""
+    frame: Any = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(PACKAGE + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
 
 UNKNOWN = 1 << 62       # the steps of an epoch whose length only its end tells (a generator read once)
 Augment = Callable[[np.ndarray, np.ndarray], "tuple[Any, Any]"]
@@ -252,4 +267,4 @@ class BatchLoader(HostLoader):
         self.exhausted = True
         if self.training and self.steps is not None and self.read < self.steps:
             warnings.warn(f"{self.where}: the data ran out after {self.read} batches, short of the {self.steps} "
-                          f"steps asked: the run ends there", stacklevel=2)
+                          f"steps asked: the run ends there", stacklevel=_user_stacklevel())

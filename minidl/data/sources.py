@@ -56,6 +56,13 @@ def layout(model: Model, data_format: str | None, where: str) -> Callable[[np.nd
     return to_nchw
 
 
+def renamed(e: DataError, where: str) -> DataError:
+    """The Loader's error as the entry point's: 'Loader images: ...' -> '{where} images: ...' (the user
+    called fit or predict, not a Loader)."""
+    msg = str(e)
+    return DataError(f"{where} {msg[len('Loader '):]}" if msg.startswith("Loader ") else f"{where}: {msg}")
+
+
 def _is_array(a: Any) -> bool:
     return isinstance(a, np.ndarray) or (hasattr(a, "__array__") and hasattr(a, "shape"))
 
@@ -116,9 +123,12 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
         if steps_per_epoch is not None:
             raise ValueError(f"{where}: {fixed}")
         if augment is None:
-            return Loader(how["layout"](images, f"{where} images"), labels, batch_size, device, shuffle=training,
-                          seed=seed, drop_last=training, classes=how["classes"], rank=rank, world=world,
-                          normalize=how["normalize"])
+            try:
+                return Loader(how["layout"](images, f"{where} images"), labels, batch_size, device,
+                              shuffle=training, seed=seed, drop_last=training, classes=how["classes"], rank=rank,
+                              world=world, normalize=how["normalize"])
+            except DataError as e:
+                raise renamed(e, where) from None
         data = Arrays(images, labels)           # augment, then the layout, batch by batch on the host
     fits(None)
     if hasattr(data, "__len__") and len(data) == 0:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import files
 from .base import CheckpointError, check_readable as _check_readable   # CheckpointError: minidl.files.checkpoint's
-from .checkpoint_data import data_record
+from .checkpoint_data import data_record, dataset_of, read_info  # noqa: F401 (dl.checkpoint.read_info: docs)
 from .kinds import of_format
 from .partial_load import load_matching
 

@@ -17,6 +17,7 @@ import numpy as np
 from .._types import Array
 from ..data.errors import DataError
 from ..data.loader import Loader
+from ..data.sources import layout, renamed
 from ..layers.base import _fmt
 from ..layers.input_contract import images_in, takes_images
 from ..metrics import Score
@@ -57,8 +58,8 @@ class FamiliarAPI:
 
         def forward(self, *xs: Array, training: bool = False) -> Any: ...
 
-    def predict(self, x: ArrayLike, batch_size: int = 256, normalize: bool | tuple[float, float] | None = None
-                ) -> np.ndarray:
+    def predict(self, x: ArrayLike, batch_size: int = 256, normalize: bool | tuple[float, float] | None = None,
+                data_format: str | None = None) -> np.ndarray:
         """The model's output for images `x`, in evaluation mode, as a host NumPy array (N, classes):
         what Model.forward gives for them (class probabilities for a model that ends in a Softmax, as the
         zoo's nets do; logits for one without), and what the compiled model, `minidl infer`, its artifact
@@ -71,6 +72,8 @@ class FamiliarAPI:
         normalize: for a model without Normalize trained on normalised images (a Loader's `normalize`,
         e.g. True for MNIST's mean and std): the Loader applies it first. Refused for a model with one.
         `batch_size` images go through each forward (dropout off, BN's running statistics).
+        data_format: 'channels_last' for (N, H, W, C) images, found from the shape alone where it says so
+        (as fit's, data/sources.py).
         """
         if not (self.single_input and self.single_output):
             raise ValueError(f"{self.name}: predict takes a model of one input and one output; call forward")
@@ -80,12 +83,12 @@ class FamiliarAPI:
         if takes and normalize not in (None, False):
             raise ValueError(f"{self.name}.predict: normalize={normalize!r}, but {self.name} carries its own "
                              "Normalize: pass the images alone")
-        images = np.asarray(x)
+        images = _nchw(self, np.asarray(x), data_format, f"{self.name}.predict")
         try:
             loader = Loader(images, np.zeros(len(images) if images.ndim else 0, np.int64), batch_size, self.device,
                             shuffle=False, drop_last=False, normalize=normalize or False)
         except DataError as e:
-            raise DataError(f"{self.name}.predict: {e}") from None
+            raise renamed(e, f"{self.name}.predict") from None
         return np.concatenate([np.array(self.device.to_host(self.forward(xb, training=False))) for xb, _ in loader])
 
     def images_in(self, x: Any, i: int = 0) -> Any:
@@ -104,22 +107,23 @@ class FamiliarAPI:
         return images_in(x, f"{self.name}.forward images", xp, check=takes)
 
     def evaluate(self, x: ArrayLike, y: ArrayLike, batch_size: int = 256,
-                 normalize: bool | tuple[float, float] | None = None) -> Score:
+                 normalize: bool | tuple[float, float] | None = None, data_format: str | None = None) -> Score:
         """Score(mean cross-entropy, accuracy as a fraction) of the model on images `x` and int labels `y`,
         without a Trainer (Keras's model.evaluate): batches as predict takes them (the input contract,
         `normalize` as predict's, dropout off, BN's running statistics). A model ending in a Softmax is
-        scored on its probabilities, one without on its logits; Trainer.evaluate's numbers, up to rounding."""
+        scored on its probabilities, one without on its logits; Trainer.evaluate's numbers, up to rounding.
+        data_format: 'channels_last' for (N, H, W, C) images, found from the shape alone where it says so."""
         if not (self.single_input and self.single_output):
             raise ValueError(f"{self.name}: evaluate takes a model of one input and one output; call forward")
         if takes_images(self) and normalize not in (None, False):  # type: ignore[arg-type]  # self is a Model
             raise ValueError(f"{self.name}.evaluate: normalize={normalize!r}, but {self.name} carries its own "
                              "Normalize: pass the images alone")
-        images, labels = np.asarray(x), np.asarray(y)
+        images, labels = _nchw(self, np.asarray(x), data_format, f"{self.name}.evaluate"), np.asarray(y)
         try:
             loader = Loader(images, labels, batch_size, self.device, shuffle=False, drop_last=False,
                             classes=self.outputs[0].shape[-1], normalize=normalize or False)
         except DataError as e:
-            raise DataError(f"{self.name}.evaluate: {e}") from None
+            raise renamed(e, f"{self.name}.evaluate") from None
         probabilities = self.layers[-1].kind == "softmax"
         loss, hits = 0.0, 0
         for xb, yb in loader:
@@ -223,6 +227,12 @@ class FamiliarAPI:
         classes = sorted({type(layer) for layer in self.layers}, key=lambda c: (c.__module__, c.__name__))
         return _unpickle, (type(self), self.config(), self.get_weights(), self.device.name, self.device.dtype.name,
                            self.seed, classes)
+
+
+def _nchw(model: Any, images: np.ndarray, data_format: str | None, where: str) -> np.ndarray:
+    """`images` as (N, C, H, W) where they come NHWC (data_format='channels_last', or the shape alone says
+    so): fit's rule (data/sources.layout), so predict and evaluate take what fit takes."""
+    return layout(model, data_format, where)(images, f"{where} images")
 
 
 def _unpickle(model: Any, config: dict[str, Any], weights: dict[str, np.ndarray], device: str, dtype: str,

@@ -117,9 +117,9 @@ class ReduceLROnPlateau(_Monitor):
 
 class ModelCheckpoint(_Monitor):
     """Keras's ModelCheckpoint: save a checkpoint at each record, or with save_best_only only where
-    `monitor` improved (the best model so far). `path` may name the record: '{step}', '{epoch}' and the
-    logs' keys ('ckpt-{epoch:02d}-{val_loss:.3f}.npz'). Saves as Run.save does (the NaN flag first;
-    every rank calls it, rank 0 writes) a checkpoint that resumes."""
+    `monitor` improved (the best model so far). `path` may name the record: '{step}', '{epoch}' (from 1,
+    Keras's: the first epoch's is ckpt-01-...) and the logs' keys ('ckpt-{epoch:02d}-{val_loss:.3f}.npz').
+    Saves as Run.save does (the NaN flag first; every rank calls it, rank 0 writes) a checkpoint that resumes."""
 
     def __init__(self, path: str | os.PathLike, monitor: str = "val_loss", save_best_only: bool = False,
                  mode: str = "auto") -> None:
@@ -130,7 +130,8 @@ class ModelCheckpoint(_Monitor):
     def on_record(self, run: Run, logs: dict[str, float]) -> None:
         if self.save_best_only and not self.improved(self.value(logs)):
             return
-        path = str(self.path).format(**logs) if "{" in str(self.path) else self.path
+        # '{epoch}' counts from 1 in a file name, as Keras's does (the History's 'epoch' list from 0, as Keras's)
+        path = str(self.path).format(**{**logs, "epoch": logs["epoch"] + 1}) if "{" in str(self.path) else self.path
         run.save(path)
         self.saved = path
 

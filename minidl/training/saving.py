@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from ..data.datasets import SHA256
 from ..files import checkpoint as ckpt
 from .hooks import TrainingDiverged
 
@@ -16,8 +17,19 @@ if TYPE_CHECKING:
     from .step import TrainStep
 
 
+DATASETS = tuple(SHA256)         # the datasets minidl knows by name: those `minidl infer` can score on
+
+
 class Saving:
-    """Trainer's checkpoints (a base class of it): check_finite, save, resume."""
+    """Trainer's checkpoints (a base class of it): check_finite, save, resume.
+
+    dataset: the name of the data this run trains on ('mnist', 'fashion-mnist'), recorded in every
+    checkpoint it saves (its `data` record, files/checkpoint_data.py) so that `minidl infer` scores it
+    on that data; arrays do not say which dataset they are, so a run in Python names it here or in
+    save(dataset=); a command-line run's plan names it already.
+    """
+
+    dataset: str | None = None
 
     if TYPE_CHECKING:              # what Trainer has
         model: Model
@@ -52,14 +64,22 @@ class Saving:
                                f"step {bad - 1}" + _untouched(path))
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> str | os.PathLike | None:
+    def save(self, path: str | os.PathLike, dataset: str | None = None) -> str | os.PathLike | None:
+        """Write a resumable checkpoint to `path` (rank 0 only), after checking that the weights are
+        finite. dataset: as the `dataset` attribute, which it sets for this and the later saves."""
+        if dataset is not None:
+            if dataset not in DATASETS:
+                raise ValueError(f"Trainer.save: dataset must be one of {', '.join(map(repr, DATASETS))}, "
+                                 f"got {dataset!r}")
+            self.dataset = dataset
         if not bool(self.device.xp.all(self.device.xp.isfinite(self.model.flat))):
             raise TrainingDiverged(f"parameters are not finite{_untouched(path)}")
         self._average_state()
         if not self.world.main:              # rank 0 saves: the same checkpoint as one process
             return None
         meta = {"step": self.step, "seed": self.seed, "ranks": self.world.size, "global_batch": self._global_batch,
-                "plan": self.plan, "rng": self.device.rng_state(), "loss_scale": self.loss_scale}
+                "plan": self.plan, "rng": self.device.rng_state(), "loss_scale": self.loss_scale,
+                "dataset": self.dataset}
         meta = {k: v for k, v in meta.items() if v is not None}
         return ckpt.save(path, self.model, self.optimizer, meta)
 
@@ -69,6 +89,8 @@ class Saving:
         self._step.forget_captures()       # captured steps hold the old step count
         self.step, self.seed = int(meta.get("step", 0)), int(meta.get("seed", self.seed))
         self.plan = meta.get("plan", self.plan)
+        if meta.get("dataset") in DATASETS:          # the data the run named: its later saves keep it
+            self.dataset = meta["dataset"]
         batch = meta.get("global_batch")
         self._resumed_batch = batch if type(batch) is int and batch > 0 else None
         self.device.set_rng_state(meta.get("rng"))
