@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -305,16 +306,20 @@ def test_a_download_stops_at_the_files_known_size(isolated, endless, monkeypatch
     assert datasets.download_cap("train-images-idx3-ubyte") < 48 * 10 ** 6     # the real cap: 47 MB
 
 
-def test_minidl_data_naming_a_file_is_skipped_with_one_line(isolated, monkeypatch, capsys):
+def test_minidl_data_naming_a_file_is_skipped_with_one_warning(isolated, monkeypatch):
     (isolated / "afile").write_text("")
     hashes = _make_dataset(isolated / "dataset" / "mnist")
     monkeypatch.setenv("MINIDL_DATA", str(isolated / "afile"))
     monkeypatch.setattr(datasets, "_warned", set())
-    for _ in range(2):
-        assert find_dataset("mnist", hashes=hashes)["t10k-labels-idx1-ubyte"].parent == isolated / "dataset" / "mnist"
-    err = capsys.readouterr().err.splitlines()
-    assert err == [f"warning: $MINIDL_DATA is {isolated / 'afile'}, which is not a folder: skipped (it should "
-                   f"name the folder holding mnist/ and fashion-mnist/)"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")                      # once all the same: the module remembers the root
+        for _ in range(2):
+            found = find_dataset("mnist", hashes=hashes)["t10k-labels-idx1-ubyte"]
+            assert found.parent == isolated / "dataset" / "mnist"
+    assert [str(w.message) for w in caught] == [
+        f"$MINIDL_DATA is {isolated / 'afile'}, which is not a folder: skipped (it should name the folder holding "
+        f"mnist/ and fashion-mnist/)"]
+    assert caught[0].category is UserWarning
 
 
 def test_load_validates_counts(isolated, monkeypatch):

@@ -32,9 +32,9 @@ import stat
 import sys
 from typing import IO, Any, Callable, Iterable
 
-from .base import WriteError, _name_max, _stem, _unlink, kind, target
+from .base import WriteError, _name_max, _stem, _unlink, cache_dir, kind, target  # noqa: F401
 from .kinds import clash
-from .locks import hold, holder, holds, key_lock_path, lock_path, release, still_held  # noqa: F401
+from .locks import exclusive, hold, holder, holds, key_lock_path, lock_path, release, still_held  # noqa: F401
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
