@@ -19,7 +19,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from minidl import backends, cli, data, distributed, models, optim, precision
-from minidl.cli import recipes, stops
+from minidl.cli import output, recipes, stops
 from minidl.cli.checkpoints import check_training_checkpoint, infer_dataset
 from minidl.cli.checkpoints import checkpoint_path, saves  # noqa: F401 (the commands import them from here)
 from minidl.cli.recipes import DEFAULT_STEPS
@@ -243,7 +243,8 @@ def run_cli(run: Callable[[argparse.Namespace], Any], args: argparse.Namespace) 
     from minidl.backend import CaptureError, DeviceError
     from minidl.training.trainer import TrainingDiverged, TrainingStopped
     try:
-        run(args)
+        with output.shown():                     # the library's log records and warnings: one line each
+            run(args)
     except TrainingStopped as e:
         how = getattr(e, "hint", None)
         how = (how if how is not None else ": the same command with --resume continues it" if e.path
