@@ -10,8 +10,6 @@ import sys
 import threading
 import time
 
-import pytest
-
 from minidl import files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -30,9 +28,10 @@ for _ in range(n):
 """
 
 
-def _child(code, *args, env=None, timeout=120):
+def _child(code, *args, env=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
+                            stderr=subprocess.PIPE, text=True, env=env)
 
 
 def test_exclusive_lets_processes_and_threads_take_turns(tmp_path):

@@ -10,8 +10,9 @@ still hold, so a deterministic run chooses among deterministic engines only.
 The choice is remembered on disk, keyed by GPU, cuDNN version, op, shapes, dtypes, pointer
 alignment, tf32 and determinism, as the plan's name (engine and knobs; an index into the
 candidate list would not survive a new cuDNN), in `$MINIDL_CACHE/cudnn-engines.json` (default
-`$XDG_CACHE_HOME/minidl`, else `~/.cache/minidl`: `files.cache_dir`). So a second run of the same model takes the same engines (its numbers are the
-same) without timing again, and builds only those plans (`build_remembered`). `MINIDL_AUTOTUNE=0`
+`$XDG_CACHE_HOME/minidl`, else `~/.cache/minidl`: `files.cache_dir`). So a second run of the same
+model takes the same engines (its numbers are the same) without timing again, and builds only those
+plans (`build_remembered`). `MINIDL_AUTOTUNE=0`
 makes the heuristics' choice the default. Timing needs a stream that is not capturing: a graph
 first met during a CUDA-graph capture takes the heuristics' first plan.
 
@@ -20,9 +21,9 @@ those noted RUNTIME_COMPILATION with NVRTC), so only the heuristics' first `topk
 build are built and timed (`build_candidates`; MINIDL_AUTOTUNE_TOPK, default 16, which chose
 engines as fast as every candidate did at ResNet-50's shapes where 4 lost a few percent; 0: every
 candidate, as before), and runtime-compiled ones only where the heuristics rank one first
-(MINIDL_AUTOTUNE_RTC=1: those too). The file keeps its format: a key's entry is still the chosen plan's name. Ranks of one
-host write it in turn (`files.exclusive`), each merging what the others wrote, so no rank's choices are
-lost; the file is written as minidl writes every file (`files.write_atomic`).
+(MINIDL_AUTOTUNE_RTC=1: those too). The file keeps its format: a key's entry is still the chosen
+plan's name. Ranks of one host write it in turn (`files.exclusive`), each merging what the others
+wrote, so no rank's choices are lost; it is written as minidl writes every file (`files.write_atomic`).
 """
 from __future__ import annotations
 
