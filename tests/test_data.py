@@ -446,3 +446,44 @@ def test_loader_rejects_bad_images_naming_the_argument(images, words):
     with pytest.raises(DataError) as info:
         Loader(images, np.arange(4), 2, Device("cpu"))
     assert str(info.value).startswith("Loader images: ") and words in str(info.value)
+
+
+def test_runs_downloading_one_dataset_at_once_fetch_each_file_once(isolated, tmp_path, monkeypatch):
+    """Ranks of one host start together on a missing dataset: one downloads each file (through the one
+    writer), the others wait for it and find it (issue 40: files.exclusive), and none fails."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("MINIDL_LOCK_DIR", str(tmp_path / "locks"))
+    root = tmp_path / "srv"
+    hashes = _make_dataset(root)
+    asked = []
+
+    class Counting(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Counting, directory=str(root)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url, barrier, found, failed = f"http://127.0.0.1:{httpd.server_address[1]}/", threading.Barrier(3), [], []
+
+    def rank():
+        barrier.wait()
+        try:
+            found.append(find_dataset("mnist", mirrors=[url], hashes=hashes, progress=False))
+        except Exception as e:          # noqa: BLE001  the test says which
+            failed.append(e)
+    try:
+        ranks = [threading.Thread(target=rank) for _ in range(3)]
+        for t in ranks:
+            t.start()
+        for t in ranks:
+            t.join()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert not failed and len(found) == 3 and found[0] == found[1] == found[2], failed
+    assert sorted(asked) == sorted(f"/{stem}.gz" for stem in STEMS)          # each file fetched once
+    assert sorted(os.listdir(isolated / "dataset" / "mnist")) == sorted(STEMS)    # no temporaries, no locks
