@@ -3,6 +3,7 @@
     python examples/custom_net.py [--device cpu|cuda|auto]
 """
 import argparse
+import logging
 
 import minidl as dl
 from minidl import layers as L
@@ -24,6 +25,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--device", default="auto")
     args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")   # minidl's log: the device chosen
     model = build(dl.get_device(args.device, verbose=True))
     model.summary()
     trainer = dl.Trainer(model, dl.optim.Adam(lr=1e-3))

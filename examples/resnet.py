@@ -3,6 +3,7 @@
     python examples/resnet.py --depth 18 --steps 200 [--dataset fashion-mnist] [--device cuda]
 """
 import argparse
+import logging
 
 import minidl as dl
 from minidl import models
@@ -14,6 +15,7 @@ if __name__ == "__main__":
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--device", default="auto")
     args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")   # minidl's log: the device chosen
 
     device = dl.get_device(args.device, verbose=True)
     model = models.resnet(args.depth, device=device)

@@ -22,3 +22,13 @@ __all__ = [
     "TrainingStopped", "TrainingInterrupted", "Callback", "History", "EarlyStopping", "ReduceLROnPlateau",
     "ModelCheckpoint",
 ]
+
+
+def _silent_unless_configured():
+    """A library's logger (the logging HOWTO): records go where the application's logging sends them, nowhere
+    by default; the command lines show them (minidl/cli/output.py). Imported here, so __all__ stays the API."""
+    import logging
+    logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+
+_silent_unless_configured()

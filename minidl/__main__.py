@@ -3,4 +3,4 @@ import sys
 
 from minidl.cli import main
 
-sys.exit(main())
+sys.exit(main(invoked="python -m minidl"))

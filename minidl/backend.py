@@ -11,6 +11,7 @@ made, so `import minidl` works without them.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -25,6 +26,7 @@ from .rng import CounterRNG
 __all__ = ["CaptureError", "CapturedCall", "CounterRNG", "Device", "DeviceError", "DtypeError", "KERNEL_FAMILIES",
            "MemoryUse", "cuda_status", "get_device", "kernels_for"]
 
+_log = logging.getLogger(__name__)
 _KERNELS: dict[str, Any] = {}    # backend name -> its float families, for kernels_for
 
 
@@ -222,13 +224,13 @@ def get_device(spec: str | Device = "auto", dtype: DTypeLike = "float32", seed: 
     prefers a usable GPU.
 
     gpu: the index of the GPU a cuda device uses (a rank's local rank); None: the current one.
+    verbose: 'auto's choice and why is logged at INFO (logger minidl.backend; at DEBUG without it).
     """
     if isinstance(spec, Device):
         return spec
     if spec == "auto":
         spec, why = _preferred()
-        if verbose:
-            print(f"device: {spec} ({why})")
+        (_log.info if verbose else _log.debug)("device: %s (%s)", spec, why)
     else:
         ok, why = backends.find(spec).status()
         if not ok:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -305,16 +306,20 @@ def test_a_download_stops_at_the_files_known_size(isolated, endless, monkeypatch
     assert datasets.download_cap("train-images-idx3-ubyte") < 48 * 10 ** 6     # the real cap: 47 MB
 
 
-def test_minidl_data_naming_a_file_is_skipped_with_one_line(isolated, monkeypatch, capsys):
+def test_minidl_data_naming_a_file_is_skipped_with_one_warning(isolated, monkeypatch):
     (isolated / "afile").write_text("")
     hashes = _make_dataset(isolated / "dataset" / "mnist")
     monkeypatch.setenv("MINIDL_DATA", str(isolated / "afile"))
     monkeypatch.setattr(datasets, "_warned", set())
-    for _ in range(2):
-        assert find_dataset("mnist", hashes=hashes)["t10k-labels-idx1-ubyte"].parent == isolated / "dataset" / "mnist"
-    err = capsys.readouterr().err.splitlines()
-    assert err == [f"warning: $MINIDL_DATA is {isolated / 'afile'}, which is not a folder: skipped (it should "
-                   f"name the folder holding mnist/ and fashion-mnist/)"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")                      # once all the same: the module remembers the root
+        for _ in range(2):
+            found = find_dataset("mnist", hashes=hashes)["t10k-labels-idx1-ubyte"]
+            assert found.parent == isolated / "dataset" / "mnist"
+    assert [str(w.message) for w in caught] == [
+        f"$MINIDL_DATA is {isolated / 'afile'}, which is not a folder: skipped (it should name the folder holding "
+        f"mnist/ and fashion-mnist/)"]
+    assert caught[0].category is UserWarning
 
 
 def test_load_validates_counts(isolated, monkeypatch):
@@ -441,3 +446,44 @@ def test_loader_rejects_bad_images_naming_the_argument(images, words):
     with pytest.raises(DataError) as info:
         Loader(images, np.arange(4), 2, Device("cpu"))
     assert str(info.value).startswith("Loader images: ") and words in str(info.value)
+
+
+def test_runs_downloading_one_dataset_at_once_fetch_each_file_once(isolated, tmp_path, monkeypatch):
+    """Ranks of one host start together on a missing dataset: one downloads each file (through the one
+    writer), the others wait for it and find it (issue 40: files.exclusive), and none fails."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("MINIDL_LOCK_DIR", str(tmp_path / "locks"))
+    root = tmp_path / "srv"
+    hashes = _make_dataset(root)
+    asked = []
+
+    class Counting(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Counting, directory=str(root)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url, barrier, found, failed = f"http://127.0.0.1:{httpd.server_address[1]}/", threading.Barrier(3), [], []
+
+    def rank():
+        barrier.wait()
+        try:
+            found.append(find_dataset("mnist", mirrors=[url], hashes=hashes, progress=False))
+        except Exception as e:          # noqa: BLE001  the test says which
+            failed.append(e)
+    try:
+        ranks = [threading.Thread(target=rank) for _ in range(3)]
+        for t in ranks:
+            t.start()
+        for t in ranks:
+            t.join()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert not failed and len(found) == 3 and found[0] == found[1] == found[2], failed
+    assert sorted(asked) == sorted(f"/{stem}.gz" for stem in STEMS)          # each file fetched once
+    assert sorted(os.listdir(isolated / "dataset" / "mnist")) == sorted(STEMS)    # no temporaries, no locks

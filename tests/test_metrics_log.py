@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import warnings
 
 import pytest
 
@@ -129,18 +130,21 @@ def test_plot_names_a_value_that_is_not_a_number(tmp_path, capsys, line, message
     assert err.startswith(f"error: {path}:1: ") and message in err and err.count("\n") == 1
 
 
-def test_metrics_log_refuses_a_fifo_and_warns_once_when_writes_fail(tmp_path, capsys):
+def test_metrics_log_refuses_a_fifo_and_warns_once_when_writes_fail(tmp_path):
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(ValueError, match="pipe"):
         MetricsLog(tmp_path / "pipe")                        # no reader: must not hang
     log = MetricsLog(tmp_path / "m.jsonl")
     log.file.close()
     log.file = open("/dev/full", "a", buffering=1)           # every write now fails: ENOSPC
-    for step in (1, 2, 3):
-        log.interval(step=step, epoch=0, loss=1.0, accuracy=50.0, lr=0.1, images_per_s=1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")                      # once all the same: the log remembers it failed
+        for step in (1, 2, 3):
+            log.interval(step=step, epoch=0, loss=1.0, accuracy=50.0, lr=0.1, images_per_s=1.0)
     log.close()
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "No space left on device" in err and "training goes on" in err
+    assert [w.category for w in caught] == [RuntimeWarning]
+    assert str(caught[0].message) == (f"metrics file {tmp_path / 'm.jsonl'} cannot be written (No space left on "
+                                      f"device): no more records go to it; training goes on")
 
 
 def _big_log(path, records):

@@ -1,7 +1,8 @@
 """minidl COMMAND [ARGS]: the console script and `python -m minidl`, one door to the command lines.
 
 Each command is a module with a `main(argv)` that also runs as `python -m minidl.<command>`; this
-dispatcher only picks the module, so a flag means the same through either door.
+dispatcher only picks the module, so a flag means the same through either door. A command's usage
+line names it as it was invoked (`prog`): `minidl train`, `python -m minidl train`, `python -m minidl.train`.
 """
 from __future__ import annotations
 
@@ -20,6 +21,15 @@ COMMANDS = {
 }
 
 
+_door: list[str] = []         # how the dispatcher was invoked, while it runs a command
+
+
+def prog(command: str) -> str:
+    """The command's name as invoked, for its usage line: through the dispatcher `minidl train` (or
+    `python -m minidl train`), else its own door, `python -m minidl.train`."""
+    return f"{_door[-1]} {command}" if _door else f"python -m minidl.{command}"
+
+
 def usage() -> str:
     """The help text: the commands and where each one's flags are described."""
     width = max(map(len, COMMANDS))
@@ -29,8 +39,11 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch argv[0] to minidl.cli.<command>.main(argv[1:]); returns the exit status."""
+def main(argv: Sequence[str] | None = None, invoked: str = "minidl") -> int:
+    """Dispatch argv[0] to minidl.cli.<command>.main(argv[1:]); returns the exit status.
+
+    invoked: how this dispatcher was invoked (the console script; minidl/__main__.py says
+    `python -m minidl`), which the command's usage line names."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
@@ -44,5 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"minidl: unknown command {command!r}; the commands are {', '.join(COMMANDS)} (minidl -h)",
               file=sys.stderr)
         return 2
-    return importlib.import_module(f"minidl.cli.{command}").main(rest)
+    _door.append(invoked)
+    try:
+        return importlib.import_module(f"minidl.cli.{command}").main(rest)
+    finally:
+        _door.pop()
 

@@ -18,8 +18,8 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
-from minidl import backends, data, distributed, models, optim, precision
-from minidl.cli import recipes, stops
+from minidl import backends, cli, data, distributed, models, optim, precision
+from minidl.cli import output, recipes, stops
 from minidl.cli.checkpoints import check_training_checkpoint, infer_dataset
 from minidl.cli.checkpoints import checkpoint_path, saves  # noqa: F401 (the commands import them from here)
 from minidl.cli.recipes import DEFAULT_STEPS
@@ -109,8 +109,12 @@ def add_model(p: Parser) -> None:
 
 
 def training_parser(prog: str = "python -m minidl.train", description: str | None = None) -> Parser:
-    """The training command line's flags (minidl.train's, minidl.warmup's); checked by check_args."""
-    p = Parser(prog=prog, description=description or (
+    """The training command line's flags (minidl.train's, minidl.warmup's); checked by check_args.
+
+    prog: the command's module door, `python -m minidl.<command>`; its usage line names the command as
+    it was invoked (`minidl train` through the dispatcher: minidl.cli.prog)."""
+    command = prog.removeprefix("python -m minidl.")
+    p = Parser(prog=cli.prog(command) if command != prog else prog, description=description or (
         "Train a net of minidl's zoo on MNIST / Fashion-MNIST, then score the whole test set. "
         "Flags left out take the model's default recipe (minidl/cli/recipes.py; each run prints it)."))
     p.add_argument("-b", dest="batch_size", type=positive, default=32, help="batch size (32)")
@@ -239,7 +243,8 @@ def run_cli(run: Callable[[argparse.Namespace], Any], args: argparse.Namespace) 
     from minidl.backend import CaptureError, DeviceError
     from minidl.training.trainer import TrainingDiverged, TrainingStopped
     try:
-        run(args)
+        with output.shown():                     # the library's log records and warnings: one line each
+            run(args)
     except TrainingStopped as e:
         how = getattr(e, "hint", None)
         how = (how if how is not None else ": the same command with --resume continues it" if e.path

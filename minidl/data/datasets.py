@@ -10,20 +10,22 @@ writable of `$MINIDL_DATA`, `./dataset`, and stored decompressed once the SHA-25
 decompressed bytes matches: a file appears complete and verified, or not at all. Each file's size
 is known (RAW_BYTES), so a download stops at it (a mirror streaming without end must not fill
 the disk) and so does its decompression. A `$MINIDL_DATA` that is not a folder is skipped with one
-warning line.
+warning (warnings.warn: the user's to fix).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-import sys
 import tempfile
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from .. import files
 from .checks import check_labels
 from .errors import DataError
 from .idx import MAX_BYTES, open_maybe_gzip, read_header, read_idx
@@ -95,8 +97,8 @@ def _env_root():
     if os.path.exists(root) and not os.path.isdir(root):
         if root not in _warned:
             _warned.add(root)
-            print(f"warning: $MINIDL_DATA is {root}, which is not a folder: skipped (it should name the folder "
-                  f"holding mnist/ and fashion-mnist/)", file=sys.stderr)
+            warnings.warn(f"$MINIDL_DATA is {root}, which is not a folder: skipped (it should name the folder "
+                          f"holding mnist/ and fashion-mnist/)", stacklevel=2)
         return None
     return root
 
@@ -108,25 +110,26 @@ def _canonical(name):
     return key
 
 
-def _copy_hash(src, dst=None, limit=MAX_BYTES + _CHUNK):
-    """SHA-256 of the decompressed contents of `src`, also written to `dst` if given.
+def _copy_hash(src, out=None, limit=MAX_BYTES + _CHUNK, name=None):
+    """SHA-256 of the decompressed contents of `src` (a path, or a descriptor the reading closes), also
+    written to the binary file `out` if given; `name` names src in errors (default: src).
 
     Stops at `limit` decompressed bytes (above any real IDX file): a gzip bomb from a mirror or
     in a lookup root must not fill the disk or spin for minutes.
     """
-    h, seen = hashlib.sha256(), 0
+    h, seen, name = hashlib.sha256(), 0, src if name is None else name
     try:
-        with open_maybe_gzip(src) as f, open(dst or os.devnull, "wb") as out:
+        with open_maybe_gzip(src) as f:
             for chunk in iter(lambda: f.read(_CHUNK), b""):
                 seen += len(chunk)
                 if seen > limit:
-                    raise DataError(f"{src}: decompresses to more than {limit:,} bytes, "
+                    raise DataError(f"{name}: decompresses to more than {limit:,} bytes, "
                                     f"larger than any {'/'.join(SHA256)} file")
                 h.update(chunk)
-                if dst:
+                if out is not None:
                     out.write(chunk)
     except (EOFError, zlib.error, OSError) as e:  # truncated or corrupt gzip, unreadable file
-        raise DataError(f"{src}: unreadable ({e})") from None
+        raise DataError(f"{name}: unreadable ({e})") from None
     return h.hexdigest()
 
 
@@ -173,35 +176,37 @@ def _mirror_list(name, mirrors):
 
 
 def _fetch_verified(url, target, sha256, progress):
-    """Download `url` next to `target` (at most download_cap bytes), decompress (at most its known
-    size), check the hash, then rename into place."""
+    """Download `url` (at most download_cap bytes) into an unnamed scratch file beside `target`, then
+    write `target` through the one writer (files.write_atomic): the decompressed bytes (at most the
+    file's known size), renamed into place only where their hash matches."""
     import pooch  # lazily: only downloads need it
     from tqdm.auto import tqdm
 
-    temps = []
-    for suffix in (".download", ".part"):  # same folder, so os.replace is an atomic rename
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
-        os.close(fd)
-        temps.append(tmp)
-    try:
+    with tempfile.TemporaryFile(dir=target.parent) as scratch:     # no name: nothing left behind
         # total=1 until pooch sets the Content-Length: pooch tests `if bar`, and tqdm's bool()
         # raises while total is None
         bar = tqdm(desc=target.name, total=1, unit="B", unit_scale=True) if progress else False
         try:
-            with open(temps[0], "wb") as f:
-                pooch.HTTPDownloader(progressbar=bar)(url, _Capped(f, download_cap(target.name), url), None)
+            pooch.HTTPDownloader(progressbar=bar)(url, _Capped(scratch, download_cap(target.name), url), None)
         finally:
             if progress:
                 bar.close()
-        # by content, not name: a server sending Content-Encoding: gzip hands us raw bytes
-        got = _copy_hash(temps[0], temps[1], limit=RAW_BYTES.get(target.name, MAX_BYTES + _CHUNK))
-        if got != sha256:
-            raise DataError(f"{url}: SHA-256 of the decompressed data is {got}, expected {sha256}")
-        os.replace(temps[1], target)
-    finally:
-        for tmp in temps:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        scratch.flush()
+        scratch.seek(0)
+
+        def fill(f):
+            # by content, not name: a server sending Content-Encoding: gzip hands us raw bytes
+            got = _copy_hash(os.dup(scratch.fileno()), f, RAW_BYTES.get(target.name, MAX_BYTES + _CHUNK), url)
+            if got != sha256:
+                raise DataError(f"{url}: SHA-256 of the decompressed data is {got}, expected {sha256}")
+        files.write_atomic(target, fill)
+
+
+def _turn(target):
+    """One process at a time fetches `target` (files.exclusive, on a lock in the per-user lock folder,
+    keyed by the path: none is left in the data folder); unlocked where there is no such folder."""
+    lock = files.key_lock_path(f"{target}.download")
+    return files.exclusive(lock) if lock else contextlib.nullcontext()
 
 
 def _download(stem, folder, mirrors, sha256, progress):
@@ -258,8 +263,9 @@ def find_dataset(name: str, data_dir: str | os.PathLike | None = None, mirrors: 
     folder = _download_dir(name)
     mirrors = _mirror_list(name, mirrors)
     for stem in stems:
-        if _complete(folder, [stem]) is None:
-            _download(stem, folder, mirrors, hashes[stem], progress)
+        with _turn(folder / stem):      # another process downloading it (a rank): waited for, then found
+            if _complete(folder, [stem]) is None:
+                _download(stem, folder, mirrors, hashes[stem], progress)
     return _complete(folder, stems)
 
 

@@ -29,12 +29,12 @@ import errno
 import os
 import re
 import stat
-import sys
+import warnings
 from typing import IO, Any, Callable, Iterable
 
-from .base import WriteError, _name_max, _stem, _unlink, kind, target
+from .base import WriteError, _name_max, _stem, _unlink, cache_dir, kind, target  # noqa: F401
 from .kinds import clash
-from .locks import hold, holder, holds, key_lock_path, lock_path, release, still_held  # noqa: F401
+from .locks import exclusive, hold, holder, holds, key_lock_path, lock_path, release, still_held  # noqa: F401
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -200,12 +200,13 @@ def open_append(path: str | os.PathLike, kind_written: str | None = None) -> IO[
 
 
 def warn_once(log: Any, what: str, e: BaseException) -> None:
-    """A log that cannot be written says so once, on stderr, and stops writing: training goes on."""
+    """A log that cannot be written says so once (a RuntimeWarning: its records are lost until the user
+    frees the disk) and stops writing: training goes on."""
     if not log.failed:
         log.failed = True
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
-        print(f"warning: {what} cannot be written ({why}): no more records go to it; training goes on",
-              file=sys.stderr)
+        warnings.warn(f"{what} cannot be written ({why}): no more records go to it; training goes on",
+                      RuntimeWarning, stacklevel=3)
 
 
 def unreadable(path: str) -> str | None:

@@ -1,5 +1,6 @@
 """What minidl.files' writer, its locks and its readers share: the errors, the target of a path,
-what is at a path, helper files' names that fit NAME_MAX, and a check that a file can be read."""
+what is at a path, helper files' names that fit NAME_MAX, a check that a file can be read, and the
+folder of minidl's caches."""
 from __future__ import annotations
 
 import hashlib
@@ -70,3 +71,14 @@ def check_readable(path: str, what: str, error: type[ValueError]) -> None:
             pass
     except OSError as e:
         raise error(f"{what} {path} cannot be read ({e.strerror or e})") from None
+
+
+def cache_dir() -> str:
+    """The folder of minidl's caches (the cuDNN engine choices): $MINIDL_CACHE, else
+    $XDG_CACHE_HOME/minidl (the XDG Base Directory rule: an absolute path, a relative one ignored), else
+    ~/.cache/minidl."""
+    if os.environ.get("MINIDL_CACHE"):
+        return os.environ["MINIDL_CACHE"]
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    root = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "minidl")

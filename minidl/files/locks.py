@@ -11,19 +11,31 @@ the file), and one named by a hash of the target's absolute path in a per-user f
 folder was deleted and made again. Before each write under a lock held since earlier, the lock
 beside the file is checked to be the one locked (`still_held`): taken again where it went with its
 folder, the write refused where another process has taken it since.
+
+    with exclusive(cache + ".lock"):      # waits for another process's turn, then merges and writes
+
+`exclusive` is the other kind: a short section that processes of one host take in turn (ranks
+merging a cache file, compiles into one cache), waiting rather than refused.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import hashlib
 import os
 import stat
 import tempfile
+from typing import IO, Iterator
 
 from filelock import FileLock, Timeout
 
 from .base import WriteError, _stem, _unlink, target
+
+try:
+    import fcntl
+except ImportError:            # not on POSIX: `exclusive` runs its block unlocked
+    fcntl = None               # type: ignore[assignment]
 
 _held: dict[str, list[FileLock]] = {}         # target -> the FileLocks this process holds for it (key, beside)
 _inodes: dict[str, int] = {}                  # lock file -> the inode this process locked
@@ -182,3 +194,38 @@ def _release_all():
         release(path)
 
 
+
+
+def _flocked(lock_file: str) -> IO[str] | None:
+    """`lock_file` opened (its folder made) and flock'ed exclusively, waiting; None where it cannot be."""
+    if fcntl is None:
+        return None
+    f = None
+    try:
+        os.makedirs(os.path.dirname(lock_file) or ".", exist_ok=True)
+        f = open(lock_file, "a")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        return f
+    except OSError:
+        if f is not None:
+            f.close()
+        return None
+
+
+@contextlib.contextmanager
+def exclusive(lock_file: str | os.PathLike) -> Iterator[bool]:
+    """An exclusive lock on `lock_file` for the with block, waiting while another process holds it.
+
+    For short sections processes of one host take in turn (ranks merging a cache file, compiles into
+    one cache): where `hold` refuses a second holder, this waits for it. The lock (fcntl.flock, released
+    by the kernel when the process dies) is on the file as each call opens it, so threads of one
+    process wait for each other too; the lock file stays (a waiter may hold it open). Yields True
+    where locked, False where no lock can be had (a read-only folder, no flock on this OS): the block
+    then runs unlocked, which suits a cache whose races cost only time.
+    """
+    f = _flocked(os.fspath(lock_file))
+    try:
+        yield f is not None
+    finally:
+        if f is not None:
+            f.close()                   # closing releases the flock

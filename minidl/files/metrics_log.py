@@ -12,9 +12,9 @@ every line is strict JSON. `read` gives the records back; `python -m minidl.plot
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -89,6 +89,7 @@ def repair(path: str | os.PathLike) -> int:
         return 0
 
 
+_log = logging.getLogger(__name__)
 _OPENINGS = (b'{"step": ', b'{"eval": ')          # how every record this writer writes begins
 
 
@@ -116,8 +117,8 @@ class MetricsLog:
             raise files.WriteError(f"metrics file {self.path} {why}")
         cut = repair(self.path) if files.kind(self.path) is None else 0
         if cut:
-            print(f"warning: {self.path}: its last line was cut short ({cut} bytes, a run stopped mid-write); "
-                  f"dropped it", file=sys.stderr)
+            _log.warning("%s: its last line was cut short (%d bytes, a run stopped mid-write); dropped it",
+                         self.path, cut)
         self.file = files.open_append(self.path, "metrics")
         self.t0 = time.perf_counter()
 

@@ -2,7 +2,8 @@
 counted and recorded in `progress` (with its thread, start and seconds, for profile_startup), each
 compile into CuPy's disk cache holds a file lock, so that processes of one host (ranks, compile
 workers) never compile one source twice: the second waits and reads the first's result from the
-cache; and NVRTC's precompiled headers are set as MINIDL_NVRTC_PCH says. Imports nothing of minidl.
+cache; and NVRTC's precompiled headers are set as MINIDL_NVRTC_PCH says. Imports only minidl.files
+(its waiting lock, `files.exclusive`) of minidl.
 """
 from __future__ import annotations
 
@@ -12,35 +13,15 @@ import re
 import threading
 import time
 
-try:
-    import fcntl
-except ImportError:            # not on Linux: no lock between processes
-    fcntl = None               # type: ignore[assignment]
+from ... import files
 
 _STRIPES = 4096         # lock files beside CuPy's cache: sources of different stripes compile at once
 
 
-class _StripeLock:
-    """An exclusive lock on one of _STRIPES files in `folder`: between processes (flock) and, as
-    each holder opens the file itself, between threads of one process."""
-
-    def __init__(self, folder, key):
-        self.path = os.path.join(folder, f"stripe-{int(hashlib.sha1(key).hexdigest(), 16) % _STRIPES:04d}.lock")
-        self.f = None
-
-    def __enter__(self):
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self.f = open(self.path, "a")
-            fcntl.flock(self.f, fcntl.LOCK_EX)
-        except OSError:                 # a read-only cache folder: compile without the lock
-            self.__exit__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.f is not None:
-            self.f.close()              # closing releases the flock
-            self.f = None
+def stripe_lock(folder: str, key: bytes) -> str:
+    """The lock file of a compile keyed `key`: one of _STRIPES in `folder`, so that compiles of
+    different sources mostly take different locks."""
+    return os.path.join(folder, f"stripe-{int(hashlib.sha1(key).hexdigest(), 16) % _STRIPES:04d}.lock")
 
 
 def install(progress, flag, lock_folder):
@@ -66,12 +47,11 @@ def install(progress, flag, lock_folder):
                 progress.add(compiled=1, compile_s=dt)
 
     def locked(source, options=(), **kw):
-        if fcntl is None or not flag("MINIDL_COMPILE_LOCK", "1") or flag("CUPY_CACHE_IN_MEMORY", "0"):
+        if not flag("MINIDL_COMPILE_LOCK", "1") or flag("CUPY_CACHE_IN_MEMORY", "0"):
             return compile_module(source, options, **kw)
-        folder = lock_folder()
         key = repr((source, options, kw.get("name_expressions"), kw.get("arch"))).encode()
-        with _StripeLock(folder, key):
-            return compile_module(source, options, **kw)
+        with files.exclusive(stripe_lock(lock_folder(), key)):    # between processes and threads alike;
+            return compile_module(source, options, **kw)           # no flock, a read-only folder: unlocked
 
     counted.minidl = True
     program.compile, compiler._compile_module_with_cache = counted, locked

@@ -29,6 +29,8 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from minidl import files            # absolute: the tests load this file without its package
+
 
 def start(dev: int) -> None:
     """Start the workers for GPU `dev` (none: see above), listed in `_cuda._workers`, where the compile
@@ -74,11 +76,8 @@ def finished(claims: str, n: int, stamp: str, me: int | None = None) -> None:
     os.close(os.open(os.path.join(claims, f"done-{os.getpid() if me is None else me}"), os.O_CREAT | os.O_WRONLY))
     if sum(f.startswith("done-") for f in os.listdir(claims)) == n and claim(claims, "stamp"):
         try:
-            os.makedirs(os.path.dirname(stamp), exist_ok=True)
-            with open(stamp + ".tmp", "w") as f:
-                f.write("compiled\n")
-            os.replace(stamp + ".tmp", stamp)
-        except OSError:                 # a read-only cache: the next run starts workers again
+            files.write_atomic(stamp, lambda f: f.write(b"compiled\n"))
+        except files.WriteError:        # a read-only cache: the next run starts workers again
             pass
         shutil.rmtree(claims, ignore_errors=True)
 

@@ -10,8 +10,9 @@ still hold, so a deterministic run chooses among deterministic engines only.
 The choice is remembered on disk, keyed by GPU, cuDNN version, op, shapes, dtypes, pointer
 alignment, tf32 and determinism, as the plan's name (engine and knobs; an index into the
 candidate list would not survive a new cuDNN), in `$MINIDL_CACHE/cudnn-engines.json` (default
-`~/.cache/minidl`). So a second run of the same model takes the same engines (its numbers are the
-same) without timing again, and builds only those plans (`build_remembered`). `MINIDL_AUTOTUNE=0`
+`$XDG_CACHE_HOME/minidl`, else `~/.cache/minidl`: `files.cache_dir`). So a second run of the same
+model takes the same engines (its numbers are the same) without timing again, and builds only those
+plans (`build_remembered`). `MINIDL_AUTOTUNE=0`
 makes the heuristics' choice the default. Timing needs a stream that is not capturing: a graph
 first met during a CUDA-graph capture takes the heuristics' first plan.
 
@@ -20,15 +21,15 @@ those noted RUNTIME_COMPILATION with NVRTC), so only the heuristics' first `topk
 build are built and timed (`build_candidates`; MINIDL_AUTOTUNE_TOPK, default 16, which chose
 engines as fast as every candidate did at ResNet-50's shapes where 4 lost a few percent; 0: every
 candidate, as before), and runtime-compiled ones only where the heuristics rank one first
-(MINIDL_AUTOTUNE_RTC=1: those too). The file keeps its format: a key's entry is still the chosen plan's name. Ranks of one
-host write it under a lock and merge what the others wrote, so no rank's choices are lost.
+(MINIDL_AUTOTUNE_RTC=1: those too). The file keeps its format: a key's entry is still the chosen
+plan's name. Ranks of one host write it in turn (`files.exclusive`), each merging what the others
+wrote, so no rank's choices are lost; it is written as minidl writes every file (`files.write_atomic`).
 """
 from __future__ import annotations
 
 import collections
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -36,11 +37,7 @@ from typing import Any
 import cupy as cp
 
 from . import _cuda
-
-try:
-    import fcntl
-except ImportError:            # not on Linux: ranks may overwrite each other's entries
-    fcntl = None               # type: ignore[assignment]
+from ... import files
 
 TIMED_RUNS = 10
 TOPK = 16                           # candidates built and timed per graph (topk)
@@ -64,8 +61,7 @@ def autotune_enabled() -> bool:
 
 
 def cache_path() -> str:
-    root = os.environ.get("MINIDL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "minidl")
-    return os.path.join(root, "cudnn-engines.json")
+    return os.path.join(files.cache_dir(), "cudnn-engines.json")
 
 
 def _read(path):
@@ -80,22 +76,18 @@ def _read(path):
 
 
 def _write(path, table):
-    """Atomically (a crash mid-write leaves the old file, never half of one), under a lock, with
-    the entries another process wrote since `table` was read merged in (ours win)."""
+    """Atomically (a crash mid-write leaves the old file, never half of one), one process at a time
+    (the lock file beside it, waited for), with the entries another process wrote since `table` was
+    read merged in (ours win)."""
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".lock", "a") as lock:
-            if fcntl is not None:
-                fcntl.flock(lock, fcntl.LOCK_EX)           # released when the file closes
+        with files.exclusive(path + ".lock"):
             _disk.pop(path, None)
             for k, v in _read(path).items():
                 table.setdefault(k, v)
             _disk[path] = table
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-engines-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(table, f, indent=0, sort_keys=True)
-            os.replace(tmp, path)
-    except OSError:
+            text = json.dumps(table, indent=0, sort_keys=True)
+            files.write_atomic(path, lambda f: f.write(text.encode()))
+    except files.WriteError:
         pass                            # a read-only home costs only the timing next time
 
 
