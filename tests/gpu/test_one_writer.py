@@ -19,7 +19,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _env(tmp_path, **more):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), CUPY_CACHE_DIR=str(tmp_path / "cupy"),
+    # the checkout first, then whatever else the machine's imports need (the cuDNN Frontend's folder)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, CUPY_CACHE_DIR=str(tmp_path / "cupy"),
                XDG_CACHE_HOME=str(tmp_path / "xdg"), MINIDL_COMPILE_WORKERS="0", **more)
     env.pop("MINIDL_CACHE", None)
     return env
