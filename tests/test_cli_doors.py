@@ -45,9 +45,12 @@ def test_train_help_and_a_refused_flag_name_the_command_as_invoked(door, tmp_pat
     assert f"{name}: error: argument -n" in refused.stderr
 
 
-def test_warmup_through_the_dispatcher_names_itself_so_too(tmp_path):
-    p = _run(_console_script(tmp_path), "warmup", "-h")
-    assert p.returncode == 0 and p.stdout.startswith("usage: minidl warmup [-h] "), p.stdout[:200]
+@pytest.mark.parametrize("command", ["warmup", "infer", "export", "plot"])
+def test_every_command_through_the_dispatcher_names_itself_so_too(tmp_path, command):
+    p = _run(_console_script(tmp_path), command, "-h")
+    assert p.returncode == 0 and p.stdout.startswith(f"usage: minidl {command} [-h]"), p.stdout[:200]
+    p = _run([sys.executable, "-m", f"minidl.{command}"], "-h")
+    assert p.returncode == 0 and p.stdout.startswith(f"usage: python -m minidl.{command} [-h]"), p.stdout[:200]
 
 
 def test_the_dispatcher_forgets_its_door_once_the_command_returns():

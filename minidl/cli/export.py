@@ -22,7 +22,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from .. import files
+from .. import cli, files
 from ..files.checkpoint import SAFETENSORS_FORMAT, load_model
 from ..install_hint import install_hint
 
@@ -48,7 +48,7 @@ def save_safetensors(path: str | os.PathLike, model: Model) -> dict[str, np.ndar
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m minidl.export",
+    p = argparse.ArgumentParser(prog=cli.prog("export"),
                                 description="Export a minidl checkpoint as ONNX and/or .safetensors.")
     p.add_argument("checkpoint", help="a checkpoint written by python -m minidl.train (.npz)")
     p.add_argument("--onnx", metavar="PATH", help="write the inference graph as ONNX (opset 17)")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from .. import cli
 from .flags import (Parser, add_checkpoint, add_data, add_device, add_precision, add_threads, check_args, positive,
                     run_cli)
 
@@ -26,7 +27,7 @@ THROUGHPUT_IMAGES = 10_000
 
 def parser() -> Parser:
     p = Parser(
-        prog="python -m minidl.infer",
+        prog=cli.prog("infer"),
         description="Compile a trained model for inference (BN folded, ReLU fused, CUDA graphs on the "
                     "GPU) and report its accuracy over the whole test set, optionally its latency and "
                     "a per-op profile.")

@@ -20,8 +20,8 @@ import os
 import sys
 from typing import Sequence
 
+from .. import cli, files
 from ..install_hint import install_hint
-from .. import files
 from ..files.metrics_log import MetricsError, records
 
 MAX_POINTS = 10_000                 # per curve: several points per pixel of the widest image drawn
@@ -102,7 +102,7 @@ def formats() -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m minidl.plot",
+    p = argparse.ArgumentParser(prog=cli.prog("plot"),
                                 description="Plot loss and accuracy against steps from metrics JSONL files.")
     p.add_argument("runs", nargs="+", metavar="RUN.jsonl", help="metrics files (python -m minidl.train --metrics)")
     p.add_argument("-o", "--output", default="curves.png", metavar="PNG", help="the image to write (curves.png)")
