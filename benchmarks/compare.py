@@ -7,7 +7,7 @@ weights, the same batches; test accuracy and training time after each listed epo
 SGD (lr 0.01, no momentum), batch 64, inputs normalised with mean 0.1307 and std 0.3081 (the
 study's, for both datasets). Both
 frameworks start from minidl's seeded initial weights (copied into the PyTorch twin by
-minidl.files.torch_names) and visit the minidl loader's seeded batch order. Writes compare.md (one
+minidl.checkpoint.torch_names) and visit the minidl loader's seeded batch order. Writes compare.md (one
 Markdown table) and one PNG per model and dataset (accuracy and time against epochs). Without a usable GPU it
 prints one line and exits 2. The pieces that need no GPU (copy_weights, markdown_table) are
 importable on their own.
@@ -34,7 +34,7 @@ FRAMEWORKS = ("minidl", "PyTorch")
 def copy_weights(model, twin):
     """Load minidl `model`'s weights into its PyTorch `twin` (strict: every name and shape)."""
     import torch
-    from minidl.files.torch_names import to_torch
+    from minidl.checkpoint.torch_names import to_torch
     twin.load_state_dict({k: torch.from_numpy(v) for k, v in to_torch(model).items()}, strict=True)
     return twin
 

@@ -2,15 +2,15 @@
 
 `torch_model(case)` builds the PyTorch twin of a benchmark case's minidl model (LeNet-5, the ResNets,
 and the cuDNN-vs-PyTorch study's SimpleNet, Caffe's LeNet, ReLUNet and LargeNet); `torch_from_minidl`
-copies a minidl model's weights into it by the names minidl.files.torch_names gives (strict: every
+copies a minidl model's weights into it by the names minidl.checkpoint.torch_names gives (strict: every
 parameter and statistic, each of the right shape). A minidl model that carries its preprocessing
 (layers.Normalize) gets a twin that applies it too (`Preprocessed`), so both take the same images
-(docs/input.md); its mean and std are no state_dict entries, so the names stay minidl.files.torch_names'.
+(docs/input.md); its mean and std are no state_dict entries, so the names stay minidl.checkpoint.torch_names'.
 """
 import torch
 import torch.nn as nn
 
-from minidl.files import torch_names
+from minidl.checkpoint import torch_names
 from minidl.models.resnet import RESNET_DEPTHS
 
 
@@ -97,7 +97,7 @@ def _torch_resnet(depth):
 
 
 def torch_from_minidl(case, model, device="cuda"):
-    """torch_model(case) holding `model`'s weights (by minidl.files.torch_names, strict), in eval mode."""
+    """torch_model(case) holding `model`'s weights (by minidl.checkpoint.torch_names, strict), in eval mode."""
     from minidl.data.loader import preprocessing
     pre = preprocessing(model)
     tmodel = torch_model(case, None if pre is None else (list(pre.mean), list(pre.std)))

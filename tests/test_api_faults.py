@@ -12,7 +12,7 @@ import pytest
 import minidl as dl
 from minidl import layers as L
 from minidl import models, optim
-from minidl.files import checkpoint as ckpt
+from minidl import checkpoint as ckpt
 from minidl.layers import registry
 
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl.files import checkpoint as ckpt
+from minidl import checkpoint as ckpt
 from minidl import layers as L, models, optim
-from minidl.files.checkpoint import CheckpointError
+from minidl.checkpoint import CheckpointError
 from minidl.files import WriteError
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl.files import checkpoint, torch_names
+from minidl import checkpoint
+from minidl.checkpoint import torch_names
 from minidl.cli import export
 from minidl import inference, layers as L, models, optim
 from minidl.data import mnist

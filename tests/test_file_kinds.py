@@ -12,7 +12,9 @@ from minidl.cli import infer as infer_cli
 from minidl.cli import plot as plot_cli
 from minidl.cli import train as train_cli
 from minidl.cli.stops import fresh_name
-from minidl.files import checkpoint, checkpoint_data, kinds
+from minidl import checkpoint
+from minidl.checkpoint import checkpoint_data
+from minidl.files import kinds
 from minidl.files.metrics_log import MetricsError, MetricsLog
 
 RECORD = b'{"step": 100, "epoch": 0, "loss": 0.5, "accuracy": 90.0, "lr": 0.01, "images_per_s": 1.0, "wall_s": 1.0}\n'

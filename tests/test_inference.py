@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl.files import checkpoint
+from minidl import checkpoint
 from minidl import inference, layers as L, models, optim
 from minidl.data import write_idx
 from minidl.inference import ArtifactError

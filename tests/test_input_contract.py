@@ -158,7 +158,7 @@ def test_images_outside_the_contract_are_one_error_naming_the_entry_point(bad, w
 def _from_before(path, what="checkpoint"):
     """Rewrite a file as one from before the input contract: its config without the "input" key (and an
     artifact's record without "images"), every tensor as it was."""
-    from minidl.files import checkpoint
+    from minidl import checkpoint
     info, arrays = checkpoint.read_npz(path, what)
     info["model"].pop("input")
     info.pop("images", None)
@@ -171,7 +171,7 @@ def test_checkpoints_and_artifacts_from_before_the_contract_keep_their_answers(t
     Loader's default then): its checkpoint loads with that Normalize made explicit, so it takes [0, 1]
     images at every entry point and answers as it did; an artifact from before takes normalised floats, as
     it did; its weights load into today's zoo model too."""
-    from minidl.files import checkpoint
+    from minidl import checkpoint
     from minidl import inference
     old = models.lenet5(seed=3, preprocess=False)
     path = _from_before(_quiet(old).save(tmp_path / "old.npz"))

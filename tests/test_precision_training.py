@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl.files import checkpoint
+from minidl import checkpoint
 from minidl import inference, models, optim
-from minidl.files.checkpoint import read_npz, write_npz
+from minidl.checkpoint import read_npz, write_npz
 from minidl.data.loader import Loader
 from minidl.precision import BFLOAT16
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import minidl as dl
-from minidl.files import checkpoint
+from minidl import checkpoint
 from minidl import inference, layers as L, models
 from minidl.backend import Device
 from minidl.data import DataError, Loader

@@ -7,7 +7,7 @@ import signal
 import numpy as np
 import pytest
 
-from minidl.files import checkpoint
+from minidl import checkpoint
 from minidl.cli import train as cli
 from minidl.training.trainer import Trainer
 

@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from minidl.files import checkpoint
+from minidl import checkpoint
 from minidl import files, models
 from tests.test_files import CAN_TMPFS, CAN_UNPRIVILEGE
 

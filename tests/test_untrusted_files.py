@@ -10,9 +10,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from minidl.files import checkpoint
+from minidl import checkpoint
 from minidl import inference, models, optim
-from minidl.files.checkpoint import CheckpointError
+from minidl.checkpoint import CheckpointError
 
 
 def saved(tmp_path, opt=None):

@@ -4,7 +4,7 @@ refused before any data is read (each through the parser's `error`, exit 2, nami
 A training run reads its checkpoint for -l and --resume and writes it for -s, --save-every and
 --resume (`saves`); the file it writes must be a checkpoint's (files.kinds), of a run on the same
 dataset, and for --resume the run that was planned. `minidl infer` takes the dataset its checkpoint
-records (files.checkpoint_data) and refuses another.
+records (checkpoint.checkpoint_data) and refuses another.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def saves(args: argparse.Namespace) -> bool:
 
 def _info(path):
     """A checkpoint's JSON record (read alone), or None: no such file, or one the run will report on."""
-    from minidl.files import checkpoint_data
+    from minidl.checkpoint import checkpoint_data
     try:
         return checkpoint_data.read_info(path) if os.path.isfile(path) else None
     except ValueError:
@@ -51,7 +51,7 @@ def infer_dataset(args: argparse.Namespace, error: Callable[[str, str], NoReturn
     """infer --checkpoint: --dataset left out takes the checkpoint's; one that differs is refused. A
     checkpoint that does not say (saved before checkpoints recorded it) is scored on --dataset or
     MNIST, with a note (args.dataset_note)."""
-    from minidl.files import checkpoint_data
+    from minidl.checkpoint import checkpoint_data
     info = _info(args.checkpoint) if args.checkpoint else None
     recorded = checkpoint_data.dataset_of(info) if info else None
     if recorded is not None and recorded not in data.DATASETS:
@@ -71,7 +71,7 @@ def check_training_checkpoint(args: argparse.Namespace, error: Callable[[str, st
     (`saves`), a file of its kind (files.kinds: a .npz, not an export, an artifact or a metrics log),
     not another dataset's run, and for --resume the run that was planned."""
     from minidl import files as _files
-    from minidl.files import checkpoint_data
+    from minidl.checkpoint import checkpoint_data
     path, a = checkpoint_path(args), vars(args)
     why = _files.unreadable(path) if a["resume"] or a["load"] else None
     if why:

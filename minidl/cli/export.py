@@ -8,8 +8,8 @@ kept, so its outputs are Model.predict's, unless --logits), opset 17, float32, a
 (minidl.inference.onnx_export); it takes images in [0, 1] (--uint8: uint8 in [0, 255]), as every entry
 point does (docs/input.md).
 --safetensors writes every parameter and BN statistic under the names the model's PyTorch twin uses
-(minidl.files.torch_names; benchmarks/torch_models.py builds the twins), so a torch state_dict made from
-it loads with strict=True; its metadata holds the architecture, so minidl.files.checkpoint.load_model
+(minidl.checkpoint.torch_names; benchmarks/torch_models.py builds the twins), so a torch state_dict made from
+it loads with strict=True; its metadata holds the architecture, so minidl.checkpoint.load_model
 reads it back. Both are written through minidl.files' writer (temp file, fsync, rename: a full disk
 leaves the previous file whole). Bad flags exit 2 with the usage line; a bad file is one `error:`
 line and exit 1.
@@ -23,7 +23,7 @@ import sys
 from typing import TYPE_CHECKING, Sequence
 
 from .. import cli, files
-from ..files.checkpoint import SAFETENSORS_FORMAT, load_model
+from ..checkpoint import SAFETENSORS_FORMAT, load_model
 from ..install_hint import install_hint
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def save_safetensors(path: str | os.PathLike, model: Model) -> dict[str, np.ndar
     except ImportError:
         raise ValueError(f"--safetensors needs the safetensors package "
                          f"({install_hint('export', 'safetensors')})") from None
-    from ..files.torch_names import to_torch
+    from ..checkpoint.torch_names import to_torch
     tensors = to_torch(model)
     meta = {"format": SAFETENSORS_FORMAT, "model": json.dumps(model.config()), "names": "pytorch"}
     data = save(tensors, metadata=meta)

@@ -174,7 +174,7 @@ def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> float:
     if args.checkpoint and model.precision != "fp32":
         # against the model itself, layer by layer in fp32 (Model.forward), not another lowering of it:
         # a fault of the passes or the schedule then shows here too
-        from minidl.files.checkpoint import load_model
+        from minidl.checkpoint import load_model
         reference = load_model(args.checkpoint, device=device)
         same = agreement(model, lambda x: reference.forward(x, training=False), loader)
         out(f"{model.precision} agrees with fp32 on {same:.2f}% of the {loader.N} test predictions (the fp32 "

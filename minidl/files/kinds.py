@@ -35,7 +35,7 @@ _META_BYTES = 64 << 20        # a JSON record larger than this is no minidl file
 
 
 def of_format(fmt: object) -> str | None:
-    """The kind of a file written by files.checkpoint.write_npz with the record format `fmt`, or None."""
+    """The kind of a file written by checkpoint.write_npz with the record format `fmt`, or None."""
     return next((k for k in ("checkpoint", "artifact") if str(fmt).startswith(f"minidl-{k}")), None)
 
 

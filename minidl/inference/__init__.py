@@ -62,7 +62,7 @@ def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | D
     """
     source = model_or_checkpoint_path
     if isinstance(source, (str, os.PathLike)):
-        from ..files.checkpoint import load_model
+        from ..checkpoint import load_model
         model = load_model(os.fspath(source), device="cpu")          # folding is host work
         device = "auto" if device is None else device
     else:

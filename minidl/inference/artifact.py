@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import precision as _precision
 from ..backend import DtypeError, get_device
-from ..files.checkpoint import check_finite, read_npz, write_npz
+from ..checkpoint import check_finite, read_npz, write_npz
 from ..graph import Model
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ global average pooling; fc), so loading is a name map, the shapes checked:
 
 Parameter by parameter: a conv's or fc's weight and bias are minidl's w and b (the same layouts,
 (K, C, kH, kW) and (units, features)); a BatchNorm2d's weight, bias, running_mean, running_var are
-gamma, beta and the running statistics (files/torch_names.py's table); num_batches_tracked has no
+gamma, beta and the running statistics (checkpoint/torch_names.py's table); num_batches_tracked has no
 counterpart and is skipped. The zoo's layers are read in graph order, which is torchvision's module
 order but for the shortcut, listed first in each block.
 """
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from ..files.torch_names import BN_COUNTER, PARAMS
+from ..checkpoint.torch_names import BN_COUNTER, PARAMS
 
 if TYPE_CHECKING:
     from ..graph.model import Model

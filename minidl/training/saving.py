@@ -5,7 +5,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..data.datasets import SHA256
-from ..files import checkpoint as ckpt
+from .. import checkpoint as ckpt
 from .hooks import TrainingDiverged
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ class Saving:
     """Trainer's checkpoints (a base class of it): check_finite, save, resume.
 
     dataset: the name of the data this run trains on ('mnist', 'fashion-mnist'), recorded in every
-    checkpoint it saves (its `data` record, files/checkpoint_data.py) so that `minidl infer` scores it
+    checkpoint it saves (its `data` record, checkpoint/checkpoint_data.py) so that `minidl infer` scores it
     on that data; arrays do not say which dataset they are, so a run in Python names it here or in
     save(dataset=); a command-line run's plan names it already.
     """

@@ -2,7 +2,7 @@
 
 A checkpoint holds the architecture (Model.config()), every parameter and running statistic,
 the optimizer's state, the step and the random generator state, so a resumed run continues
-exactly where the saved one stopped; and the data it was trained on (`data`, files.checkpoint_data),
+exactly where the saved one stopped; and the data it was trained on (`data`, checkpoint_data),
 so `minidl infer` scores it on its own data.
 """
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import files
-from .base import CheckpointError, check_readable as _check_readable   # CheckpointError: minidl.files.checkpoint's
+from ..files.base import CheckpointError, check_readable as _check_readable   # CheckpointError: minidl.checkpoint's
 from .checkpoint_data import data_record, dataset_of, read_info  # noqa: F401 (dl.checkpoint.read_info: docs)
-from .kinds import of_format
+from ..files.kinds import of_format
 from .partial_load import load_matching
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def _check_members(path):
 
 def save(path: str | os.PathLike, model: Model, optimizer: Optimizer | None = None,
          meta: dict[str, Any] | None = None) -> str | os.PathLike:
-    """Write model (+ optimizer) state and its data record (files.checkpoint_data) to `path` atomically."""
+    """Write model (+ optimizer) state and its data record (checkpoint_data) to `path` atomically."""
     arrays = {f"param/{k}": v for k, v in model.get_weights().items()}
     meta = meta or {}
     info = {"format": FORMAT, "model": model.config(), "meta": meta, "data": data_record(model, meta)}
@@ -271,7 +271,7 @@ def _is_safetensors(path):
 def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(model config, {PyTorch name: array}) of a .safetensors file written by minidl.export.
 
-    Its tensors carry the PyTorch twin's names (minidl.files.torch_names); its metadata the architecture.
+    Its tensors carry the PyTorch twin's names (minidl.checkpoint.torch_names); its metadata the architecture.
     """
     path = os.fspath(path)
     _check_readable(path, "weights", CheckpointError)

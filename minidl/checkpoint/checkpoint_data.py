@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .base import CheckpointError, check_readable
+from ..files.base import CheckpointError, check_readable
 if TYPE_CHECKING:
     from ..graph.model import Model
 
