@@ -20,7 +20,7 @@ import numpy as np
 
 from .checks import CLASSES, check_images, check_labels
 from .errors import DataError
-from .loader import background, on_device, pixel_scale
+from .loader import background, batches_per_epoch, epoch_order, on_device, pixel_scale
 
 if TYPE_CHECKING:
     from .._types import Array
@@ -152,14 +152,11 @@ class DatasetLoader(HostLoader):
             raise DataError(f"{self.where}: a dataset of {self.N} samples gives no batch of {self.global_batch}")
 
     def __len__(self) -> int:
-        full, rest = divmod(self.N, self.global_batch)
-        return full + (1 if rest and not self.drop_last else 0)
+        return batches_per_epoch(self)
 
     def order(self, epoch: int) -> np.ndarray:
         """The Loader's: the host permutation of range(N) that epoch `epoch` visits."""
-        if not self.shuffle:
-            return np.arange(self.N)
-        return np.random.default_rng([self.seed, epoch]).permutation(self.N)
+        return epoch_order(self, epoch)
 
     def host_batch(self, epoch: int, k: int) -> tuple[Any, Any]:
         if not 0 <= k < len(self):

@@ -82,6 +82,21 @@ def background(normalize: bool | tuple[Any, Any], dtype: np.dtype) -> float:
     return float(values[0]) if len(values) == 1 else 0.0
 
 
+def batches_per_epoch(loader: Any) -> int:
+    """A loader's global batches an epoch (`N`, `global_batch`, `drop_last`): the Loader's and the host
+    loaders' one rule, so a dataset runs the steps its arrays would."""
+    full, rest = divmod(loader.N, loader.global_batch)
+    return full + (1 if rest and not loader.drop_last else 0)
+
+
+def epoch_order(loader: Any, epoch: int) -> np.ndarray:
+    """The host permutation of range(N) that epoch `epoch` visits (`shuffle`, `seed`): one rule for the
+    Loader and the host loaders, so a dataset visits its samples in the arrays' order and resumes alike."""
+    if not loader.shuffle:
+        return np.arange(loader.N)
+    return np.random.default_rng([loader.seed, epoch]).permutation(loader.N)
+
+
 class Loader:
     """Batches (x, y) of images (N, H, W) or (N, C, H, W) -> x (B, C, H, W) device.dtype, y (B,) int32.
 
@@ -127,14 +142,11 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch (global batches: every rank runs as many)."""
-        full, rest = divmod(self.N, self.global_batch)
-        return full + (1 if rest and not self.drop_last else 0)
+        return batches_per_epoch(self)
 
     def order(self, epoch: int) -> np.ndarray:
         """Host int64 permutation of range(N) that epoch `epoch` visits."""
-        if not self.shuffle:
-            return np.arange(self.N)
-        return np.random.default_rng([self.seed, epoch]).permutation(self.N)
+        return epoch_order(self, epoch)
 
     def indices(self, epoch: int, k: int) -> Array:
         """The device indices of this rank's part of the k-th batch of epoch `epoch` (a view: no
