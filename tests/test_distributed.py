@@ -487,3 +487,34 @@ def test_sigterm_ends_ranks_waiting_for_a_rank_that_never_comes(tmp_path):
     said = [line for line in err.splitlines() if line.startswith("SIGTERM: rank 1 waited")]
     assert len(said) == 1 and said[0].endswith("in a collective they did not reach (ranks out of step): "
                                                "the job ends, nothing saved"), err
+
+
+_FIT = """
+import sys
+import numpy as np
+import minidl as dl
+from minidl import models, optim
+from minidl.distributed import RanksDisagree
+world = dl.distributed.init()
+steps = [20, 30][world.rank] if sys.argv[1] == "steps" else 20
+batch = [16, 48][world.rank] if sys.argv[1] == "batch" else 16
+x, y = np.random.default_rng(0).integers(0, 255, (256, 28, 28), np.uint8), np.arange(256) % 10
+trainer = dl.Trainer(models.lenet5(device="cpu"), optim.SGD(lr=0.01), device="cpu", world=world)
+try:
+    trainer.fit(x, y, steps=steps, batch_size=batch, monitor=10)
+except RanksDisagree as e:
+    print(f"rank {world.rank}: {e}")
+    sys.exit(2)
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("what,line", [("steps", "rank 1: steps is 30, rank 0 has 20"),
+                                       ("batch", "rank 1: batch_size is 48, rank 0 has 16")])
+def test_ranks_calling_fit_on_different_runs_stop_naming_the_difference(what, line):
+    """Through the Python API, where no command line was compared: fit's run (its last step, batch,
+    steps an epoch, monitoring interval) is agreed before the first step, so ranks out of step end
+    with one line each instead of waiting for each other for ever."""
+    p = launch(2, "-c", _FIT, what, timeout=60)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert p.stdout.count(line) == 2, p.stdout + p.stderr

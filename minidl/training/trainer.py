@@ -202,6 +202,8 @@ class Trainer(Saving):
         self._step.blank = loader.blank      # shifted images are filled with the background
         per_epoch = len(loader)
         end = self.step + left if left is not None else (epochs or 0) * per_epoch or self.step + per_epoch
+        distributed.agree(self.world, {"steps": end, "batch_size": loader.batch_size, "steps an epoch": per_epoch,
+                                       "monitor": monitor})     # ranks out of step would wait for each other
         if end <= self.step:                 # the data checked all the same
             return self._nothing_left(f"steps={steps}" if steps is not None else f"epochs={epochs} ({end} steps)")
         # a schedule named without its length ("cosine") spans the run's steps, as on the command line
