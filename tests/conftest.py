@@ -42,3 +42,19 @@ def mnist_train():
         return data.mnist("train", download=False)
     except data.DataError:  # offline without the files: train on data that needs no network
         return mnist_lookalike(2000)
+
+
+@pytest.fixture
+def no_data(monkeypatch, tmp_path):
+    """Run in an empty folder (holding one empty file, `a-file`) where reading data, finding data or
+    building a device fails the test: the command lines' flags are checked before any of those."""
+    import minidl
+
+    def touched(*a, **k):
+        raise AssertionError("data was read or a model was built before the flags were checked")
+    for mod, name in ((minidl.data, "load"), (minidl.data, "find_dataset"), (minidl, "get_device")):
+        monkeypatch.setattr(mod, name, touched)
+    monkeypatch.setenv("MINIDL_DATA", str(tmp_path / "empty"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    return tmp_path

@@ -264,7 +264,6 @@ class Faulty(L.Layer):
     """Returns what `fault` says: a wrong shape, an int dtype, a list; or from backward a bare array,
     (None,), () or a gradient of the wrong shape."""
 
-    @L.base.record_config
     def __init__(self, fault, name=None):
         super().__init__(name)
         self.fault = fault

@@ -114,21 +114,6 @@ def test_missing_data_is_a_one_line_error(tmp_path):
     assert not list(missing.rglob("*ubyte*"))                 # nothing half-downloaded is left
 
 
-@pytest.fixture
-def no_data(monkeypatch, tmp_path):
-    """Run in an empty folder where reading data, finding data or building a device fails the test."""
-    import minidl
-
-    def touched(*a, **k):
-        raise AssertionError("data was read or a model was built before the flags were checked")
-    for mod, name in ((minidl.data, "load"), (minidl.data, "find_dataset"), (minidl, "get_device")):
-        monkeypatch.setattr(mod, name, touched)
-    monkeypatch.setenv("MINIDL_DATA", str(tmp_path / "empty"))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "a-file").write_text("")
-    return tmp_path
-
-
 def exits_2(main, args, flag, capsys):
     with pytest.raises(SystemExit) as e:
         main(args)

@@ -20,20 +20,6 @@ from minidl.files.metrics_log import MetricsError, MetricsLog
 RECORD = b'{"step": 100, "epoch": 0, "loss": 0.5, "accuracy": 90.0, "lr": 0.01, "images_per_s": 1.0, "wall_s": 1.0}\n'
 
 
-@pytest.fixture
-def no_data(monkeypatch, tmp_path):
-    """An empty folder where reading data or building a device fails the test."""
-    import minidl
-
-    def touched(*a, **k):
-        raise AssertionError("data was read or a model was built before the flags were checked")
-    for mod, name in ((minidl.data, "load"), (minidl.data, "find_dataset"), (minidl, "get_device")):
-        monkeypatch.setattr(mod, name, touched)
-    monkeypatch.setenv("MINIDL_DATA", str(tmp_path / "empty"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def a_checkpoint(path, dataset="mnist"):
     checkpoint.save(path, models.lenet5(), None, {"step": 3, "seed": 0, "plan": {"dataset": dataset}})
     return path.read_bytes()

@@ -17,7 +17,6 @@ from minidl import optim
 class Twice(L.Layer):
     """y = 2 x, or with `fault` a result that breaks the contract."""
 
-    @L.base.record_config
     def __init__(self, fault=None, name=None):
         super().__init__(name)
         self.fault = fault

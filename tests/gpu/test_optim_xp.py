@@ -12,24 +12,12 @@ cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 
 import minidl as dl  # noqa: E402
-from minidl import layers as L, optim  # noqa: E402
+from minidl import optim  # noqa: E402
+from tests.helpers.control_net import data, net  # noqa: E402
 from minidl.kernels.gpu import optim as gpu_optim  # noqa: E402
 
 STEPS = 10
 NAMES = sorted(optim.OPTIMIZERS)
-
-
-def net(device, seed=0):
-    x = L.Input((1, 12, 12))
-    h = L.ReLU()(L.BatchNorm2D()(L.Conv2D(8, 3, padding=1, bias=False)(x)))
-    h = L.MaxPool2D(2)(h)
-    h = L.ReLU()(L.Dense(32, name="fc")(L.Flatten()(h)))
-    return dl.Model(x, L.Softmax()(L.Dense(10, name="head")(h)), device=device, seed=seed)
-
-
-def data(n=256, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, 256, (n, 12, 12), dtype=np.uint8), rng.integers(0, 10, n).astype(np.uint8)
 
 
 def make(name, controls, rule):

@@ -10,7 +10,8 @@ cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 
 import minidl as dl  # noqa: E402
-from minidl import layers as L, optim  # noqa: E402
+from minidl import optim  # noqa: E402
+from tests.helpers.control_net import data, net  # noqa: E402
 from minidl.kernels.contract import Controls  # noqa: E402
 
 gpu = importlib.import_module("minidl.kernels.gpu.optim")
@@ -51,19 +52,6 @@ def test_controlled_updates_match_the_cpu_and_leave_frozen_elements_alone(name, 
         np.testing.assert_allclose(cp.asnumpy(d), h, rtol=1e-4, atol=1e-6)
         assert np.array_equal(cp.asnumpy(d)[frozen], h[frozen])
     assert np.array_equal(cp.asnumpy(dev[0])[frozen], p0[frozen])
-
-
-def net(device, seed=0):
-    x = L.Input((1, 12, 12))
-    h = L.ReLU()(L.BatchNorm2D()(L.Conv2D(8, 3, padding=1, bias=False)(x)))
-    h = L.MaxPool2D(2)(h)
-    h = L.ReLU()(L.Dense(32, name="fc")(L.Flatten()(h)))
-    return dl.Model(x, L.Softmax()(L.Dense(10, name="head")(h)), device=device, seed=seed)
-
-
-def data(n=256, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, 256, (n, 12, 12), dtype=np.uint8), rng.integers(0, 10, n).astype(np.uint8)
 
 
 def controlled():
