@@ -1,7 +1,7 @@
 """Default recipes: every flag left out takes the model's recipe, the recipe is printed at the start,
 the recipe flags are checked before data is read and are part of the run plan."""
 import pytest
-from tests.test_cli import exits_2, lines_of, needs_mnist, no_data, train  # noqa: F401 (a fixture)
+from tests.test_cli import exits_2, lines_of, needs_mnist, train
 
 from minidl import optim
 from minidl.cli import recipes, train as cli
@@ -110,7 +110,7 @@ def test_the_schedule_includes_the_warmup():
     (["--shift", "-1"], "--shift"), (["--shift", "9"], "--shift"), (["--shift", "two"], "--shift"),
     (["--flip=yes"], "--flip/--no-flip"), (["--no-flip=1"], "--flip/--no-flip"),
 ])
-def test_bad_recipe_flags_exit_2_before_reading_data(args, flag, no_data, capsys):  # noqa: F811
+def test_bad_recipe_flags_exit_2_before_reading_data(args, flag, no_data, capsys):
     exits_2(cli.main, args, flag, capsys)
 
 
