@@ -109,6 +109,17 @@ def test_predict_and_evaluate_take_nhwc_as_fit_does():
         model.evaluate(x, y, data_format="nhwc")
 
 
+def test_compiled_predict_takes_the_layouts_model_predict_takes():
+    model = dl.models.lenet5()
+    compiled = dl.inference.compile(model)
+    x = np.random.default_rng(1).integers(0, 256, (5, 28, 28), dtype=np.uint8)
+    want = model.predict(x)
+    for images in (x, x[:, None], x[..., None]):                  # (N, H, W), NCHW, NHWC
+        assert np.array_equal(np.asarray(compiled.predict(images)), want), images.shape
+    with pytest.raises(ValueError, match=r"inputs must be \(N, \*\(1, 28, 28\)\).*\(5, 28, 28, 2\)"):
+        compiled.predict(np.repeat(x[..., None], 2, -1))
+
+
 def test_a_python_run_names_its_dataset_for_infer(tmp_path):
     from tests.conftest import mnist_lookalike
     trainer = dl.Trainer(dl.models.lenet5(), dl.optim.Adam(3e-3), device="cpu", seed=0)

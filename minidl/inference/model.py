@@ -101,9 +101,10 @@ class InferenceModel:
         return values if keep else [values[v] for v in self.outputs]
 
     def _shaped(self, xs):
-        """xs with (N, H, W) images given their channel where an input is (1, H, W), as Model.predict takes them."""
-        return [x.reshape(x.shape[0], *shape) if len(shape) == 3 and shape[0] == 1
-                and tuple(getattr(x, "shape", ()))[1:] == shape[1:] else x for x, shape in zip(xs, self.input_shapes)]
+        """xs as Model.predict takes them: (N, H, W) images given their channel where an input is (1, H, W),
+        and (N, H, W, C) images moved to (N, C, H, W) where the shape alone says so (C of 1 or 3 and
+        the shape not also channels first: data/sources.layout's rule without a data_format)."""
+        return [_channels_first(x, shape) for x, shape in zip(xs, self.input_shapes)]
 
     def _inputs(self, xs):
         if len(xs) != len(self.input_shapes):
@@ -237,3 +238,15 @@ class InferenceModel:
         """Write the weights-only artifact (the lowered graph in Model.config's format) atomically."""
         return artifact.write(path, self.model, self.probabilities, self.stats, self.precision, self.images)
 
+
+def _channels_first(x: Any, shape: tuple[int, ...]) -> Any:
+    """x (host or device array) in the (N, *shape) layout where it is one of the image layouts it stands for."""
+    s = tuple(getattr(x, "shape", ()))
+    if len(shape) != 3 or len(s) < 3:
+        return x
+    C, H, W = shape
+    if C == 1 and s[1:] == (H, W):
+        return x.reshape(s[0], C, H, W)
+    if C in (1, 3) and s[1:] == (H, W, C) and s[1:] != shape:
+        return x.transpose(0, 3, 1, 2)          # (N, H, W, C): the copy into the device buffer lays it out
+    return x
