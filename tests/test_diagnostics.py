@@ -89,3 +89,28 @@ def test_the_train_command_still_says_which_device_auto_chose_and_warns_in_one_l
         f"device: {minidl.backend._preferred()[0]} ({minidl.backend._preferred()[1]})"]
     assert p.stderr.strip() == ("warning: m.jsonl: its last line was cut short (15 bytes, a run stopped mid-write); "
                                 "dropped it")
+
+
+_UNDER_BAR = """
+import io, logging, sys, warnings
+from tqdm import tqdm
+from minidl.cli import output
+err = sys.stderr = io.StringIO()
+bar = tqdm(total=10, file=err, leave=False, ncols=60)
+bar.update(3)
+with output.shown():
+    warnings.warn("x is wrong")
+    logging.getLogger("minidl.test").warning("y is odd")
+bar.close()
+sys.__stdout__.write(repr(err.getvalue().split(chr(10))))
+"""
+
+
+def test_a_warning_during_the_progress_bar_gets_a_line_of_its_own():
+    p = subprocess.run([sys.executable, "-c", _UNDER_BAR], cwd=PKG.parent, capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=str(PKG.parent)))
+    assert p.returncode == 0, p.stderr
+    lines = eval(p.stdout)
+    # each message starts where the bar's line was cleared (a carriage return), never after the bar's text
+    assert any(line.endswith("\rwarning: x is wrong") for line in lines), lines
+    assert any(line.endswith("\rwarning: y is odd") for line in lines), lines

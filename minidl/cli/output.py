@@ -4,6 +4,8 @@ The library logs through `logging.getLogger("minidl.<module>")` (a NullHandler o
 the application configures logging) and warns through `warnings.warn` (what the user should act on). A
 command shows, while it runs (`shown`), the INFO records on stdout as they are ("device: cpu (...)") and
 the WARNING records and the warnings on stderr as "warning: ..." lines, the form its other lines have.
+Lines go through tqdm.write, so a line printed while the progress bar runs lands above the bar on a
+line of its own instead of being written over it.
 """
 from __future__ import annotations
 
@@ -24,15 +26,25 @@ class _Lines(logging.Handler):
             self.handleError(record)
             return
         if record.levelno >= logging.WARNING:
-            print(f"{record.levelname.lower()}: {text}", file=sys.stderr, flush=True)
+            _line(f"{record.levelname.lower()}: {text}", sys.stderr)
         else:
-            print(text, file=sys.stdout, flush=True)
+            _line(text, sys.stdout)
+
+
+def _line(text: str, file) -> None:
+    """text as one line of `file`, above tqdm's bar when one is drawn."""
+    from tqdm import tqdm
+    tqdm.write(text, file=file)
+    file.flush()
 
 
 def _one_line(message, category, filename, lineno, line=None):
-    """warnings.formatwarning for a command line: "warning: ..." (where and what category is no news
-    to its user); a test's record of warnings is left as it is."""
-    return f"warning: {message}\n"
+    """warnings.formatwarning for a command line: writes "warning: ..." itself (through _line, above the
+    bar) and gives the default showwarning nothing more to write; where and what category is no news
+    to its user. A test's record of warnings (catch_warnings(record=True)) formats nothing: it is left
+    as it is."""
+    _line(f"warning: {message}", sys.stderr)
+    return ""
 
 
 @contextlib.contextmanager
