@@ -149,6 +149,24 @@ def test_infer_save_artifact_onto_a_checkpoint_or_its_input_is_refused(no_data, 
     assert (no_data / "c.npz").read_bytes() == before
 
 
+def test_an_artifact_where_a_checkpoint_is_read_is_named_before_data(no_data, capsys):
+    from minidl import inference
+    a_checkpoint(no_data / "c.npz")
+    inference.compile(models.lenet5()).save(no_data / "a.npz")
+    for main, args, words in (
+            (export_cli.main, ["a.npz", "--onnx", "a.onnx"], "a.npz is a minidl inference artifact, not a minidl "
+                                                              "checkpoint: export the checkpoint it was made from"),
+            (train_cli.main, ["-l", "--checkpoint", "a.npz"], "argument -l: checkpoint a.npz is a minidl inference "
+                                                               "artifact, not a minidl checkpoint"),
+            (train_cli.main, ["--resume", "--checkpoint", "a.npz"], "argument --resume: checkpoint a.npz is a minidl "
+                                                                     "inference artifact"),
+            (infer_cli.main, ["--checkpoint", "a.npz"], "argument --checkpoint: a.npz is a minidl inference artifact"),
+            (infer_cli.main, ["--artifact", "c.npz"], "argument --artifact: c.npz is a minidl checkpoint, not a "
+                                                      "minidl inference artifact")):
+        refused(main, args, capsys, words)
+    assert not (no_data / "a.onnx").exists()
+
+
 def test_plot_onto_a_checkpoint_or_its_input_is_refused(no_data, capsys):
     pytest.importorskip("matplotlib")
     before = a_checkpoint(no_data / "c.npz")

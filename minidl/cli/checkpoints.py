@@ -73,7 +73,7 @@ def check_training_checkpoint(args: argparse.Namespace, error: Callable[[str, st
     from minidl import files as _files
     from minidl.checkpoint import checkpoint_data
     path, a = checkpoint_path(args), vars(args)
-    why = _files.unreadable(path) if a["resume"] or a["load"] else None
+    why = _files.unreadable(path, "checkpoint") if a["resume"] or a["load"] else None
     if why:
         error("resume" if a["resume"] else "load", f"checkpoint {path} {why}")
     if not saves(args):

@@ -79,6 +79,9 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
         why = files.problem(path, flag, reads=[args.checkpoint]) if path else None
         if why:
             p.error(f"--{flag} {path} {why}")
+    why = files.other_kind(args.checkpoint, "checkpoint") if os.path.isfile(args.checkpoint) else None
+    if why:               # an artifact holds the lowered graph only: export reads the checkpoint it came from
+        p.error(f"{args.checkpoint} {why}: export the checkpoint it was made from")
     if args.onnx and args.safetensors and files.target(args.onnx) == files.target(args.safetensors):
         p.error("--onnx and --safetensors name the same file")
     return args

@@ -220,7 +220,7 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
     if trains:
         check_training_checkpoint(args, error)
     for dest in ("checkpoint", "artifact"):
-        why = _files.unreadable(a[dest]) if not trains and a.get(dest) else None
+        why = _files.unreadable(a[dest], dest) if not trains and a.get(dest) else None
         if why:
             error(dest, f"{a[dest]} {why}")
     inputs = [a.get("checkpoint"), a.get("artifact")] if not trains else []

@@ -209,8 +209,11 @@ def warn_once(log: Any, what: str, e: BaseException) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def unreadable(path: str) -> str | None:
-    """Why the file at `path` cannot be read (missing, not a regular file, permission), or None."""
+def unreadable(path: str, kind_read: str | None = None) -> str | None:
+    """Why the file at `path` cannot be read (missing, not a regular file, permission) as a file of
+    `kind_read` (files.kinds.KINDS; None: any): another kind minidl writes is named ("is a minidl
+    inference artifact, not a minidl checkpoint"), before a command reads its data. Files of no
+    kind known here pass: their reader names what is wrong with them."""
     if not os.path.exists(path):
         return ("does not exist (set --checkpoint, or train with -s first)" if path.endswith(".npz")
                 else "does not exist")
@@ -218,6 +221,18 @@ def unreadable(path: str) -> str | None:
         return f"is {kind(path)}, not a regular file"
     try:
         with open(path, "rb"):
-            return None
+            pass
     except OSError as e:
         return f"cannot be read ({e.strerror or e})"
+    return other_kind(path, kind_read) if kind_read else None
+
+
+def other_kind(path: str | os.PathLike, kind_read: str) -> str | None:
+    """"is X, not Y" where the file at `path` is another kind of file minidl knows than `kind_read`, or None.
+    A checkpoint is read from a minidl checkpoint or a .safetensors export."""
+    from .kinds import KINDS, sniff
+    found, what = sniff(path)
+    fits = {"checkpoint": ("checkpoint", "safetensors")}.get(kind_read, (kind_read,))
+    if found in (None, "empty") or found in fits:
+        return None
+    return f"is {what}, not {KINDS[kind_read][0]}"
