@@ -224,3 +224,21 @@ def test_infer_takes_the_checkpoints_dataset_and_refuses_another(no_data, capsys
     assert args.dataset == "mnist" and "old.npz does not say which dataset" in args.dataset_note
     args = check_args(p, p.parse_args(["--checkpoint", "old.npz", "--dataset", "fashion-mnist"]), trains=False)
     assert args.dataset == "fashion-mnist" and args.dataset_note is None
+
+
+def test_an_artifact_keeps_its_checkpoints_dataset_and_infer_uses_it(no_data, capsys):
+    from minidl import inference
+    from minidl.cli.flags import check_args
+    a_checkpoint(no_data / "f.npz", "fashion-mnist")
+    compiled = inference.compile(no_data / "f.npz", device="cpu")
+    assert compiled.dataset == "fashion-mnist"
+    compiled.save(no_data / "fa.npz")
+    assert inference.load(no_data / "fa.npz", device="cpu").dataset == "fashion-mnist"
+    p = infer_cli.parser()
+    args = check_args(p, p.parse_args(["--artifact", "fa.npz"]), trains=False)
+    assert args.dataset == "fashion-mnist" and args.dataset_note is None
+    refused(infer_cli.main, ["--artifact", "fa.npz", "--dataset", "mnist"], capsys,
+            "argument --dataset: mnist is not the dataset fa.npz was trained on (fashion-mnist)")
+    inference.compile(models.lenet5()).save(no_data / "plain.npz")         # a Model's: no dataset known
+    args = check_args(p, p.parse_args(["--artifact", "plain.npz"]), trains=False)
+    assert args.dataset == "mnist" and "plain.npz does not say which dataset" in args.dataset_note

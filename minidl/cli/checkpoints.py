@@ -48,21 +48,22 @@ def _saved_plan(path):
 
 
 def infer_dataset(args: argparse.Namespace, error: Callable[[str, str], NoReturn]) -> None:
-    """infer --checkpoint: --dataset left out takes the checkpoint's; one that differs is refused. A
-    checkpoint that does not say (saved before checkpoints recorded it) is scored on --dataset or
-    MNIST, with a note (args.dataset_note)."""
+    """infer --checkpoint or --artifact: --dataset left out takes the file's; one that differs is refused.
+    A file that does not say (saved before checkpoints and artifacts recorded it) is scored on --dataset
+    or MNIST, with a note (args.dataset_note)."""
     from minidl.checkpoint import checkpoint_data
-    info = _info(args.checkpoint) if args.checkpoint else None
+    source = args.checkpoint or getattr(args, "artifact", None)
+    info = _info(source) if source else None
     recorded = checkpoint_data.dataset_of(info) if info else None
     if recorded is not None and recorded not in data.DATASETS:
         recorded = None
     if recorded and args.dataset and args.dataset != recorded:
-        error("dataset", f"{args.dataset} is not the dataset {args.checkpoint} was trained on ({recorded}); "
+        error("dataset", f"{args.dataset} is not the dataset {source} was trained on ({recorded}); "
                          f"leave --dataset out to score it on {recorded}")
-    args.dataset_note = (f"note: {args.checkpoint} does not say which dataset it was trained on: scored on mnist "
+    args.dataset_note = (f"note: {source} does not say which dataset it was trained on: scored on mnist "
                          f"(--dataset chooses; in Python, Trainer.save(path, dataset=...) records it)"
                          if args.dataset is None and info is not None and recorded is None
-                         else None)        # printed by infer once the checkpoint has compiled
+                         else None)        # printed by infer once the model is ready
     args.dataset = args.dataset or recorded or "mnist"
 
 

@@ -142,12 +142,12 @@ def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> float:
         out(f"compiled {args.checkpoint}: {s.get('layers', '?')} layers -> {len(model.nodes)} nodes "
             f"({s.get('batchnorm_folded', 0)} BN folded, {s.get('relu_fused', 0)} ReLU fused, "
             f"{s.get('pad_folded', 0)} pads folded, {s.get('dropout_removed', 0)} dropout removed)")
-        if getattr(args, "dataset_note", None):          # a checkpoint that does not say its dataset
-            print(args.dataset_note, file=sys.stderr)
     else:
         model = inference.load(args.artifact, device=device)
         out(f"loaded {args.artifact}: {model.name}, {len(model.nodes)} nodes, {model.n_params:,} parameters, "
             f"{model.precision}")
+    if getattr(args, "dataset_note", None):              # a file that does not say its dataset
+        print(args.dataset_note, file=sys.stderr)
         if args.precision not in (None, model.precision):
             raise ValueError(f"--precision {args.precision}: {args.artifact} was compiled in {model.precision}; "
                              "compile the checkpoint in another precision instead")

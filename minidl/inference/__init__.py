@@ -43,7 +43,8 @@ def load(path: str | os.PathLike, device: str | Device | None = None) -> Inferen
     so a bad file is one ArtifactError naming it, before anything is allocated.
     """
     model, probabilities, stats, precision, images = _read(path, device)
-    return InferenceModel(model, probabilities, stats, precision=precision, images=images)
+    return InferenceModel(model, probabilities, stats, precision=precision, images=images,
+                          dataset=_dataset_of(path, "artifact"))
 
 
 def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | Device | None = None,
@@ -60,11 +61,12 @@ def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | D
     channels_last: convolutions write NHWC activations (None: where the device finds it faster, the
     GPU in bf16/fp16); the direct kernels read NCHW, so a channels-last model runs layer by layer.
     """
-    source = model_or_checkpoint_path
+    source, dataset = model_or_checkpoint_path, None
     if isinstance(source, (str, os.PathLike)):
         from ..checkpoint import load_model
         model = load_model(os.fspath(source), device="cpu")          # folding is host work
         device = "auto" if device is None else device
+        dataset = _dataset_of(source, "checkpoint")
     else:
         model = source
         device = model.device if device is None else device
@@ -72,7 +74,15 @@ def compile(model_or_checkpoint_path: Model | str | os.PathLike, device: str | D
     probabilities = probabilities is not False
     lowered, stats = lower(model, device, probabilities, dtype, policy, channels_last)
     return InferenceModel(lowered, probabilities, stats, direct and not stats.get("channels_last"), stats["precision"],
-                          images=True)
+                          images=True, dataset=dataset)
+
+
+def _dataset_of(path: str | os.PathLike, what: str) -> str | None:
+    """The dataset a minidl .npz's record names (None: a .safetensors export, or a file that does not say)."""
+    from ..checkpoint import checkpoint_data
+    if not os.fspath(path).endswith(".npz"):
+        return None
+    return checkpoint_data.dataset_of(checkpoint_data.read_info(path, what))
 
 
 def lower(model: Model, device: str | Device = "cpu", probabilities: bool = False, dtype: DTypeLike = "float32",

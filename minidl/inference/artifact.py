@@ -37,13 +37,16 @@ class ArtifactError(ValueError):
 
 
 def write(path: str | os.PathLike, model: Model, probabilities: bool, stats: dict[str, Any],
-          precision: str = "fp32", images: bool = False) -> str | os.PathLike:
-    """Write the lowered `model` (a Model), its precision policy's name and how it was made as an artifact."""
+          precision: str = "fp32", images: bool = False, dataset: str | None = None) -> str | os.PathLike:
+    """Write the lowered `model` (a Model), its precision policy's name and how it was made as an artifact;
+    `dataset`, where known, in the `data` record a checkpoint has (checkpoint_data.dataset_of reads both)."""
     weights = model.get_weights()
     bits = sorted(k for k, a in weights.items() if a.dtype == _precision.BFLOAT16)
     arrays = {k: a.view(np.uint16) if k in bits else a for k, a in weights.items()}
     info = {"format": FORMAT, "model": model.config(), "dtype": model.device.dtype.name, "precision": precision,
             "bfloat16_bits": bits, "probabilities": probabilities, "stats": stats, "images": bool(images)}
+    if dataset is not None:
+        info["data"] = {"dataset": dataset}
     return write_npz(path, arrays, info)
 
 

@@ -40,8 +40,10 @@ class InferenceModel:
     """A built, inference-lowered Model on one device.   predict(x (N, *input_shape)) -> y."""
 
     def __init__(self, model: Model, probabilities: bool = False, stats: dict[str, Any] | None = None,
-                 direct: bool = True, precision: str = "fp32", images: bool = False) -> None:
+                 direct: bool = True, precision: str = "fp32", images: bool = False,
+                 dataset: str | None = None) -> None:
         self.model, self.device, self.name = model, model.device, model.name
+        self.dataset = dataset                     # what it was trained on, where its checkpoint said: saved along
         self.images = bool(images)                 # takes the contract's images (the model's preprocessing)
         self.dtype, self.probabilities = model.device.dtype, bool(probabilities)
         self.precision = precision                 # the policy's name: inputs and outputs in `dtype`
@@ -236,7 +238,8 @@ class InferenceModel:
 
     def save(self, path: str | os.PathLike) -> str | os.PathLike:
         """Write the weights-only artifact (the lowered graph in Model.config's format) atomically."""
-        return artifact.write(path, self.model, self.probabilities, self.stats, self.precision, self.images)
+        return artifact.write(path, self.model, self.probabilities, self.stats, self.precision, self.images,
+                              self.dataset)
 
 
 def _channels_first(x: Any, shape: tuple[int, ...]) -> Any:
