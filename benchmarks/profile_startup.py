@@ -10,7 +10,8 @@ CUPY_CACHE_DIR folders, --warm then reuses the last cold run's (or --cache-dir's
 more cold run with extra environment variables. The child builds what minidl.train builds
 (minidl.cli.warmup.build_trainer) on synthetic images and times: imports, get_device, the model, the
 Trainer, the first step (split into NVRTC compiles waited for on the main thread, cuDNN graph builds,
-engine choice and timing, the CUDA-graph capture, the rest), the first evaluation batch, then
+cuDNN plans loaded from the plan cache and written to it (gpu/plan_cache.py), engine choice and timing,
+the CUDA-graph capture, the rest), the first evaluation batch, then
 steady steps. --cli times a whole command instead (wall time, and the first step it reports). The
 compiles listed are this process's: the compile workers' (minidl/kernels/gpu/compile_workers.py) run in
 processes of their own.
@@ -73,7 +74,7 @@ def child(argv, result_path, top):
         print(f"profile_startup: needs CuPy and a usable CUDA GPU: {why}", file=sys.stderr)
         return 2
     import cupy
-    from minidl.kernels.gpu import _cuda, capture, cudnn_graphs as cudnn, engines
+    from minidl.kernels.gpu import _cuda, capture, cudnn_graphs as cudnn, engines, plan_cache
     r = {"imports": time.perf_counter() - t0}
     p = warmup.parser()
     args = train.check_args(p, p.parse_args(argv))
@@ -90,6 +91,8 @@ def child(argv, result_path, top):
     tm.wrap(_cuda.Module, "_compile", "nvrtc_wait")          # a Module the pool is compiling: waited for
     tm.wrap(cudnn, "_build", "cudnn_build")
     tm.wrap(cudnn._Graph, "use_plan")
+    tm.wrap(plan_cache, "load", "plan_load")                 # a plan read and deserialised (or passed over)
+    tm.wrap(plan_cache, "save", "plan_save")                 # a plan serialised and queued for its file
     tm.wrap(engines, "choose", "engine_choice")
     tm.wrap(engines, "fastest", "engine_choice_fastest")
     tm.wrap(engines, "_time_captured", "timing_runs")
@@ -111,7 +114,8 @@ def child(argv, result_path, top):
     r["ready_wall"] = time.time() - t_start
     if prof is not None:
         prof.disable()
-    parts = ("nvrtc_wait", "cudnn_build", "engine_choice", "engine_choice_fastest", "capture")
+    parts = ("nvrtc_wait", "cudnn_build", "plan_load", "plan_save", "engine_choice", "engine_choice_fastest",
+             "capture")
     r.update({k: tm.s[k] for k in parts})
     r["other"] = r["first_step"] - sum(tm.s[k] for k in parts)
     r["calls"] = {k: [tm.n[k], round(tm.s[k], 3), round(tm.max[k], 3)] for k in sorted(tm.s)}
@@ -120,6 +124,8 @@ def child(argv, result_path, top):
                   "timed_convolutions": prog.timed, "timing_s": round(prog.timing_s, 2)}
     r["engines"] = dict(engines.stats, chosen_ms=sum(x[3] for x in engines.report),
                         heuristic_ms=sum(x[2] for x in engines.report), timed=len(engines.report))
+    r["plans"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in plan_cache.stats.items()}
+    r["plans"]["built"] = tm.n["cudnn_build"]
     t = time.perf_counter()
     trainer.evaluate(warmup.synthetic(args.test_batch), batch_size=args.test_batch, steps=1)
     r["first_eval"] = time.perf_counter() - t
@@ -147,14 +153,14 @@ def table(results):
     names = list(results)
     rows = [("phase (s)",) + tuple(names)]
     keys = ["imports", "get_device", "model_and_trainer", "first_step", "nvrtc_wait", "cudnn_build",
-            "engine_choice", "engine_choice_fastest", "capture", "other", "first_eval", "ready_wall",
+            "plan_load", "plan_save", "engine_choice", "engine_choice_fastest", "capture", "other", "first_eval", "ready_wall",
             "process_wall", "steady_ms"]
-    indent = {"nvrtc_wait", "cudnn_build", "engine_choice", "engine_choice_fastest", "capture", "other"}
+    indent = {"nvrtc_wait", "cudnn_build", "plan_load", "plan_save", "engine_choice", "engine_choice_fastest", "capture", "other"}
     for k in keys:
         if any(k in r for r in results.values()):
             rows.append((("  " if k in indent else "") + k,) + tuple(
                 f"{r[k]:.2f}" if isinstance(r.get(k), float) else "-" for r in results.values()))
-    for k in ("nvrtc", "engines"):
+    for k in ("nvrtc", "engines", "plans"):
         for name, r in results.items():
             if k in r:
                 rows.append((f"{k} [{name}]", json.dumps(r[k])))

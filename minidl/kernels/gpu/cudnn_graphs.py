@@ -49,7 +49,7 @@ from typing import Any, Callable
 import cupy as cp
 import numpy as np
 from ..._types import Array, DTypeLike
-from . import _cuda, engines, frontend
+from . import _cuda, engines, frontend, plan_cache
 from ._dtypes import CUDNN
 
 _fe = frontend.load()             # the cuDNN Frontend, without the PyTorch it would import
@@ -166,9 +166,9 @@ class _IO:
 
 
 class _Graph:
-    def __init__(self, g, tensors, index=None, built=None):
+    def __init__(self, g, uids, index=None, built=None):
         self.g = g
-        self.uids = {name: t.get_uid() for name, t in tensors.items()}
+        self.uids = uids                # tensor name -> uid, what execute's pack is keyed by
         self.built = built              # the candidates engines.build_candidates built, for choose
         self.index = None               # the plan engines.choose kept; None: the heuristics' first
         self.use_plan(index)
@@ -249,7 +249,7 @@ def _build(op, arrays, build, tf32, conv, deterministic, double, cl, tune_key=No
     except (_fe.cudnnGraphNotSupportedError, RuntimeError) as e:   # no engine, or check_support said no
         shapes = {k: a.shape for k, a in arrays.items()}
         raise Unsupported(f"cuDNN has no engine for {op} on {shapes} (tf32={tf32}): {str(e).splitlines()[0]}") from e
-    return _Graph(g, io.tensors, index, built)
+    return _Graph(g, {name: t.get_uid() for name, t in io.tensors.items()}, index, built)
 
 
 def run(op: str, arrays: dict[str, Array], build: Callable[[Any, Any], None], scalars: dict[str, float] | None = None,
@@ -279,15 +279,22 @@ def run(op: str, arrays: dict[str, Array], build: Callable[[Any, Any], None], sc
     gr = _graphs.get(key, _graphs)
     tune = conv and engines.autotune_enabled()     # convolutions are pure: timing them is harmless
     if gr is _graphs:
-        try:
-            gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, double, bool(layout),
-                                       tune_key=_disk_key(key, dev) if tune else None)
-        except Unsupported:
-            _graphs[key] = None
-            raise
-        if tune and gr.index is None:
-            pack = {gr.uids[k]: p for k, p in ptrs.items()}
-            gr.use_plan(engines.choose(gr.g, _disk_key(key, dev), pack, lambda: handle(dev), workspace, gr.built))
+        tune_key = _disk_key(key, dev) if tune else None
+        pkey = _plan_key(key, dev, tune) if plan_cache.enabled() else None
+        gr = _loaded(pkey, arrays, scalars, tune_key) if pkey else None
+        if gr is not None:
+            _graphs[key] = gr
+        else:
+            try:
+                gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, double, bool(layout), tune_key)
+            except Unsupported:
+                _graphs[key] = None
+                raise
+            if tune and gr.index is None:
+                pack = {gr.uids[k]: p for k, p in ptrs.items()}
+                gr.use_plan(engines.choose(gr.g, tune_key, pack, lambda: handle(dev), workspace, gr.built))
+            if pkey and not cp.cuda.get_current_stream().is_capturing():   # settled untimed: not kept
+                plan_cache.save(pkey, gr.g, gr.index, gr.uids, tune_key and engines.remembered(tune_key))
     if gr is None:
         raise Unsupported(f"cuDNN has no engine for {op} on {[a.shape for a in arrays.values()]}")
     uids = gr.uids
@@ -299,6 +306,30 @@ def run(op: str, arrays: dict[str, Array], build: Callable[[Any, Any], None], sc
     if cp.cuda.get_current_stream().is_capturing():
         _pin_workspace(dev)
     calls[op] += 1
+
+
+def _loaded(pkey, arrays, scalars, tune_key):
+    """The graph with its plan loaded from the plan cache (gpu/plan_cache.py), or None: build it."""
+    def make():
+        return _fe.pygraph(handle=handle(), io_data_type=_io_type(arrays),
+                           intermediate_data_type=_fe.data_type.FLOAT, compute_data_type=_fe.data_type.FLOAT)
+    got = plan_cache.load(pkey, make, list(arrays) + list(scalars or ()),
+                          tune_key and engines.remembered(tune_key))
+    return None if got is None else _Graph(*got)
+
+
+def _plan_key(key, dev, tune):
+    """The graph's key in the plan cache: the GPU (name, compute capability, SMs: a MIG slice has
+    fewer), the cuDNN, Frontend and CUDA runtime versions, the graph, and whether it is timed."""
+    if dev not in _machines:
+        p = cp.cuda.runtime.getDeviceProperties(dev)
+        name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
+        _machines[dev] = (name, f"sm_{p['major']}{p['minor']}", p["multiProcessorCount"], version(),
+                          getattr(_fe, "__version__", "?"), cp.cuda.runtime.runtimeGetVersion())
+    return repr(("plan",) + _machines[dev] + key[:1] + key[2:] + (("timed", tune),))
+
+
+_machines: dict[int, tuple] = {}      # device id -> what of it a plan depends on
 
 
 def _disk_key(key, dev):

@@ -202,6 +202,11 @@ def fastest(key: Hashable, candidates: dict[str, Callable[[], object]]) -> str:
     return _chosen[memo]
 
 
+def remembered(key: str) -> str | None:
+    """The plan name remembered on disk for `key` (a plan cached whole must be of this engine)."""
+    return _read(cache_path()).get(key)
+
+
 def build_remembered(g: Any, key: str) -> int | None:
     """Build only the plan remembered on disk for `key` and return its index; None where none is
     remembered, or the candidates' names cannot be read before building (then the caller builds
