@@ -152,10 +152,10 @@ def run_child(cmd, env, timeout):
 def table(results):
     names = list(results)
     rows = [("phase (s)",) + tuple(names)]
-    keys = ["imports", "get_device", "model_and_trainer", "first_step", "nvrtc_wait", "cudnn_build",
-            "plan_load", "plan_save", "engine_choice", "engine_choice_fastest", "capture", "other", "first_eval", "ready_wall",
+    indent = ["nvrtc_wait", "cudnn_build", "plan_load", "plan_save", "engine_choice", "engine_choice_fastest",
+              "capture", "other"]
+    keys = ["imports", "get_device", "model_and_trainer", "first_step", *indent, "first_eval", "ready_wall",
             "process_wall", "steady_ms"]
-    indent = {"nvrtc_wait", "cudnn_build", "plan_load", "plan_save", "engine_choice", "engine_choice_fastest", "capture", "other"}
     for k in keys:
         if any(k in r for r in results.values()):
             rows.append((("  " if k in indent else "") + k,) + tuple(

@@ -1,7 +1,8 @@
 """The one module that imports cuDNN: handles, the graph cache, call counters, workspaces, TF32.
 
-Kernel families describe a graph (`build(g, io)`) and the arrays it runs on; `run` builds it
-once per (op, shapes, dtypes, pointer alignment, extra) and executes it on CuPy's current stream.
+Kernel families describe a graph (`build(g, io)`) and the arrays it runs on; `run` builds it once per
+(op, shapes, dtypes, pointer alignment, extra), or loads its built plan (gpu/plan_cache.py: `serialize`,
+`deserialize`), and executes it on CuPy's current stream.
 
 What the cuDNN Frontend 1.20 Python API does (read from the wheel's bindings and NVIDIA's tests):
 - `cudnn.pygraph(handle=, io_data_type=, intermediate_data_type=, compute_data_type=)`;
@@ -14,33 +15,24 @@ What the cuDNN Frontend 1.20 Python API does (read from the wheel's bindings and
   `batchnorm_backward(grad, input, scale, mean, inv_variance) -> (dx, dscale, dbias)` (overwrites).
 - building: validate, build_operation_graph, create_execution_plans([heur modes]), optional
   deselect_*_notes, check_support, build_plans; `get_workspace_size()` after that.
-- `execute({uid: pointer}, workspace, handle=)`: int pointers go straight through; anything else
-  goes through `cudnn.datatypes`, which imports torch to test for tensors. So device pointers are
-  `arr.data.ptr` and host scalars (pass-by-value tensors: epsilon, momentum) are NumPy arrays
-  passed as `arr.ctypes.data`; cuDNN reads them when `execute` enqueues the kernels.
+- `execute({uid: pointer}, workspace, handle=)`: int pointers go straight through (anything else
+  through `cudnn.datatypes`, which imports torch): device pointers are `arr.data.ptr`, host scalars
+  (pass-by-value: epsilon, momentum) NumPy arrays' `ctypes.data`, read when `execute` enqueues.
 - `set_stream(handle=, stream=)` binds the handle to a raw stream; we re-bind whenever CuPy's
   current stream changes, so CuPy stream capture (CUDA graphs) records the executes.
-- TF32: the Python API has no math-mode switch. FP32 engines that run on TF32 tensor cores carry
-  the numerical note TENSOR_CORE, so `set_tf32(False)` deselects those engines (and any that
-  DOWN_CONVERT_INPUTS), the way PyTorch filters cuDNN v8 engines when allow_tf32 is False.
-  TF32 is on by default for convolutions (about 1e-3 relative error, the speed of tensor cores);
-  tests that compare with the CPU tightly turn it off. Setting NVIDIA_TF32_OVERRIDE=0 in the
-  environment disables TF32 process-wide (cuDNN and cuBLAS) whatever `set_tf32` says.
-- float16/bfloat16 (a precision policy): a graph on half arrays is built with HALF/BFLOAT16 io and FLOAT
-  intermediate and compute types (the fused bias and ReLU of conv_bias_relu_fprop run on float
-  virtual tensors; only y is rounded). TF32 does not apply: those engines' tensor cores are the point.
-  Engines noted REDUCED_PRECISION_REDUCTION are deselected, so sums stay float (with every engine
-  allowed, one autotuned float16 dgrad was found far off the float32 result).
-- float64: a graph on double arrays is built with DOUBLE io, intermediate and compute types, and never
-  on an engine that DOWN_CONVERT_INPUTS. PyTorch runs its double convolutions on cuDNN's graph API, but
+- TF32: no math-mode switch in the Python API. FP32 engines on TF32 tensor cores carry the note
+  TENSOR_CORE: `set_tf32(False)` deselects them (and DOWN_CONVERT_INPUTS ones), as PyTorch filters
+  cuDNN v8 engines without allow_tf32. On by default for convolutions (about 1e-3 relative error);
+  NVIDIA_TF32_OVERRIDE=0 disables TF32 process-wide (cuDNN and cuBLAS) whatever `set_tf32` says.
+- float16/bfloat16: HALF/BFLOAT16 io, FLOAT intermediate and compute types (conv_bias_relu_fprop's
+  bias and ReLU run on float virtual tensors; only y is rounded); no TF32 question. Engines noted
+  REDUCED_PRECISION_REDUCTION are deselected (one autotuned float16 dgrad was far off otherwise).
+- float64: DOUBLE io, intermediate and compute types, never an engine that DOWN_CONVERT_INPUTS;
   whether this cuDNN has the engines is asked at build (conv.dtype_problem), not assumed.
-- engines found lacking (FP32, NCHW; the GPU and the cases that failed: docs/kernels.md):
-  batchnorm and batchnorm_backward need C to be a multiple of their vector width, and
-  batchnorm_inference had no engine at all. norm.py therefore catches `Unsupported` and runs CuPy
-  kernels there.
-- pointer alignment: cuDNN assumes 16-byte aligned tensors; a parameter view into the flat arena
-  may be less aligned, so such tensors get `set_alignment` and their own graph. Aligning every
-  parameter in the arena to 256 bytes keeps all graphs on the fast engines.
+- engines found lacking (FP32, NCHW; docs/kernels.md): batchnorm and batchnorm_backward need C a
+  multiple of their vector width, batchnorm_inference had none: norm.py catches `Unsupported`.
+- pointer alignment: cuDNN assumes 16 bytes; a less aligned parameter view into the flat arena gets
+  `set_alignment` and its own graph (the arena aligns each parameter to 256 bytes: fast engines).
 """
 from __future__ import annotations
 import collections
@@ -280,10 +272,12 @@ def run(op: str, arrays: dict[str, Array], build: Callable[[Any, Any], None], sc
     tune = conv and engines.autotune_enabled()     # convolutions are pure: timing them is harmless
     if gr is _graphs:
         tune_key = _disk_key(key, dev) if tune else None
-        pkey = _plan_key(key, dev, tune) if plan_cache.enabled() else None
-        gr = _loaded(pkey, arrays, scalars, tune_key) if pkey else None
-        if gr is not None:
-            _graphs[key] = gr
+        machine = plan_cache.enabled() and plan_cache.machine(dev, version(), getattr(_fe, "__version__", "?"))
+        pkey = machine and plan_cache.key(machine, key[:1] + key[2:], tune)
+        got = pkey and plan_cache.load(pkey, lambda: _fe.pygraph(handle=handle()), [*arrays, *(scalars or ())],
+                                       tune_key and engines.remembered(tune_key))
+        if got:                         # the built plan loaded whole (gpu/plan_cache.py)
+            gr = _graphs[key] = _Graph(*got)
         else:
             try:
                 gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, double, bool(layout), tune_key)
@@ -292,7 +286,7 @@ def run(op: str, arrays: dict[str, Array], build: Callable[[Any, Any], None], sc
                 raise
             if tune and gr.index is None:
                 pack = {gr.uids[k]: p for k, p in ptrs.items()}
-                gr.use_plan(engines.choose(gr.g, tune_key, pack, lambda: handle(dev), workspace, gr.built))
+                gr.use_plan(engines.choose(gr.g, _disk_key(key, dev), pack, lambda: handle(dev), workspace, gr.built))
             if pkey and not cp.cuda.get_current_stream().is_capturing():   # settled untimed: not kept
                 plan_cache.save(pkey, gr.g, gr.index, gr.uids, tune_key and engines.remembered(tune_key))
     if gr is None:
@@ -306,30 +300,6 @@ def run(op: str, arrays: dict[str, Array], build: Callable[[Any, Any], None], sc
     if cp.cuda.get_current_stream().is_capturing():
         _pin_workspace(dev)
     calls[op] += 1
-
-
-def _loaded(pkey, arrays, scalars, tune_key):
-    """The graph with its plan loaded from the plan cache (gpu/plan_cache.py), or None: build it."""
-    def make():
-        return _fe.pygraph(handle=handle(), io_data_type=_io_type(arrays),
-                           intermediate_data_type=_fe.data_type.FLOAT, compute_data_type=_fe.data_type.FLOAT)
-    got = plan_cache.load(pkey, make, list(arrays) + list(scalars or ()),
-                          tune_key and engines.remembered(tune_key))
-    return None if got is None else _Graph(*got)
-
-
-def _plan_key(key, dev, tune):
-    """The graph's key in the plan cache: the GPU (name, compute capability, SMs: a MIG slice has
-    fewer), the cuDNN, Frontend and CUDA runtime versions, the graph, and whether it is timed."""
-    if dev not in _machines:
-        p = cp.cuda.runtime.getDeviceProperties(dev)
-        name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
-        _machines[dev] = (name, f"sm_{p['major']}{p['minor']}", p["multiProcessorCount"], version(),
-                          getattr(_fe, "__version__", "?"), cp.cuda.runtime.runtimeGetVersion())
-    return repr(("plan",) + _machines[dev] + key[:1] + key[2:] + (("timed", tune),))
-
-
-_machines: dict[int, tuple] = {}      # device id -> what of it a plan depends on
 
 
 def _disk_key(key, dev):

@@ -43,6 +43,7 @@ stats: collections.Counter[str] = collections.Counter()   # loaded, saved, passe
 _log = logging.getLogger(__name__)
 _writer: list[concurrent.futures.ThreadPoolExecutor] = []
 _pending: list[concurrent.futures.Future] = []
+_machines: dict[int, tuple | None] = {}     # device id -> machine(), asked once
 
 
 def enabled() -> bool:
@@ -51,6 +52,29 @@ def enabled() -> bool:
 
 def folder() -> str:
     return os.path.join(files.cache_dir(), "cudnn-plans")
+
+
+def machine(dev: int, cudnn_version: int, frontend_version: str) -> tuple | None:
+    """What of GPU `dev` and the libraries a built plan is valid for: the GPU's name, compute
+    capability and SM count (a MIG slice has fewer), the cuDNN, Frontend and CUDA runtime versions;
+    None (no plan cache) where CUDA cannot say."""
+    if dev not in _machines:
+        try:
+            import cupy as cp           # here: the rest of this file is host logic, tested without CuPy
+            p = cp.cuda.runtime.getDeviceProperties(dev)
+            name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
+            _machines[dev] = (name, f"sm_{p['major']}{p['minor']}", p["multiProcessorCount"], cudnn_version,
+                              frontend_version, cp.cuda.runtime.runtimeGetVersion())
+        except Exception as e:          # noqa: BLE001  no plan cache rather than no run
+            _log.debug("cuDNN plan cache off: %s", e)
+            _machines[dev] = None
+    return _machines[dev]
+
+
+def key(machine: tuple, graph: tuple, timed: bool) -> str:
+    """A plan's key: `machine` (GPU name, compute capability, SMs, cuDNN, Frontend and CUDA versions),
+    `graph` (op, TF32, determinism, extra, layout, and each array's name, shape, dtype and alignment)."""
+    return repr(("plan", FORMAT) + tuple(machine) + tuple(graph) + (("timed", bool(timed)),))
 
 
 def path(key: str) -> str:
