@@ -18,8 +18,10 @@ X, W = (64, 20, 12, 12), (50, 20, 5, 5)
 @pytest.fixture
 def fresh(tmp_path, monkeypatch):
     """An empty engine cache on disk and no graphs built in this process (TF32 on, the default:
-    FP32 without tensor cores leaves too few engines at these shapes to choose among)."""
+    FP32 without tensor cores leaves too few engines at these shapes to choose among). Plans are built
+    from the engines remembered, not loaded whole (that is tests/gpu/test_plan_cache.py)."""
     monkeypatch.setenv("MINIDL_CACHE", str(tmp_path))
+    monkeypatch.setenv("MINIDL_PLAN_CACHE", "0")
     monkeypatch.setattr(engines, "_disk", {})
     monkeypatch.setattr(engines, "_chosen", {})
     monkeypatch.setattr(cudnn, "_graphs", {})
