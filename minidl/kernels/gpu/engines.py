@@ -24,6 +24,8 @@ candidate, as before), and runtime-compiled ones only where the heuristics rank 
 (MINIDL_AUTOTUNE_RTC=1: those too). The file keeps its format: a key's entry is still the chosen
 plan's name. Ranks of one host write it in turn (`files.exclusive`), each merging what the others
 wrote, so no rank's choices are lost; it is written as minidl writes every file (`files.write_atomic`).
+A warm run builds from the remembered engine only where gpu/plan_cache.py has no built plan to load,
+and a built plan is loaded only while this file remembers the engine it was written with (`remembered`).
 """
 from __future__ import annotations
 
