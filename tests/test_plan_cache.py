@@ -23,8 +23,8 @@ LOG = "minidl.kernels.gpu.plan_cache"
 class Graph:
     """A Frontend graph's serialisation surface: serialize() -> list of byte values (as pybind11 gives)."""
 
-    def __init__(self, blob=b"PLAN:eng7_k2=1", refuse=None):
-        self.blob, self.refuse, self.given, self.built = blob, refuse, None, []
+    def __init__(self, blob=b"PLAN:eng7_k2=1", refuse=None, takes=(list, bytearray)):
+        self.blob, self.refuse, self.takes, self.given, self.built = blob, refuse, takes, None, []
 
     def serialize(self):
         if self.refuse:
@@ -32,8 +32,8 @@ class Graph:
         return list(self.blob)
 
     def deserialize(self, data):
-        if not isinstance(data, list):      # pybind11 2.13 refuses bytes (and reads a str as a description)
-            raise TypeError("incompatible function arguments")
+        if not isinstance(data, self.takes):     # pybind11 2.13: bytes refused (a str is a description)
+            raise RuntimeError(f"Unable to cast Python instance of type {type(data)} to C++ type 'std::vector'")
         if self.refuse:
             raise RuntimeError(self.refuse)
         self.given = bytes(data)
@@ -65,6 +65,13 @@ def test_a_saved_plan_is_loaded_whole_with_its_uids(cache):
     assert got == (fresh, UIDS)
     assert fresh.given == b"PLAN:eng7_k2=1"
     assert plan_cache.stats["loaded"] == 1 and plan_cache.stats["saved"] == 1
+
+
+def test_a_binding_that_takes_only_lists_is_given_one(cache):
+    _saved()
+    fresh = Graph(takes=list)
+    assert plan_cache.load(KEY, lambda: fresh, ["x"]) == (fresh, UIDS)
+    assert fresh.given == b"PLAN:eng7_k2=1"
 
 
 def test_the_chosen_plan_is_made_the_candidate_before_it_is_serialised(cache):

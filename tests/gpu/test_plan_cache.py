@@ -161,7 +161,9 @@ def test_warm_start_with_and_without_the_plan_cache(tmp_path, model):
     """A timing print, not an assertion: warm runs alternated, plans loaded (on) or rebuilt (off)."""
     _startup(tmp_path, model)                                          # cold: fills every cache
     rows = [(plans, *_startup(tmp_path, model, MINIDL_PLAN_CACHE=plans)) for plans in ("0", "1", "0", "1")]
-    print(f"\n{' '.join(model)}: warm starts, plan cache off (0) / on (1), one child each")
+    plans = list((tmp_path / "minidl" / "cudnn-plans").glob("*.plan"))
+    print(f"\n{' '.join(model)}: {len(plans)} plan files, {sum(p.stat().st_size for p in plans) / 1e6:.2f} MB;"
+          " warm starts, plan cache off (0) / on (1), one child each")
     for plans, r, wall in rows:
         stats = r.get("plans", {})
         print(f"  plans={plans}: first step {r['first_step'] * 1e3:.0f} ms, cudnn builds {r['cudnn_build']:.3f} s,"

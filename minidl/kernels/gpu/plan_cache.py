@@ -6,9 +6,9 @@ compiles a plan of a runtime-compiled engine again with NVRTC. ResNet-50's warm 
 4.6 s there (issue 42). The cuDNN Frontend serialises a built graph: `pygraph.serialize()` (1.20,
 python/pygraph/pygraph.cpp) returns the graph's description, the JSON of the plan it would run
 (`plans.candidate`: the last plan built, or the heuristics' first) and its tensors' uids, as a list
-of byte values; `pygraph.deserialize(list_of_bytes)` on a graph made with a handle loads that plan
-without heuristics or checks (a `str` would be read as a graph description without a plan, and
-pybind11 refuses `bytes` for it, hence the list). NVIDIA documents serialisation for runtime-compiled
+of byte values; `pygraph.deserialize(sequence_of_bytes)` on a graph made with a handle loads that
+plan without heuristics or checks (a `str` would be read as a graph description without a plan, and
+pybind11 refuses `bytes` for it: `_deserialize`). NVIDIA documents serialisation for runtime-compiled
 engines and a GPU identical to the one that built the plan; where cuDNN cannot serialise a plan
 `serialize` raises and the graph is simply built the next time, as before.
 
@@ -128,8 +128,7 @@ def load(key: str, make_graph: Callable[[], Any], names: Collection[str],
         return None                     # not built before (or not readable): built now, no note
     try:
         blob, uids = decode(data, key, names, remembered)
-        g = make_graph()
-        g.deserialize(list(blob))       # a list of byte values: pybind11 does not take bytes for it
+        g = _deserialize(make_graph, blob)
     except Exception as e:              # noqa: BLE001  stale, foreign, damaged, or refused by cuDNN
         stats["passed_over"] += 1
         _log.debug("cuDNN plan %s passed over (%s); the graph is built again", os.path.basename(file),
@@ -138,6 +137,21 @@ def load(key: str, make_graph: Callable[[], Any], names: Collection[str],
     stats["loaded"] += 1
     stats["load_s"] += time.perf_counter() - t     # type: ignore[assignment]  # a Counter holds seconds too
     return g, uids
+
+
+def _deserialize(make_graph, blob):
+    """A new graph with `blob` loaded. The binding casts its argument to std::vector<uint8_t>, which
+    pybind11 2.13 does from a sequence of ints but not from bytes (and a str would be read as a graph
+    description): a bytearray, a sequence without a Python int per byte; a list where it is refused."""
+    g = make_graph()
+    try:
+        g.deserialize(bytearray(blob))
+    except Exception as e:
+        if "Unable to cast" not in str(e):      # pybind11's cast_error, raised before cuDNN is called
+            raise
+        g = make_graph()
+        g.deserialize(list(blob))
+    return g
 
 
 def save(key: str, g: Any, index: int | None, uids: dict[str, int], remembered: str | None) -> None:
@@ -163,7 +177,7 @@ def _write(file, data):
     try:
         files.write_atomic(file, lambda f: f.write(data))
         stats["saved"] += 1
-    except files.WriteError as e:       # a read-only cache, or another rank writing it: built next time
+    except Exception as e:              # noqa: BLE001  a read-only cache, another rank writing it: built next time
         _log.debug("cuDNN plan not written: %s", e)
 
 
