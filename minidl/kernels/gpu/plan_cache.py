@@ -170,6 +170,7 @@ def save(key: str, g: Any, index: int | None, uids: dict[str, int], remembered: 
     stats["save_s"] += time.perf_counter() - t     # type: ignore[assignment]
     if not _writer:
         _writer.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="minidl-plans"))
+    _pending[:] = [f for f in _pending if not f.done()]
     _pending.append(_writer[0].submit(_write, path(key), data))
 
 
