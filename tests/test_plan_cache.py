@@ -148,6 +148,17 @@ def test_a_plan_cudnn_refuses_to_load_is_passed_over(cache, caplog):
     assert "more" not in caplog.records[0].getMessage()
 
 
+def test_a_loaded_graph_that_cannot_say_what_it_needs_is_passed_over(cache, caplog):
+    _saved()
+    caplog.set_level(logging.DEBUG, LOG)
+
+    def wrap(g, uids):
+        raise RuntimeError("get_workspace_size failed")
+    assert plan_cache.load(KEY, Graph, ["x"], None, wrap) is None
+    assert plan_cache.load(KEY, Graph, ["x"], None, lambda g, uids: ("ready", uids)) == ("ready", UIDS)
+    assert "get_workspace_size failed" in caplog.records[0].getMessage()
+
+
 def test_a_plan_cudnn_cannot_serialise_is_not_written(cache, caplog):
     caplog.set_level(logging.DEBUG, LOG)
     _saved(g=Graph(refuse="CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION Failed"))
@@ -185,7 +196,7 @@ _RUN = textwrap.dedent("""
     cp.cuda.runtime.getDevice.return_value = 0
     cp.cuda.runtime.getDeviceProperties.return_value = {"name": b"Stand-in GPU", "major": 9, "minor": 0,
                                                         "multiProcessorCount": 132}
-    cp.cuda.runtime.runtimeGetVersion.return_value = 13000
+    cp.cuda.runtime.runtimeGetVersion.return_value = cp.cuda.runtime.driverGetVersion.return_value = 13000
     cp.cuda.get_current_stream.return_value.is_capturing.return_value = False
     fe.backend_version.return_value = 91900
     fe.__version__ = "1.20.0"

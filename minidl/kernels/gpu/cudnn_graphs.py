@@ -274,10 +274,10 @@ def run(op: str, arrays: dict[str, Array], build: Callable[[Any, Any], None], sc
         tune_key = _disk_key(key, dev) if tune else None
         machine = plan_cache.enabled() and plan_cache.machine(dev, version(), getattr(_fe, "__version__", "?"))
         pkey = machine and plan_cache.key(machine, key[:1] + key[2:], tune)
-        got = pkey and plan_cache.load(pkey, lambda: _fe.pygraph(handle=handle()), [*arrays, *(scalars or ())],
-                                       tune_key and engines.remembered(tune_key))
-        if got:                         # the built plan loaded whole (gpu/plan_cache.py)
-            gr = _graphs[key] = _Graph(*got)
+        gr = pkey and plan_cache.load(pkey, lambda: _fe.pygraph(handle=handle()), [*arrays, *(scalars or ())],
+                                      tune_key and engines.remembered(tune_key), _Graph)
+        if gr:                          # the built plan loaded whole (gpu/plan_cache.py)
+            _graphs[key] = gr
         else:
             try:
                 gr = _graphs[key] = _build(op, arrays, build, tf32, conv, det, double, bool(layout), tune_key)

@@ -15,9 +15,9 @@ engines and a GPU identical to the one that built the plan; where cuDNN cannot s
 One file a graph, `$MINIDL_CACHE/cudnn-plans/<sha256 of the key>.plan`: a magic line, one JSON line
 (format, the full key, the tensors' uids, the engine name remembered when it was written, size and
 sha256 of the plan), then the plan. The key names everything a plan is valid for: the GPU (name,
-compute capability, SM count), the cuDNN, Frontend and CUDA versions, and the graph (op, shapes,
-dtypes, layout, pointer alignment, TF32, determinism, whether engines are timed). A file that is
-missing, of another format or key (a copied cache, another GPU), damaged, whose remembered engine is
+compute capability, SM count), the cuDNN, Frontend, CUDA runtime and driver versions, and the graph
+(op, shapes, dtypes, layout, pointer alignment, TF32, determinism, whether engines are timed). A file
+that is of another format or key (a copied cache, another GPU), damaged, whose remembered engine is
 no longer the remembered one, or that cuDNN refuses to load, is passed over with one debug line and
 the graph is built; its new plan replaces the file. Files are written through `minidl.files` on one
 thread of their own (2 ms each with the fsyncs: ResNet-50 has about 300 graphs), finished when the
@@ -56,15 +56,17 @@ def folder() -> str:
 
 def machine(dev: int, cudnn_version: int, frontend_version: str) -> tuple | None:
     """What of GPU `dev` and the libraries a built plan is valid for: the GPU's name, compute
-    capability and SM count (a MIG slice has fewer), the cuDNN, Frontend and CUDA runtime versions;
-    None (no plan cache) where CUDA cannot say."""
+    capability and SM count (a MIG slice has fewer), the cuDNN, Frontend, CUDA runtime and driver
+    versions (a runtime-compiled plan may hold PTX an older driver cannot load); None (no plan
+    cache) where CUDA cannot say."""
     if dev not in _machines:
         try:
             import cupy as cp           # here: the rest of this file is host logic, tested without CuPy
             p = cp.cuda.runtime.getDeviceProperties(dev)
             name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
             _machines[dev] = (name, f"sm_{p['major']}{p['minor']}", p["multiProcessorCount"], cudnn_version,
-                              frontend_version, cp.cuda.runtime.runtimeGetVersion())
+                              frontend_version, cp.cuda.runtime.runtimeGetVersion(),
+                              cp.cuda.runtime.driverGetVersion())
         except Exception as e:          # noqa: BLE001  no plan cache rather than no run
             _log.debug("cuDNN plan cache off: %s", e)
             _machines[dev] = None
@@ -113,12 +115,13 @@ def decode(data: bytes, key: str, names: Collection[str], remembered: str | None
     return blob, uids
 
 
-def load(key: str, make_graph: Callable[[], Any], names: Collection[str],
-         remembered: str | None = None) -> tuple[Any, dict[str, int]] | None:
-    """(graph, uids): the graph for `key` with its plan loaded from disk, or None (one debug line) where
-    there is none to load. make_graph() -> an empty Frontend graph on this process's handle; names:
-    the tensors the caller will pass; remembered: the engine name gpu/engines.py remembers for the
-    graph now (None where it is not timed), which the file must have been written with."""
+def load(key: str, make_graph: Callable[[], Any], names: Collection[str], remembered: str | None = None,
+         wrap: Callable[[Any, dict[str, int]], Any] = lambda g, uids: (g, uids)) -> Any:
+    """wrap(graph, uids): the graph for `key` with its plan loaded from disk, or None (one debug line)
+    where there is none to load. make_graph() -> an empty Frontend graph on this process's handle;
+    names: the tensors the caller will pass; remembered: the engine name gpu/engines.py remembers for
+    the graph now (None where it is not timed), which the file must have been written with; wrap may
+    ask the loaded graph what it needs (its workspace): where that fails, the plan is passed over too."""
     t = time.perf_counter()
     file = path(key)
     try:
@@ -128,7 +131,7 @@ def load(key: str, make_graph: Callable[[], Any], names: Collection[str],
         return None                     # not built before (or not readable): built now, no note
     try:
         blob, uids = decode(data, key, names, remembered)
-        g = _deserialize(make_graph, blob)
+        got = wrap(_deserialize(make_graph, blob), uids)
     except Exception as e:              # noqa: BLE001  stale, foreign, damaged, or refused by cuDNN
         stats["passed_over"] += 1
         _log.debug("cuDNN plan %s passed over (%s); the graph is built again", os.path.basename(file),
@@ -136,7 +139,7 @@ def load(key: str, make_graph: Callable[[], Any], names: Collection[str],
         return None
     stats["loaded"] += 1
     stats["load_s"] += time.perf_counter() - t     # type: ignore[assignment]  # a Counter holds seconds too
-    return g, uids
+    return got
 
 
 def _deserialize(make_graph, blob):
