@@ -263,6 +263,7 @@ class Case:
         self.x, self.x2, self.w, self.b, self.gy = (cp.asarray(a) for a in (self.hx, self.hx2, self.hw, self.hb,
                                                                              self.hgy))
         self.M, self.C, self.K, self.tol = M, C, K, TOLERANCE[dtype]
+        cp.cuda.runtime.deviceSynchronize()     # the copies done before any stream reads them
 
     def empty(self, cp: Any, shape: tuple[int, ...]) -> Any:
         return cp.zeros(shape, self.dtype)
@@ -374,18 +375,22 @@ def capture(cp, stream, fn, y, x, x2):
 def capture_pair(cp, stream, case, graphs, key, out_shape, calls):
     """Capture minidl's call and nvmath's (calls[path](x, y) -> the call), each on its own copy of x and its
     own y; nvmath's must replay right (minidl's is reported beside it)."""
-    states = {}
+    states, unsupported = {}, []
     for path in ("minidl", "nvmath"):
-        x, y = case.x.copy(), case.empty(cp, out_shape)
+        with stream:
+            x, y = case.x.copy(), case.empty(cp, out_shape)
         try:
             graph, first, second = capture(cp, stream, calls[path](x, y), y, x, case.x2)
-            graphs[(key, path)] = graph
+            graphs[(key, path)] = (graph, x, y)     # the arrays it reads and writes live as long as it
             states[path] = (first and second, f"replay {'equal' if first else 'DIFFERS'}, on new input "
                             f"{'equal' if second else 'DIFFERS'}")
         except Exception as e:  # noqa: BLE001  one line, and the other path is still tried
             states[path] = (False, one_line(e))
-    return states["nvmath"][0], f"nvmath: {states['nvmath'][1]}; minidl: {states['minidl'][1]}", {
-        "minidl_holds": states["minidl"][0]}
+            unsupported += [path] if "Unsupported" in type(e).__name__ else []
+    why = f"nvmath: {states['nvmath'][1]}; minidl: {states['minidl'][1]}"
+    if len(unsupported) == 2:                   # no algorithm either way (lt_results says so too)
+        return True, "no algorithm for this GEMM either way: nothing to capture", {}
+    return states["nvmath"][0], why, {"minidl_holds": states["minidl"][0]}
 
 
 def _timed(cp, stream, fn, n):
@@ -418,7 +423,7 @@ def time_pair(cp, stream, fns, graphs, calls, replays):
             b["host_us"], b["device_us"] = min(b["host_us"], host), min(b["device_us"], dev)
             b["alloc_bytes"] = max(b["alloc_bytes"], alloc)
             if path in graphs:
-                launch, replay, _ = _timed(cp, stream, lambda g=graphs[path]: g.launch(stream), replays)
+                launch, replay, _ = _timed(cp, stream, lambda g=graphs[path][0]: g.launch(stream), replays)
                 b["launch_us"], b["replay_us"] = min(b["launch_us"], launch), min(b["replay_us"], replay)
     return best
 
@@ -558,7 +563,8 @@ def run(args: argparse.Namespace) -> int:
                 def setup():
                     made.append(Case(cp, M, Cin, K, dtype, seed))
                     return True, f"x ({M}, {Cin}), w ({K}, {Cin})", {}
-                checks.run("setup", label, setup)
+                with stream:
+                    checks.run("setup", label, setup)
                 if made:
                     case_checks(cp, stream, checks, made[0], label, L, C, nv_lt, nv_gemm, graphs, timings, args)
         judge_times(checks, timings)
@@ -576,38 +582,38 @@ def run(args: argparse.Namespace) -> int:
 def case_checks(cp, stream, checks, case, label, L, C, nv_lt, nv_gemm, graphs, timings, args):
     """Every check of one shape and dtype: results, captures, then the timings of both paths."""
     out = (case.M, case.K)
-    with stream:
+    with stream:                # every array and call of this case on the trial's one stream
         for relu in (False, True):
             checks.run("lt-results", f"{label} {'bias+relu' if relu else 'bias'}",
                        lambda: lt_results(cp, L, nv_lt, case, relu))
         for form in FORMS:
             checks.run("gemm-results", f"{label} {form}", lambda: gemm_results(cp, C, nv_gemm, case, form))
-    for relu in (False, True):
-        lt_calls = {"minidl": lambda x, y: lambda: L.matmul(x, case.w, y, case.b, None, relu, False),
-                    "nvmath": lambda x, y: lambda: nv_lt(x, case.w, y, case.b, relu, False)}
-        checks.run("lt-capture", f"{label} {'bias+relu' if relu else 'bias'}",
-                   lambda: capture_pair(cp, stream, case, graphs, (label, "lt", relu), out, lt_calls))
-    gemm_calls = {"minidl": lambda x, y: lambda: C.gemm(x, case.w, y, trans_b=True),
-                  "nvmath": lambda x, y: lambda: nv_gemm(x, case.w, y, trans_b=True)}
-    checks.run("gemm-capture", f"{label} fprop",
-               lambda: capture_pair(cp, stream, case, graphs, (label, "gemm", None), out, gemm_calls))
-    y = {p: case.empty(cp, out) for p in ("minidl", "nvmath")}
-    families = {("lt", True): {"minidl": lambda: L.matmul(case.x, case.w, y["minidl"], case.b, None, True, False),
-                               "nvmath": lambda: nv_lt(case.x, case.w, y["nvmath"], case.b, True, False)},
-                ("gemm", None): {"minidl": lambda: C.gemm(case.x, case.w, y["minidl"], trans_b=True),
-                                 "nvmath": lambda: nv_gemm(case.x, case.w, y["nvmath"], trans_b=True)}}
-    for (family, relu), fns in families.items():
-        row: dict[str, Any] = {"case": f"{label} {family}"}
-        try:
-            mine = {p: graphs[((label, family, relu), p)] for p in fns if ((label, family, relu), p) in graphs}
-            row.update(time_pair(cp, stream, fns, mine, args.calls, args.replays))
-            print("  time          " + f"{row['case']:<34} " + "; ".join(
-                f"{p} host {row[p]['host_us']:.1f} us, device {row[p]['device_us']:.1f} us, replay "
-                f"{row[p]['replay_us']:.1f} us" for p in fns), flush=True)
-        except Exception as e:  # noqa: BLE001  a timing that fails is reported and left out of the judgement
-            row["error"] = one_line(e)
-            print(f"  time          {row['case']:<34} failed: {row['error']}", flush=True)
-        timings.append(row)
+        for relu in (False, True):
+            lt_calls = {"minidl": lambda x, y: lambda: L.matmul(x, case.w, y, case.b, None, relu, False),
+                        "nvmath": lambda x, y: lambda: nv_lt(x, case.w, y, case.b, relu, False)}
+            checks.run("lt-capture", f"{label} {'bias+relu' if relu else 'bias'}",
+                       lambda: capture_pair(cp, stream, case, graphs, (label, "lt", relu), out, lt_calls))
+        gemm_calls = {"minidl": lambda x, y: lambda: C.gemm(x, case.w, y, trans_b=True),
+                      "nvmath": lambda x, y: lambda: nv_gemm(x, case.w, y, trans_b=True)}
+        checks.run("gemm-capture", f"{label} fprop",
+                   lambda: capture_pair(cp, stream, case, graphs, (label, "gemm", None), out, gemm_calls))
+        y = {p: case.empty(cp, out) for p in ("minidl", "nvmath")}
+        families = {("lt", True): {"minidl": lambda: L.matmul(case.x, case.w, y["minidl"], case.b, None, True, False),
+                                   "nvmath": lambda: nv_lt(case.x, case.w, y["nvmath"], case.b, True, False)},
+                    ("gemm", None): {"minidl": lambda: C.gemm(case.x, case.w, y["minidl"], trans_b=True),
+                                     "nvmath": lambda: nv_gemm(case.x, case.w, y["nvmath"], trans_b=True)}}
+        for (family, relu), fns in families.items():
+            row: dict[str, Any] = {"case": f"{label} {family}"}
+            try:
+                mine = {p: graphs[((label, family, relu), p)] for p in fns if ((label, family, relu), p) in graphs}
+                row.update(time_pair(cp, stream, fns, mine, args.calls, args.replays))
+                print("  time          " + f"{row['case']:<34} " + "; ".join(
+                    f"{p} host {row[p]['host_us']:.1f} us, device {row[p]['device_us']:.1f} us, replay "
+                    f"{row[p]['replay_us']:.1f} us" for p in fns), flush=True)
+            except Exception as e:  # noqa: BLE001  a timing that fails is reported and left out of the judgement
+                row["error"] = one_line(e)
+                print(f"  time          {row['case']:<34} failed: {row['error']}", flush=True)
+            timings.append(row)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
