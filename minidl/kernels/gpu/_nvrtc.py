@@ -4,6 +4,11 @@ compile into CuPy's disk cache holds a file lock, so that processes of one host 
 workers) never compile one source twice: the second waits and reads the first's result from the
 cache; and NVRTC's precompiled headers are set as MINIDL_NVRTC_PCH says. Imports only minidl.files
 (its waiting lock, `files.exclusive`) of minidl.
+
+The names wrapped here are CuPy's private ones (`compiler._NVRTCProgram.compile`,
+`compiler._compile_module_with_cache`, `compiler._use_pch`, as CuPy 14.2 has them): pyproject.toml's
+`cuda` extra holds CuPy below 15 for them (`cupy-cuda13x>=14,<15`); a new major comes in once tests/gpu
+passes on it.
 """
 from __future__ import annotations
 
