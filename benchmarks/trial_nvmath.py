@@ -155,6 +155,8 @@ class NvLt:
         _set(lt.matmul_desc_set_attribute, desc, A.TRANSB, 0, np.int32)
         epilogue = (E.RELU_BIAS if relu else E.BIAS) if bias else (E.RELU if relu else E.DEFAULT)
         _set(lt.matmul_desc_set_attribute, desc, A.EPILOGUE, int(epilogue), np.uint32)
+        if bias:                                      # before the heuristics, as minidl: they read its alignment
+            _set(lt.matmul_desc_set_attribute, desc, A.BIAS_POINTER, bias, np.uint64)
         t = self.types[np.dtype(dtype)]
         layouts = [lt.matrix_layout_create(t, r, c, r) for r, c in ((C, K), (C, M), (K, M))]
         pref = lt.matmul_preference_create()
@@ -181,7 +183,8 @@ class NvLt:
                None if b is None else _alignment(b.data.ptr), bool(tf32), aligns)
         plan = self.plans.get(key)
         if plan is None:
-            plan = self.plans[key] = self.plan(M, K, C, x.dtype, relu, b is not None, tf32, aligns)
+            plan = self.plans[key] = self.plan(M, K, C, x.dtype, relu, None if b is None else b.data.ptr, tf32,
+                                               aligns)
         self.last = plan
         desc, (a, bl, cd), _, bias_ptr, bias_addr, algo = plan
         if b is not None:
@@ -480,6 +483,9 @@ def enums(L: Any, C: Any, dtypes: Any, nvmath: Any) -> tuple[bool, str, dict]:
                   for m, v in zip("ABCD", L._PREF_ALIGN)]
     if hasattr(L, "_Heuristic"):
         pairs.append(("heuristic result bytes", ctypes.sizeof(L._Heuristic), lt.matmul_heuristic_result_dtype.itemsize))
+    if fallback is not None:
+        pairs.append(("heuristic result bytes", fallback.matmul_heuristic_result_dtype.itemsize,
+                      lt.matmul_heuristic_result_dtype.itemsize))
     pairs += [(f"cublas {label}", getattr(C, attr), value) for label, attr, value in
               (("COMPUTE_32F", "_COMPUTE_32F", cb.ComputeType.COMPUTE_32F), ("GEMM_DEFAULT", "_GEMM_DEFAULT",
                                                                               cb.GemmAlgo.DEFAULT)) if hasattr(C, attr)]
@@ -542,8 +548,10 @@ def run(args: argparse.Namespace) -> int:
 
     from minidl.kernels.gpu import _cublas as C, _cublaslt as L, _dtypes
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
-    print(f"trial_nvmath: {props['name'].decode()}, CuPy {cp.__version__}, minidl's _cublaslt binding: "
-          f"{getattr(L, 'BINDINGS', 'ctypes')}", flush=True)
+    if hasattr(L, "use_bindings"):             # _cublaslt.py with nvmath's bindings where they import: its
+        L.use_bindings("ctypes")                # ctypes ones are what nvmath's are tried against
+    print(f"trial_nvmath: {props['name'].decode()}, CuPy {cp.__version__}; minidl's side: its ctypes bindings",
+          flush=True)
     checks = Checks()
     state: dict[str, Any] = {}
     timings: list[dict] = []
