@@ -76,8 +76,13 @@ print(json.dumps(dict(seen, stats=dict(plan_cache.stats))))
 """
 
 
+def _pythonpath():
+    """This checkout first, then the device's own path (where the cuDNN Frontend is installed)."""
+    return os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+
+
 def _child(cache, out, **env):
-    env = dict(os.environ, MINIDL_CACHE=str(cache), PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))), **env)
+    env = dict(os.environ, MINIDL_CACHE=str(cache), PYTHONPATH=_pythonpath(), **env)
     env.pop("MINIDL_AUTOTUNE", None)
     p = subprocess.run([sys.executable, "-c", _CHILD, str(out)], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
@@ -146,7 +151,7 @@ def test_a_damaged_foreign_or_refused_plan_is_built_again_with_the_same_answers(
 def _startup(folder, model, **env):
     """One profile_startup child (its phases, as JSON) on the caches in `folder`, and its wall seconds."""
     out = folder / "run.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))), MINIDL_CACHE=str(folder / "minidl"),
+    env = dict(os.environ, PYTHONPATH=_pythonpath(), MINIDL_CACHE=str(folder / "minidl"),
                CUPY_CACHE_DIR=str(folder / "cupy"), **env)
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "benchmarks/profile_startup.py", "--child", str(out), *model], cwd=ROOT,
