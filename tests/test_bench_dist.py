@@ -1,0 +1,149 @@
+"""benchmarks/bench_dist.py without GPUs: its flags, the launches a command makes and the time they
+should take, the one line where no GPU is usable, and its workers and driver run end to end on the
+CPU under mpiexec (minidl's step with and without collectives, the collectives alone)."""
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import bench_dist
+from benchmarks.bench_dist import Launch
+
+needs_mpi = pytest.mark.skipif(shutil.which("mpiexec") is None or importlib.util.find_spec("mpi4py") is None,
+                               reason="needs mpiexec and mpi4py (pip install 'minidl[dist]')")
+
+
+def _mnist_or_skip():
+    from minidl import data
+    try:
+        data.mnist("train", download=False)
+    except data.DataError:
+        pytest.skip("MNIST is not on this machine (MINIDL_DATA)")
+
+
+@pytest.mark.parametrize("gpus,ranks", [(1, [1]), (2, [1, 2]), (4, [1, 2, 4]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8])])
+def test_the_ranks_default_to_the_powers_of_two_up_to_the_gpus_present(gpus, ranks):
+    assert bench_dist.default_ranks(gpus) == ranks
+
+
+def _plan(argv, gpus=4):
+    return bench_dist.plan(bench_dist._parser().parse_args(argv), gpus)
+
+
+def test_one_command_plans_the_whole_four_gpu_table():
+    launches = _plan(["--shard-optimizer", "--two-hosts"])
+    nvlink = [x for x in launches if x.transport == "nvlink"]
+    assert len(nvlink) == 2 * 2 * 3 * 2 and len(launches) == 28        # cases x precisions x N x frameworks, + 4
+    mine = {(x.case, x.precision, x.n): x.variants for x in nvlink if x.framework == "minidl"}
+    assert mine[("resnet50-b256", "bf16", 1)] == ("reduce",)             # one GPU: no collectives to skip
+    assert mine[("lenet-b256", "fp32", 4)] == ("reduce", "none", "shard")
+    assert all(x.variants == ("reduce",) for x in launches if x.framework == "torch-ddp")
+    net = [(x.framework, x.wire, x.n, x.case, x.precision, x.variants, x.steps)
+           for x in launches if x.transport == "net"]
+    assert net == [("minidl", "fp32", 2, "resnet50-b256", "bf16", ("reduce", "none"), 20),
+                   ("torch-ddp", "fp32", 2, "resnet50-b256", "bf16", ("reduce",), 20),
+                   ("minidl", "bf16", 2, "resnet50-b256", "bf16", ("reduce", "none"), 20),
+                   ("torch-ddp", "bf16", 2, "resnet50-b256", "bf16", ("reduce",), 20)]
+    assert {x.steps for x in nvlink} == {100} and {x.warmup for x in launches} == {10}
+
+
+def test_quick_steps_ranks_past_the_gpus_and_one_gpu_measured_once():
+    launches = _plan(["--quick", "--ranks", "1", "2", "8", "--grad-reduce", "fp32", "bf16", "--transport", "nvlink",
+                      "net", "--cases", "lenet-b256", "--precision", "fp32", "--frameworks", "minidl"], gpus=2)
+    assert [(x.n, x.wire, x.transport) for x in launches] == [
+        (1, "fp32", "nvlink"), (2, "fp32", "nvlink"), (2, "bf16", "nvlink"), (2, "fp32", "net"), (2, "bf16", "net")]
+    assert {(x.steps, x.warmup) for x in launches} == {(30, 5)}
+    assert _plan(["--two-hosts"], gpus=1) == _plan([], gpus=1)          # no stand-in on one GPU
+
+
+def test_the_time_a_launch_should_take_is_its_start_and_its_steps():
+    x = Launch("minidl", "resnet50-b256", "fp32", 2, "fp32", "nvlink", ("reduce", "none", "shard"), 100, 10)
+    # 9 s to start, 3 s for each further Trainer, 3 variants x 110 steps x 6.1 ms x 1.1 (N > 1)
+    assert x.estimate_s() == pytest.approx(9 + 2 * 3 + 3 * 110 * 6.71e-3)
+    assert x.estimate_s(cold=True) == pytest.approx(x.estimate_s() + 20)
+    net = Launch("minidl", "resnet50-b256", "bf16", 2, "bf16", "net", ("reduce", "none"), 20, 10)
+    # over sockets 3 ms per MiB sent: 44.85 MiB of bf16 gradients; the step without collectives sends none
+    assert net.estimate_s() == pytest.approx(9 + 3 + 30 * (3.52 + 3.0 * 44.85) / 1e3 + 30 * 3.52 / 1e3)
+    first, again = (Launch("minidl", "lenet-b256", "fp32", n, "fp32", "nvlink", ("reduce",), 100, 10) for n in (1, 2))
+    assert bench_dist.estimate_s([first, again]) == pytest.approx(first.estimate_s(True) + again.estimate_s())
+
+
+def test_plan_prints_the_launches_and_their_time_without_gpus(capsys):
+    assert bench_dist.main(["--plan", "--ranks", "1", "2", "4", "--shard-optimizer", "--two-hosts"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 29 and out[-1].startswith("28 launches on 4 GPUs")
+    assert "min on a fresh machine (empty caches)" in out[-1]
+    assert any(line.split()[:7] == ["lenet-b256", "bf16", "fp32", "nvlink", "4", "minidl", "reduce+none+shard"]
+               for line in out)
+
+
+def test_without_a_usable_gpu_it_says_so_in_one_line_and_exits_2(monkeypatch, capsys):
+    import minidl.backend
+    monkeypatch.setattr(minidl.backend, "cuda_status", lambda: (False, "no CUDA device"))
+    assert bench_dist.main(["--launcher", sys.executable]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err == "bench_dist: needs CUDA GPUs and an MPI launcher: no CUDA device\n"
+
+
+def test_started_under_mpiexec_it_says_so_in_one_line_and_exits_2(monkeypatch, capsys):
+    monkeypatch.setenv("PMI_RANK", "0")
+    monkeypatch.setenv("PMI_SIZE", "2")
+    assert bench_dist.main([]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv,words", [(["--steps", "0"], "--steps must be >= 1"),
+                                        (["--ranks", "0", "2"], "--ranks must be >= 1"),
+                                        (["--grad-reduce", "none"], "invalid choice: 'none'"),
+                                        (["--net-steps", "-1"], "--net-steps must be >= 1")])
+def test_bad_flags_are_one_line_and_exit_2(argv, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_dist.main(argv)
+    assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+ENV = {**os.environ, "PYTHONPATH": str(bench_dist.ROOT), "OPENBLAS_NUM_THREADS": "1"}
+
+
+@needs_mpi
+def test_a_minidl_worker_measures_the_step_with_and_without_collectives_and_the_collectives_alone():
+    _mnist_or_skip()
+    cmd = ["mpiexec", "-n", "2", sys.executable, bench_dist.__file__, "--worker", "minidl", "lenet-b256", "--steps",
+           "2", "--warmup", "1", "--precision", "fp32", "--device", "cpu", "--variants", "reduce", "none", "shard"]
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in p.stdout.splitlines()]     # rank 0 alone prints
+    assert len(rows) == 3
+    with_, without, shard = rows
+    assert with_["collectives"] and not with_["shard"] and with_["buckets"] == 1
+    import minidl as dl
+    arena = dl.models.get("lenet", device=dl.get_device("cpu")).grads.size      # LeNet-5's gradient arena
+    assert with_["wire_mib"] == pytest.approx(arena * 4 / 2 ** 20) and 62006 <= arena < 63000
+    assert with_["allreduce_ms"] > 0 and with_["rs_ag_ms"] > 0 and with_["images_s"] > 0
+    assert not without["collectives"] and "allreduce_ms" not in without and without["ms_step"] > 0
+    if bench_dist.has_shard_optimizer():
+        assert shard["shard"] and shard["collectives"] and shard["ms_step"] > 0
+    else:
+        assert shard == {"variant": "shard", "skipped": bench_dist.NO_SHARD}
+
+
+@needs_mpi
+def test_the_driver_launches_the_ranks_and_prints_the_table(tmp_path):
+    _mnist_or_skip()
+    out = tmp_path / "dist.jsonl"
+    cmd = [sys.executable, bench_dist.__file__, "--device", "cpu", "--frameworks", "minidl", "--cases", "lenet-b256",
+           "--precision", "fp32", "--ranks", "1", "2", "--steps", "2", "--quick", "--json", str(out)]
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["ranks"], r["collectives"]) for r in rows] == [(1, True), (2, True), (2, False)]
+    assert all(r["case"] == "lenet-b256" and r["transport"] == "nvlink" and r["seconds"] > 0 for r in rows)
+    assert "2 launches on 2 GPUs" in p.stdout and "all launches:" in p.stdout
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("| lenet-b256 | fp32 | minidl | 2 |"))
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    assert cells[6] == f"{rows[2]['ms_step']:.3f}" and cells[7] == f"{rows[1]['allreduce_ms']:.3f}"
+    assert "| parts | n |" in p.stdout                                 # the model, fed by these parts
