@@ -439,6 +439,8 @@ def main(argv=None):
     if not gpus:
         print(f"bench_dist: needs CUDA GPUs and an MPI launcher: {why}", file=sys.stderr)
         return 2
+    if args.ranks and max(args.ranks) > gpus:
+        print(f"bench_dist: {gpus} GPUs here: N = {', '.join(str(n) for n in args.ranks if n > gpus)} left out")
     if args.shard_optimizer and not has_shard_optimizer():
         print(f"bench_dist: {NO_SHARD}")
         args.shard_optimizer = False
