@@ -23,7 +23,7 @@ speed-up and efficiency against one GPU, the fraction of the all-reduce hidden b
 minidl over DDP and the seconds each case took; the two-host table; and the model of 4-64 GPUs fed by
 these parts. Before running it prints the launches and the time they should take (from the steps
 measured before, docs/distributed.md, and the start-up of a process, docs/cold-start.md); --plan
-prints that alone, without GPUs. --steps (default 100), or --quick (30 steps, 5 warm-up).
+prints that alone, without GPUs. --steps (default 100), or --quick (50 steps, 5 warm-up).
 
 --grad-reduce fp32 bf16: the dtype gradients travel in (minidl's Trainer grad_reduce; PyTorch DDP's
 bf16_compress_hook). --transport nvlink net: `net` puts NCCL on its network transport
@@ -54,7 +54,7 @@ from benchmarks import scaling  # noqa: E402
 CASES = {"resnet50-b256": dict(model="resnet", depth=50, batch=256, optimizer="momentum", lr=0.05),
          "lenet-b256": dict(model="lenet", depth=None, batch=256, optimizer="adam", lr=1e-3)}
 WARMUP, QUICK_WARMUP = 10, 5
-STEPS, QUICK_STEPS = 100, 30
+STEPS, QUICK_STEPS = 100, 50
 NET_STEPS, QUICK_NET_STEPS = 20, 10
 REPS = 20                       # replays of the collectives alone
 
@@ -395,7 +395,7 @@ def _parser():
     p.add_argument("--launcher", default=os.environ.get("MINIDL_MPIEXEC", "mpiexec"),
                    help="the MPI launcher command, without -n (default $MINIDL_MPIEXEC or mpiexec)")
     p.add_argument("--bucket-mib", type=float, help="minidl's gradient bucket size (default 8)")
-    p.add_argument("--timeout", type=float, default=150, help="seconds a launch may take (default 150)")
+    p.add_argument("--timeout", type=float, default=120, help="seconds a launch may take (default 120)")
     p.add_argument("--plan", action="store_true", help="print the launches and the time they should take, run nothing")
     p.add_argument("--json", help="also append one JSON line per result to this file")
     p.add_argument("--plot", help="draw images/s against N into this PNG (matplotlib)")

@@ -56,7 +56,7 @@ def test_quick_steps_ranks_past_the_gpus_and_one_gpu_measured_once():
                       "net", "--cases", "lenet-b256", "--precision", "fp32", "--frameworks", "minidl"], gpus=2)
     assert [(x.n, x.wire, x.transport) for x in launches] == [
         (1, "fp32", "nvlink"), (2, "fp32", "nvlink"), (2, "bf16", "nvlink"), (2, "fp32", "net"), (2, "bf16", "net")]
-    assert {(x.steps, x.warmup) for x in launches} == {(30, 5)}
+    assert {(x.steps, x.warmup) for x in launches} == {(50, 5)}
     assert _plan(["--two-hosts"], gpus=1) == _plan([], gpus=1)          # no stand-in on one GPU
 
 
