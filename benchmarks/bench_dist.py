@@ -198,7 +198,7 @@ def collectives_alone(reducer, device, world, wire, reps=REPS):
     else:
         from mpi4py import MPI
         dtype = xp.float32                            # MPI has no bfloat16
-    buf = xp.zeros(bounds[-1][1], dtype)
+    buf = xp.zeros(max(hi for _, hi in bounds), dtype)               # buckets come in backward order
     shards = [xp.zeros((hi - lo) // N, dtype) for lo, hi in bounds]
 
     def allreduce():

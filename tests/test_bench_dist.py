@@ -147,3 +147,16 @@ def test_the_driver_launches_the_ranks_and_prints_the_table(tmp_path):
     cells = [c.strip() for c in line.split("|")[1:-1]]
     assert cells[6] == f"{rows[2]['ms_step']:.3f}" and cells[7] == f"{rows[1]['allreduce_ms']:.3f}"
     assert "| parts | n |" in p.stdout                                 # the model, fed by these parts
+
+
+def test_the_collectives_alone_cover_every_bucket_though_they_come_in_backward_order():
+    """Backward completes the last layers' bucket first: the highest range of the arena comes first."""
+    from types import SimpleNamespace as NS
+    import minidl as dl
+    MPI = pytest.importorskip("mpi4py.MPI")
+    sizes = []
+    coll = NS(allreduce=lambda a, op: sizes.append(a.size))
+    reducer = NS(coll=coll, buckets=NS(buckets=[NS(lo=100, hi=250), NS(lo=0, hi=100)]))
+    out = bench_dist.collectives_alone(reducer, dl.get_device("cpu"), NS(size=1, comm=MPI.COMM_SELF), "fp32", reps=2)
+    assert sizes == [150, 100] * 3                      # one warm-up pass, then 2 timed
+    assert out["alone_how"] == "host" and out["allreduce_ms"] >= 0 and out["rs_ag_ms"] >= 0
