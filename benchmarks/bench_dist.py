@@ -1,7 +1,7 @@
 """python benchmarks/bench_dist.py: data-parallel training on 1, 2, 4 ... GPUs, minidl beside PyTorch DDP, one command.
 
-Each (framework, case, precision, N) is one MPI launch of this file's --worker (so do not start this
-file itself under mpirun). On a machine where MPI runs as root and NVLink SHARP must stay off:
+Each (framework, case, precision, N) is one MPI launch of benchmarks/dist_worker.py (so do not start
+this file itself under mpirun). On a machine where MPI runs as root and NVLink SHARP must stay off:
 
     NCCL_NVLS_ENABLE=0 python benchmarks/bench_dist.py --launcher "mpirun --allow-run-as-root" \\
         --shard-optimizer --two-hosts --json dist.jsonl
@@ -34,8 +34,6 @@ results gathered on machines of several sizes, without GPUs; --plot draws images
 Without usable GPUs (or an MPI launcher) it says so in one line and exits 2.
 """
 import argparse
-import gc
-import inspect
 import json
 import os
 import pathlib
@@ -48,15 +46,15 @@ import time
 from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+WORKER = ROOT / "benchmarks" / "dist_worker.py"
 sys.path.insert(0, str(ROOT))
 from benchmarks import scaling  # noqa: E402
+from benchmarks.dist_worker import CASES, NO_SHARD, has_shard_optimizer  # noqa: E402
 
-CASES = {"resnet50-b256": dict(model="resnet", depth=50, batch=256, optimizer="momentum", lr=0.05),
-         "lenet-b256": dict(model="lenet", depth=None, batch=256, optimizer="adam", lr=1e-3)}
 WARMUP, QUICK_WARMUP = 10, 5
 STEPS, QUICK_STEPS = 100, 50
 NET_STEPS, QUICK_NET_STEPS = 20, 10
-REPS = 20                       # replays of the collectives alone
+
 
 # -- what the run should take ----------------------------------------------------------------------
 # ms a step on one GPU (minidl: docs/distributed.md's 1-GPU figures; PyTorch DDP: its 2-GPU images/s
@@ -151,194 +149,6 @@ def estimate_s(launches):
     return total
 
 
-# -- the workers (one per rank, under the MPI launcher) ---------------------------------------------
-def _timed(fit, sync, barrier, steps, warmup):
-    fit(warmup)
-    sync()
-    barrier()
-    t0 = time.perf_counter()
-    fit(steps)
-    sync()
-    return time.perf_counter() - t0
-
-
-def has_shard_optimizer():
-    """Whether minidl's Trainer takes shard_optimizer (the sharded optimizer, ZeRO stage 1)."""
-    import minidl as dl
-    return "shard_optimizer" in inspect.signature(dl.Trainer).parameters
-
-
-NO_SHARD = "minidl's Trainer has no shard_optimizer keyword: the sharded-optimizer runs are skipped"
-
-
-def _skip_collectives(reducer):
-    """The reducer's collectives do nothing from now on; the rest of the step (its second stream's
-    fork and join, the bf16 wire's casts on the GPU) stays."""
-    coll = reducer.coll
-    if hasattr(coll, "_reduce"):                  # NCCL: the collective itself
-        coll._reduce = lambda a, op, stream: None
-    else:                                         # MPI (the CPU): nothing started
-        coll.start = lambda a, op, wire=None: None
-
-
-def collectives_alone(reducer, device, world, wire, reps=REPS):
-    """{allreduce_ms, rs_ag_ms, alone_how}: the gradient arena's collectives alone, in the step's
-    buckets over the bytes `wire` carries: all-reduce; reduce-scatter then all-gather (each bucket
-    cut to a multiple of the ranks). On the GPU each is captured in a CUDA graph and replayed
-    (device time, no Python between the calls; eager where capturing fails); on the CPU, MPI."""
-    xp, N = device.xp, world.size
-    bounds = [(b.lo, b.hi) for b in reducer.buckets.buckets]
-    if device.name == "cuda":
-        from cupy.cuda import nccl
-        from minidl.kernels.gpu.collectives import _TYPES
-        from minidl.precision import BFLOAT16
-        dtype = BFLOAT16 if wire == "bf16" else xp.float32
-        coll = reducer.coll
-        raw, code = coll._ready(), _TYPES[xp.dtype(dtype).name]
-    else:
-        from mpi4py import MPI
-        dtype = xp.float32                            # MPI has no bfloat16
-    buf = xp.zeros(max(hi for _, hi in bounds), dtype)               # buckets come in backward order
-    shards = [xp.zeros((hi - lo) // N, dtype) for lo, hi in bounds]
-
-    def allreduce():
-        for lo, hi in bounds:
-            reducer.coll.allreduce(buf[lo:hi], "sum")
-
-    def rs_ag():
-        for (lo, hi), shard in zip(bounds, shards):
-            whole = buf[lo:lo + shard.size * N]
-            if device.name == "cuda":
-                stream = xp.cuda.get_current_stream().ptr
-                raw.reduceScatter(whole.data.ptr, shard.data.ptr, shard.size, code, nccl.NCCL_SUM, stream)
-                raw.allGather(shard.data.ptr, whole.data.ptr, shard.size, code, stream)
-            else:
-                world.comm.Reduce_scatter_block(whole, shard, op=MPI.SUM)
-                world.comm.Allgather(shard, whole)
-    out = {"alone_how": "graph" if device.name == "cuda" else "host"}
-    for key, fn in (("allreduce_ms", allreduce), ("rs_ag_ms", rs_ag)):
-        call = fn
-        if device.name == "cuda":
-            from minidl.backend import CaptureError
-            try:
-                call = device.capture(fn, warmup=2).replay
-            except CaptureError:
-                out["alone_how"] = "eager"
-        else:
-            fn()
-        out[key] = device.elapsed_ms(call, reps)
-    return out
-
-
-def _release(trainer):
-    """Destroy the trainer's communicator (NCCL: the captured graphs first), so that the next Trainer
-    of this launch connects its own as the first did."""
-    coll = getattr(getattr(trainer, "reducer", None), "coll", None)
-    if coll is not None and hasattr(coll, "close"):
-        coll.close()
-
-
-def minidl_worker(case, steps, warmup, world, train, precision, wire, variants, device="cuda", emit=print):
-    """Each variant's result, emitted as it is measured (a later failure keeps the earlier ones)."""
-    import minidl as dl
-    dev = dl.get_device(device, gpu=world.local_rank if device == "cuda" and world.size > 1 else None)
-    shard_ok = has_shard_optimizer()
-    for variant in variants:
-        if variant == "shard" and not shard_ok:
-            emit({"variant": "shard", "skipped": NO_SHARD})
-            continue
-        emit(_minidl_variant(case, steps, warmup, world, train, precision, wire, variant, dev))
-        gc.collect()                      # the Trainer's arenas and graphs go before the next is built
-        dev.free_memory()
-
-
-def _minidl_variant(case, steps, warmup, world, train, precision, wire, variant, dev):
-    """One Trainer's result: its step (with or without collectives, or sharded) and, for the step
-    with collectives, the collectives alone; its communicator destroyed after."""
-    import minidl as dl
-    from minidl import models, optim
-    t0 = time.perf_counter()
-    model = models.get(case["model"], depth=case["depth"], device=dev, seed=0)
-    kw = {"momentum": 0.9} if case["optimizer"] == "momentum" else {}
-    trainer = dl.Trainer(model, optim.get(case["optimizer"], lr=case["lr"], **kw), progress=False,
-                         log=lambda s: None, world=world, precision=precision, grad_reduce=wire,
-                         **({"shard_optimizer": True} if variant == "shard" else {}))
-    if variant == "none" and trainer.reducer:
-        _skip_collectives(trainer.reducer)
-    s = _timed(lambda n: trainer.fit(train, more_steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
-               world.comm.Barrier if world.comm else lambda: None, steps, warmup)
-    row = {"images_s": steps * case["batch"] * world.size / s, "ms_step": 1e3 * s / steps,
-           "collectives": variant != "none", "shard": variant == "shard",
-           "buckets": len(trainer.reducer.buckets.buckets) if trainer.reducer and variant != "shard" else None,
-           "wire_mib": model.grads.size * (2 if wire == "bf16" else 4) / 2 ** 20}
-    if variant == "reduce" and trainer.reducer:
-        row.update(collectives_alone(trainer.reducer, dev, world, wire))
-    _release(trainer)
-    row["seconds"] = time.perf_counter() - t0
-    return row
-
-
-def torch_worker(case, steps, warmup, world, train, precision, wire, variants, device="cuda", emit=print):
-    import torch
-    import torch.distributed as tdist
-    import torch.nn.functional as F
-    import minidl as dl
-    from benchmarks.torch_models import torch_model
-    t0 = time.perf_counter()
-    torch.cuda.set_device(world.local_rank)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517", RANK=str(world.rank), WORLD_SIZE=str(world.size))
-    tdist.init_process_group("nccl")
-    model = torch.nn.parallel.DistributedDataParallel(torch_model(case).cuda(), device_ids=[world.local_rank])
-    if wire == "bf16":
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
-    opt = (torch.optim.SGD(model.parameters(), lr=case["lr"], momentum=0.9) if case["optimizer"] == "momentum"
-           else torch.optim.Adam(model.parameters(), lr=case["lr"]))
-    x_all = ((torch.tensor(train[0], device="cuda").float() / 255 - 0.1307) / 0.3081).unsqueeze(1)
-    y_all = torch.tensor(train[1], device="cuda").long()
-    order = dl.data.Loader(*train, case["batch"], dl.get_device("cpu"), rank=world.rank, world=world.size)
-    done = [0]
-
-    def fit(n):
-        for _ in range(n):
-            e, k = divmod(done[0], len(order))
-            idx = torch.from_numpy(order.indices(e, k)).cuda()
-            opt.zero_grad()
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
-                loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
-            loss.backward()
-            opt.step()
-            done[0] += 1
-    s = _timed(fit, torch.cuda.synchronize, tdist.barrier, steps, warmup)
-    buf = torch.zeros(sum(p.numel() for p in model.parameters()), device="cuda",
-                      dtype=torch.bfloat16 if wire == "bf16" else torch.float32)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    tdist.all_reduce(buf)
-    start.record()
-    for _ in range(REPS):
-        tdist.all_reduce(buf)
-    end.record()
-    torch.cuda.synchronize()
-    tdist.destroy_process_group()
-    emit({"images_s": steps * case["batch"] * world.size / s, "ms_step": 1e3 * s / steps, "collectives": True,
-          "shard": False, "allreduce_ms": start.elapsed_time(end) / REPS, "alone_how": "eager", "buckets": None,
-          "wire_mib": buf.numel() * buf.element_size() / 2 ** 20, "seconds": time.perf_counter() - t0})
-
-
-def worker(framework, name, args):
-    import minidl as dl
-    from minidl import distributed
-    world = distributed.init()
-    fn = minidl_worker if framework == "minidl" else torch_worker
-
-    def emit(row):
-        if world.main:
-            print(json.dumps(row), flush=True)
-    world.guard(fn)(CASES[name], args.steps or STEPS, args.warmup, world, dl.data.load("mnist", "train"),
-                    args.precision[0], args.grad_reduce[0], tuple(args.variants), args.device, emit)
-    return 0
-
-
 # -- the driver ----------------------------------------------------------------------------------------
 def _launch(cmd, env, timeout):
     """(result rows, why it failed or None) of one launch. Its process group is killed where it
@@ -400,10 +210,6 @@ def _parser():
     p.add_argument("--json", help="also append one JSON line per result to this file")
     p.add_argument("--plot", help="draw images/s against N into this PNG (matplotlib)")
     p.add_argument("--from-json", help="no runs: the tables (and --plot) of the results in this JSON-lines file")
-    p.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "CASE"), help=argparse.SUPPRESS)
-    p.add_argument("--variants", nargs="+", choices=("reduce", "none", "shard"), default=["reduce"],
-                   help=argparse.SUPPRESS)
-    p.add_argument("--warmup", type=int, default=WARMUP, help=argparse.SUPPRESS)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help=argparse.SUPPRESS)  # cpu: the tests'
     return p
 
@@ -416,8 +222,6 @@ def main(argv=None):
             p.error(f"{flag} must be >= 1, got {v}")
     if args.ranks and min(args.ranks) < 1:
         p.error(f"--ranks must be >= 1, got {min(args.ranks)}")
-    if args.worker:
-        return worker(*args.worker, args)
     if args.from_json:
         return _report(scaling.read(args.from_json), args.plot)
     from minidl import distributed
@@ -457,7 +261,7 @@ def _run(args, launches, launcher, gpus):
           f"{'alone ms':>10}{'RS+AG ms':>10}{'wire MiB':>10}{'s':>6}")
     results, t_all = [], time.perf_counter()
     for launch in launches:
-        cmd = launcher + ["-n", str(launch.n), sys.executable, __file__, "--worker", launch.framework, launch.case,
+        cmd = launcher + ["-n", str(launch.n), sys.executable, str(WORKER), launch.framework, launch.case,
                           "--steps", str(launch.steps), "--warmup", str(launch.warmup), "--precision",
                           launch.precision, "--grad-reduce", launch.wire, "--device", args.device,
                           "--variants", *launch.variants]

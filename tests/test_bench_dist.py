@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from benchmarks import bench_dist
+from benchmarks import bench_dist, dist_worker
 from benchmarks.bench_dist import Launch
 
 needs_mpi = pytest.mark.skipif(shutil.which("mpiexec") is None or importlib.util.find_spec("mpi4py") is None,
@@ -112,7 +112,7 @@ ENV = {**os.environ, "PYTHONPATH": str(bench_dist.ROOT), "OPENBLAS_NUM_THREADS":
 @needs_mpi
 def test_a_minidl_worker_measures_the_step_with_and_without_collectives_and_the_collectives_alone():
     _mnist_or_skip()
-    cmd = ["mpiexec", "-n", "2", sys.executable, bench_dist.__file__, "--worker", "minidl", "lenet-b256", "--steps",
+    cmd = ["mpiexec", "-n", "2", sys.executable, dist_worker.__file__, "minidl", "lenet-b256", "--steps",
            "2", "--warmup", "1", "--precision", "fp32", "--device", "cpu", "--variants", "reduce", "none", "shard"]
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
@@ -125,10 +125,10 @@ def test_a_minidl_worker_measures_the_step_with_and_without_collectives_and_the_
     assert with_["wire_mib"] == pytest.approx(arena * 4 / 2 ** 20) and 62006 <= arena < 63000
     assert with_["allreduce_ms"] > 0 and with_["rs_ag_ms"] > 0 and with_["images_s"] > 0
     assert not without["collectives"] and "allreduce_ms" not in without and without["ms_step"] > 0
-    if bench_dist.has_shard_optimizer():
+    if dist_worker.has_shard_optimizer():
         assert shard["shard"] and shard["collectives"] and shard["ms_step"] > 0
     else:
-        assert shard == {"variant": "shard", "skipped": bench_dist.NO_SHARD}
+        assert shard == {"variant": "shard", "skipped": dist_worker.NO_SHARD}
 
 
 @needs_mpi
@@ -157,6 +157,6 @@ def test_the_collectives_alone_cover_every_bucket_though_they_come_in_backward_o
     sizes = []
     coll = NS(allreduce=lambda a, op: sizes.append(a.size))
     reducer = NS(coll=coll, buckets=NS(buckets=[NS(lo=100, hi=250), NS(lo=0, hi=100)]))
-    out = bench_dist.collectives_alone(reducer, dl.get_device("cpu"), NS(size=1, comm=MPI.COMM_SELF), "fp32", reps=2)
+    out = dist_worker.collectives_alone(reducer, dl.get_device("cpu"), NS(size=1, comm=MPI.COMM_SELF), "fp32", reps=2)
     assert sizes == [150, 100] * 3                      # one warm-up pass, then 2 timed
     assert out["alone_how"] == "host" and out["allreduce_ms"] >= 0 and out["rs_ag_ms"] >= 0

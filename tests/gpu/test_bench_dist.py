@@ -18,7 +18,7 @@ cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 pytest.importorskip("mpi4py.MPI")
 
-from benchmarks import bench_dist  # noqa: E402
+from benchmarks import dist_worker  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def test_two_gpus_measure_the_step_with_and_without_collectives_and_the_collecti
     except data.DataError:
         pytest.skip("MNIST is not on this machine (MINIDL_DATA)")
     launcher = shlex.split(os.environ.get("MINIDL_MPIEXEC", "mpiexec"))
-    cmd = launcher + ["-n", "2", sys.executable, bench_dist.__file__, "--worker", "minidl", "lenet-b256", "--steps",
+    cmd = launcher + ["-n", "2", sys.executable, dist_worker.__file__, "minidl", "lenet-b256", "--steps",
                       "5", "--warmup", "3", "--precision", "bf16", "--grad-reduce", wire,
                       "--variants", "reduce", "none", "shard"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE", "0"))
@@ -52,7 +52,7 @@ def test_two_gpus_measure_the_step_with_and_without_collectives_and_the_collecti
     assert with_["wire_mib"] == pytest.approx(without["wire_mib"]) and with_["buckets"] == 1
     assert with_["wire_mib"] == pytest.approx(0.2368 / (2 if wire == "bf16" else 1), rel=1e-3)
     assert with_["ms_step"] > 0 and without["ms_step"] > 0
-    if bench_dist.has_shard_optimizer():
+    if dist_worker.has_shard_optimizer():
         assert shard["shard"] and shard["ms_step"] > 0
     else:
-        assert shard["skipped"] == bench_dist.NO_SHARD
+        assert shard["skipped"] == dist_worker.NO_SHARD

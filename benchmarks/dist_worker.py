@@ -1,0 +1,229 @@
+"""The ranks of one bench_dist launch (benchmarks/bench_dist.py starts them; not a command of its own):
+
+    mpiexec -n N python benchmarks/dist_worker.py FRAMEWORK CASE --steps S --precision P --grad-reduce W ...
+
+minidl: one Trainer after the other in this process, one per variant (`reduce`: the step with its
+collectives; `none`: with them skipped; `shard`: Trainer(shard_optimizer=True), skipped with one
+line where the Trainer has no such keyword), each timed over the same batches, and after the first
+the collectives alone (`collectives_alone`). PyTorch DDP: its eager step and its all-reduce alone.
+Rank 0 prints one JSON line per result as it is measured, so a later failure keeps the earlier ones.
+"""
+import argparse
+import gc
+import inspect
+import json
+import os
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CASES = {"resnet50-b256": dict(model="resnet", depth=50, batch=256, optimizer="momentum", lr=0.05),
+         "lenet-b256": dict(model="lenet", depth=None, batch=256, optimizer="adam", lr=1e-3)}
+REPS = 20                       # replays of the collectives alone
+
+
+def _timed(fit, sync, barrier, steps, warmup):
+    fit(warmup)
+    sync()
+    barrier()
+    t0 = time.perf_counter()
+    fit(steps)
+    sync()
+    return time.perf_counter() - t0
+
+
+def has_shard_optimizer():
+    """Whether minidl's Trainer takes shard_optimizer (the sharded optimizer, ZeRO stage 1)."""
+    import minidl as dl
+    return "shard_optimizer" in inspect.signature(dl.Trainer).parameters
+
+
+NO_SHARD = "minidl's Trainer has no shard_optimizer keyword: the sharded-optimizer runs are skipped"
+
+
+def _skip_collectives(reducer):
+    """The reducer's collectives do nothing from now on; the rest of the step (its second stream's
+    fork and join, the bf16 wire's casts on the GPU) stays."""
+    coll = reducer.coll
+    if hasattr(coll, "_reduce"):                  # NCCL: the collective itself
+        coll._reduce = lambda a, op, stream: None
+    else:                                         # MPI (the CPU): nothing started
+        coll.start = lambda a, op, wire=None: None
+
+
+def collectives_alone(reducer, device, world, wire, reps=REPS):
+    """{allreduce_ms, rs_ag_ms, alone_how}: the gradient arena's collectives alone, in the step's
+    buckets over the bytes `wire` carries: all-reduce; reduce-scatter then all-gather (each bucket
+    cut to a multiple of the ranks). On the GPU each is captured in a CUDA graph and replayed
+    (device time, no Python between the calls; eager where capturing fails); on the CPU, MPI."""
+    xp, N = device.xp, world.size
+    bounds = [(b.lo, b.hi) for b in reducer.buckets.buckets]
+    if device.name == "cuda":
+        from cupy.cuda import nccl
+        from minidl.kernels.gpu.collectives import _TYPES
+        from minidl.precision import BFLOAT16
+        dtype = BFLOAT16 if wire == "bf16" else xp.float32
+        coll = reducer.coll
+        raw, code = coll._ready(), _TYPES[xp.dtype(dtype).name]
+    else:
+        from mpi4py import MPI
+        dtype = xp.float32                            # MPI has no bfloat16
+    buf = xp.zeros(max(hi for _, hi in bounds), dtype)               # buckets come in backward order
+    shards = [xp.zeros((hi - lo) // N, dtype) for lo, hi in bounds]
+
+    def allreduce():
+        for lo, hi in bounds:
+            reducer.coll.allreduce(buf[lo:hi], "sum")
+
+    def rs_ag():
+        for (lo, hi), shard in zip(bounds, shards):
+            whole = buf[lo:lo + shard.size * N]
+            if device.name == "cuda":
+                stream = xp.cuda.get_current_stream().ptr
+                raw.reduceScatter(whole.data.ptr, shard.data.ptr, shard.size, code, nccl.NCCL_SUM, stream)
+                raw.allGather(shard.data.ptr, whole.data.ptr, shard.size, code, stream)
+            else:
+                world.comm.Reduce_scatter_block(whole, shard, op=MPI.SUM)
+                world.comm.Allgather(shard, whole)
+    out = {"alone_how": "graph" if device.name == "cuda" else "host"}
+    for key, fn in (("allreduce_ms", allreduce), ("rs_ag_ms", rs_ag)):
+        call = fn
+        if device.name == "cuda":
+            from minidl.backend import CaptureError
+            try:
+                call = device.capture(fn, warmup=2).replay
+            except CaptureError:
+                out["alone_how"] = "eager"
+        else:
+            fn()
+        out[key] = device.elapsed_ms(call, reps)
+    return out
+
+
+def _release(trainer):
+    """Destroy the trainer's communicator (NCCL: the captured graphs first), so that the next Trainer
+    of this launch connects its own as the first did."""
+    coll = getattr(getattr(trainer, "reducer", None), "coll", None)
+    if coll is not None and hasattr(coll, "close"):
+        coll.close()
+
+
+def minidl_worker(case, steps, warmup, world, train, precision, wire, variants, device="cuda", emit=print):
+    """Each variant's result, emitted as it is measured (a later failure keeps the earlier ones)."""
+    import minidl as dl
+    dev = dl.get_device(device, gpu=world.local_rank if device == "cuda" and world.size > 1 else None)
+    shard_ok = has_shard_optimizer()
+    for variant in variants:
+        if variant == "shard" and not shard_ok:
+            emit({"variant": "shard", "skipped": NO_SHARD})
+            continue
+        emit(_minidl_variant(case, steps, warmup, world, train, precision, wire, variant, dev))
+        gc.collect()                      # the Trainer's arenas and graphs go before the next is built
+        dev.free_memory()
+
+
+def _minidl_variant(case, steps, warmup, world, train, precision, wire, variant, dev):
+    """One Trainer's result: its step (with or without collectives, or sharded) and, for the step
+    with collectives, the collectives alone; its communicator destroyed after."""
+    import minidl as dl
+    from minidl import models, optim
+    t0 = time.perf_counter()
+    model = models.get(case["model"], depth=case["depth"], device=dev, seed=0)
+    kw = {"momentum": 0.9} if case["optimizer"] == "momentum" else {}
+    trainer = dl.Trainer(model, optim.get(case["optimizer"], lr=case["lr"], **kw), progress=False,
+                         log=lambda s: None, world=world, precision=precision, grad_reduce=wire,
+                         **({"shard_optimizer": True} if variant == "shard" else {}))
+    if variant == "none" and trainer.reducer:
+        _skip_collectives(trainer.reducer)
+    s = _timed(lambda n: trainer.fit(train, more_steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
+               world.comm.Barrier if world.comm else lambda: None, steps, warmup)
+    row = {"images_s": steps * case["batch"] * world.size / s, "ms_step": 1e3 * s / steps,
+           "collectives": variant != "none", "shard": variant == "shard",
+           "buckets": len(trainer.reducer.buckets.buckets) if trainer.reducer and variant != "shard" else None,
+           "wire_mib": model.grads.size * (2 if wire == "bf16" else 4) / 2 ** 20}
+    if variant == "reduce" and trainer.reducer:
+        row.update(collectives_alone(trainer.reducer, dev, world, wire))
+    _release(trainer)
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def torch_worker(case, steps, warmup, world, train, precision, wire, variants, device="cuda", emit=print):
+    import torch
+    import torch.distributed as tdist
+    import torch.nn.functional as F
+    import minidl as dl
+    from benchmarks.torch_models import torch_model
+    t0 = time.perf_counter()
+    torch.cuda.set_device(world.local_rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517", RANK=str(world.rank), WORLD_SIZE=str(world.size))
+    tdist.init_process_group("nccl")
+    model = torch.nn.parallel.DistributedDataParallel(torch_model(case).cuda(), device_ids=[world.local_rank])
+    if wire == "bf16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    opt = (torch.optim.SGD(model.parameters(), lr=case["lr"], momentum=0.9) if case["optimizer"] == "momentum"
+           else torch.optim.Adam(model.parameters(), lr=case["lr"]))
+    x_all = ((torch.tensor(train[0], device="cuda").float() / 255 - 0.1307) / 0.3081).unsqueeze(1)
+    y_all = torch.tensor(train[1], device="cuda").long()
+    order = dl.data.Loader(*train, case["batch"], dl.get_device("cpu"), rank=world.rank, world=world.size)
+    done = [0]
+
+    def fit(n):
+        for _ in range(n):
+            e, k = divmod(done[0], len(order))
+            idx = torch.from_numpy(order.indices(e, k)).cuda()
+            opt.zero_grad()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
+            loss.backward()
+            opt.step()
+            done[0] += 1
+    s = _timed(fit, torch.cuda.synchronize, tdist.barrier, steps, warmup)
+    buf = torch.zeros(sum(p.numel() for p in model.parameters()), device="cuda",
+                      dtype=torch.bfloat16 if wire == "bf16" else torch.float32)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    tdist.all_reduce(buf)
+    start.record()
+    for _ in range(REPS):
+        tdist.all_reduce(buf)
+    end.record()
+    torch.cuda.synchronize()
+    tdist.destroy_process_group()
+    emit({"images_s": steps * case["batch"] * world.size / s, "ms_step": 1e3 * s / steps, "collectives": True,
+          "shard": False, "allreduce_ms": start.elapsed_time(end) / REPS, "alone_how": "eager", "buckets": None,
+          "wire_mib": buf.numel() * buf.element_size() / 2 ** 20, "seconds": time.perf_counter() - t0})
+
+
+def worker(args):
+    import minidl as dl
+    from minidl import distributed
+    world = distributed.init()
+    fn = minidl_worker if args.framework == "minidl" else torch_worker
+
+    def emit(row):
+        if world.main:
+            print(json.dumps(row), flush=True)
+    world.guard(fn)(CASES[args.case], args.steps, args.warmup, world, dl.data.load("mnist", "train"),
+                    args.precision, args.grad_reduce, tuple(args.variants), args.device, emit)
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="dist_worker.py", description=__doc__.splitlines()[0])
+    p.add_argument("framework", choices=("minidl", "torch-ddp"))
+    p.add_argument("case", choices=CASES)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--grad-reduce", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--variants", nargs="+", choices=("reduce", "none", "shard"), default=["reduce"])
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: the tests' runs")
+    return worker(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
