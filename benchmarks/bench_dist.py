@@ -34,6 +34,7 @@ results gathered on machines of several sizes, without GPUs; --plot draws images
 Without usable GPUs (or an MPI launcher) it says so in one line and exits 2.
 """
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -42,6 +43,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -151,20 +153,29 @@ def estimate_s(launches):
 
 # -- the driver ----------------------------------------------------------------------------------------
 def _launch(cmd, env, timeout):
-    """(result rows, why it failed or None) of one launch. Its process group is killed where it
-    outlives `timeout`, so no rank is left holding a GPU."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
+    """(result rows, why it failed or None) of one launch. Where it outlives `timeout` its process
+    group gets SIGTERM (the launchers end their ranks on it), then SIGKILL 5 s later, so no rank is
+    left holding a GPU. Its output goes to files, so a process that escaped the group and still holds
+    them delays nothing."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env, start_new_session=True)
         why = None
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        why = f"still running after {timeout:.0f} s (killed)"
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            why = f"still running after {timeout:.0f} s (stopped)"
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=5)
+                    break
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    rows = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if why is None and p.returncode:
-        lines = [ln for ln in err.splitlines() if "rror" in ln][-1:] or err.strip().splitlines()[-1:]
+        lines = [ln for ln in stderr.splitlines() if "rror" in ln][-1:] or stderr.strip().splitlines()[-1:]
         why = f"exit {p.returncode}: {' '.join(lines)[:200]}"
     return rows, why
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -160,3 +161,18 @@ def test_the_collectives_alone_cover_every_bucket_though_they_come_in_backward_o
     out = dist_worker.collectives_alone(reducer, dl.get_device("cpu"), NS(size=1, comm=MPI.COMM_SELF), "fp32", reps=2)
     assert sizes == [150, 100] * 3                      # one warm-up pass, then 2 timed
     assert out["alone_how"] == "host" and out["allreduce_ms"] >= 0 and out["rs_ag_ms"] >= 0
+
+
+def test_a_launch_past_its_time_is_stopped_and_keeps_what_it_printed(tmp_path):
+    """Its process group gets SIGTERM; a process outside it still holding the output delays nothing."""
+    code = ("import subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(15)'], start_new_session=True)\n"
+            "print('{\"images_s\": 1.0}', flush=True)\n"
+            "time.sleep(30)\n")
+    t0 = time.perf_counter()
+    rows, why = bench_dist._launch([sys.executable, "-c", code], ENV, timeout=2)
+    assert time.perf_counter() - t0 < 10
+    assert rows == [{"images_s": 1.0}] and why == "still running after 2 s (stopped)"
+    rows, why = bench_dist._launch([sys.executable, "-c", "import sys; print('oops: an error', file=sys.stderr); "
+                                    "sys.exit(3)"], ENV, timeout=10)
+    assert rows == [] and why == "exit 3: oops: an error"
