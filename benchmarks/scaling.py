@@ -82,10 +82,10 @@ def with_scaling(results):
     """One row per (case, precision, label, N), a later result winning, with `speedup` and
     `efficiency` (images/s over the same framework's plain one-GPU run, and that over N), `vs_ddp`
     (minidl over PyTorch DDP with the same wire and transport at the same N), and for minidl with
-    collectives `without_ms` (the step without them, same wire and transport), `hidden` and
-    `hidden_raw` (`hidden`, with the sharded optimizer's reduce-scatter + all-gather for a sharded
-    row). A step without collectives is a column of its twin, a row only where that is missing.
-    None where a reference is missing."""
+    collectives `without_ms` (the step without them, same wire and transport), `alone_ms` (the
+    collectives alone: the all-reduce, or for a sharded row reduce-scatter + all-gather, its own or
+    its plain twin's), `hidden` and `hidden_raw` (`hidden`). A step without collectives is a column
+    of its twin, a row only where that is missing. None where a reference is missing."""
     last = {_key(r): normalise(r) for r in results}
     rows = []
     for (case, precision, name, n), r in last.items():
@@ -96,11 +96,14 @@ def with_scaling(results):
         ddp = last.get(_key(dict(plain, framework="torch-ddp"))) if r["framework"] == "minidl" else None
         without = last.get(_key(dict(plain, collectives=False))) if r["collectives"] and n > 1 else None
         without_ms = without["ms_step"] if without and r["framework"] == "minidl" else None
-        raw, clipped = hidden(r.get("rs_ag_ms") if r["shard"] else r.get("allreduce_ms"), r.get("ms_step"), without_ms)
+        alone = r.get("allreduce_ms")
+        if r["shard"]:                                 # measured beside the plain step, in the same launch
+            alone = r.get("rs_ag_ms") or (last.get(_key(plain)) or {}).get("rs_ag_ms")
+        raw, clipped = hidden(alone, r.get("ms_step"), without_ms)
         speedup = r["images_s"] / one["images_s"] if one else None
         rows.append(dict(r, label=name, speedup=speedup, efficiency=speedup / n if speedup else None,
                          vs_ddp=r["images_s"] / ddp["images_s"] if ddp else None, without_ms=without_ms,
-                         hidden=clipped, hidden_raw=raw))
+                         alone_ms=alone, hidden=clipped, hidden_raw=raw))
     return sorted(rows, key=lambda r: (r["case"], r["precision"], r["label"], r["ranks"]))
 
 
@@ -127,7 +130,7 @@ def table(results):
              "hidden | speed-up | efficiency | vs PyTorch DDP | wire MiB | s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in with_scaling(results):
-        alone = r.get("rs_ag_ms") if r["shard"] else r.get("allreduce_ms")
+        alone = r["alone_ms"]
         lines.append(f"| {r['case']} | {r['precision']} | {r['label']} | {r['ranks']} | {r['images_s']:,.0f} | "
                      f"{_fmt(r.get('ms_step'), '.3f')} | {_fmt(r['without_ms'], '.3f')} | {_fmt(alone, '.3f')} | "
                      f"{_hidden_cell(r)} | {_fmt(r['speedup'], '.2f')} | {_fmt(r['efficiency'], '.0%')} | "

@@ -57,6 +57,9 @@ def test_the_step_without_collectives_is_a_column_and_the_hidden_fraction_is_com
     assert got["minidl"]["without_ms"] == 3.0 and got["minidl"]["hidden"] == pytest.approx(0.25)
     assert got["minidl sharded"]["without_ms"] == 3.0                  # the plain step without collectives
     assert got["minidl sharded"]["hidden"] == pytest.approx((0.5 - 0.2) / 0.5)      # RS + AG alone
+    twin_measured = {r["label"]: r for r in scaling.with_scaling([dict(x) for x in rows[:3]] + [
+        {k: v for k, v in rows[3].items() if k not in ("allreduce_ms", "rs_ag_ms")}])}
+    assert twin_measured["minidl sharded"]["alone_ms"] == 0.5      # the plain launch measured RS + AG
     assert got["minidl sharded"]["speedup"] == pytest.approx(1.85)     # against plain minidl on one GPU
     assert got["minidl no-reduce"]["ranks"] == 4 and got["minidl no-reduce"]["grad_reduce"] == "fp32"
     table = scaling.table(rows)
