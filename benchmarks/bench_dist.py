@@ -290,6 +290,9 @@ def _run(args, launches, launcher, gpus):
             print(f"{launch.head()}{scaling.label(r):<26}{r['images_s']:>12,.0f}{r['ms_step']:>10.3f}"
                   f"{fmt('allreduce_ms', '.3f'):>10}{fmt('rs_ag_ms', '.3f'):>10}{fmt('wire_mib', '.1f'):>10}"
                   f"{fmt('seconds', '.0f'):>6}", flush=True)
+            for note in ("alone_error", "alone_how"):
+                if note in r and r[note] not in ("graph", "host"):
+                    print(f"{launch.head()}{scaling.label(r):<26}collectives alone: {r[note]}")
             if args.json:
                 with open(args.json, "a") as f:
                     f.write(json.dumps(r) + "\n")

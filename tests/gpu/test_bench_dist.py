@@ -47,7 +47,7 @@ def test_two_gpus_measure_the_step_with_and_without_collectives_and_the_collecti
     assert p.returncode == 0, p.stderr[-2000:]
     with_, without, shard = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     assert with_["collectives"] and not without["collectives"]
-    assert with_["alone_how"] == "graph", "the collectives alone were not captured in a CUDA graph"
+    assert with_.get("alone_how") == "graph", with_.get("alone_error") or with_.get("alone_how")
     assert 0 < with_["allreduce_ms"] < 5 and 0 < with_["rs_ag_ms"] < 5       # LeNet's 0.24 MiB over NVLink
     assert with_["wire_mib"] == pytest.approx(without["wire_mib"]) and with_["buckets"] == 1
     assert with_["wire_mib"] == pytest.approx(0.2368 / (2 if wire == "bf16" else 1), rel=1e-3)
