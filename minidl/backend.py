@@ -20,17 +20,17 @@ from . import backends, precision
 from ._types import Array, DTypeLike
 from .backends import DeviceError, DtypeError, MemoryUse
 from .backends.cuda import CaptureError, CapturedCall  # CUDA graphs (kernels/gpu/capture.py, no CuPy at import)
-from .kernels.contract import KERNEL_FAMILIES
+from .kernels.families import KERNEL_FAMILIES, Kernels
 from .rng import CounterRNG
 
 __all__ = ["CaptureError", "CapturedCall", "CounterRNG", "Device", "DeviceError", "DtypeError", "KERNEL_FAMILIES",
-           "MemoryUse", "cuda_status", "get_device", "kernels_for"]
+           "Kernels", "MemoryUse", "cuda_status", "get_device", "kernels_for"]
 
 _log = logging.getLogger(__name__)
-_KERNELS: dict[str, Any] = {}    # backend name -> its float families, for kernels_for
+_KERNELS: dict[str, Kernels] = {}    # backend name -> its float families, for kernels_for
 
 
-def kernels_for(a: Array) -> Any:
+def kernels_for(a: Array) -> Kernels:
     """The kernel families of the backend that holds array `a` (the registry asks each backend)."""
     backend = backends.of_array(a)
     if backend.name not in _KERNELS:
@@ -48,7 +48,7 @@ class Device:
         self.xp, self.stream = self.backend.start(gpu)   # gpu: a data-parallel rank's accelerator
         self.rng = CounterRNG(self.xp, seed)
         self.can_capture: bool = self.backend.can_capture   # CUDA graphs: a captured training step
-        self.kernels = self.backend.kernels(self.dtype)
+        self.kernels: Kernels = self.backend.kernels(self.dtype)   # typed by the contract (kernels/families.py)
 
     def with_dtype(self, dtype: DTypeLike) -> Device:
         """The same backend, computing in `dtype` (float64 for gradient checks)."""

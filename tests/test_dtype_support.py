@@ -20,7 +20,7 @@ from minidl import inference, layers as L, models, optim
 from minidl.backend import KERNEL_FAMILIES, Device, DtypeError
 from minidl.backends.cpu import CPU
 from minidl.inference import schedule
-from minidl.kernels.contract import FAMILIES
+from minidl.kernels.families import FAMILIES
 from minidl.kernels.gpu import _dtypes
 from minidl.cli.train import run_cli
 

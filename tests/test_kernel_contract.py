@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from minidl.kernels.contract import FAMILIES, HOOKS, KERNEL_FAMILIES
+from minidl.kernels.families import FAMILIES, HOOKS, KERNEL_FAMILIES
 
 KERNELS = pathlib.Path(__file__).resolve().parents[1] / "minidl" / "kernels"
 BACKENDS = ("cpu", "gpu")

@@ -19,7 +19,7 @@ import types
 from typing import Any, Callable
 
 from .._types import Array, DTypeLike
-from ..kernels.contract import KERNEL_FAMILIES
+from ..kernels.families import KERNEL_FAMILIES, Kernels
 
 __all__ = ["Backend", "DeviceError", "DtypeError", "MemoryUse", "find", "names", "of_array", "register"]
 
@@ -64,20 +64,21 @@ class Backend:
         raise NotImplementedError
 
     # -- kernels --------------------------------------------------------------------------------
-    def families(self) -> types.SimpleNamespace:
-        """A namespace of this backend's kernel families (family name -> module), those it has."""
-        ns = types.SimpleNamespace()
+    def families(self) -> Kernels:
+        """This backend's kernel families (family name -> module under `kernels_package`), typed by the
+        contract (minidl/kernels/families.py); an optional family it has no module for is None."""
+        found = {}
         for family in KERNEL_FAMILIES:
             try:
-                setattr(ns, family, importlib.import_module(f"{self.kernels_package}.{family}"))
+                found[family] = importlib.import_module(f"{self.kernels_package}.{family}")
             except ModuleNotFoundError as e:
                 if not (e.name or "").startswith(self.kernels_package):
                     raise
-        return ns
+        return Kernels(**found)
 
-    def kernels(self, dtype: DTypeLike, current: types.SimpleNamespace | None = None) -> types.SimpleNamespace:
+    def kernels(self, dtype: DTypeLike, current: Kernels | None = None) -> Kernels:
         """The families a Device computing in `dtype` calls: here the same modules in every dtype (they take
-        the dtypes they declare themselves), so a Device's own `current` namespace is kept."""
+        the dtypes they declare themselves), so a Device's own `current` families are kept."""
         return self.families() if current is None else current
 
     def communicator(self, comm: Any) -> Any:

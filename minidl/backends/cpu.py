@@ -13,9 +13,10 @@ import numpy as np
 
 from .. import precision, threads
 from .._types import Array, DTypeLike
+from ..kernels.families import Kernels
 from . import Backend, register
 
-_HALF: dict[np.dtype, types.SimpleNamespace] = {}     # dtype -> the families storing in it (one set per dtype)
+_HALF: dict[np.dtype, Kernels] = {}     # dtype -> the families storing in it (one set per dtype)
 
 
 class CPU(Backend):
@@ -30,7 +31,7 @@ class CPU(Backend):
         threads.use_default()        # BLAS threads as the command lines choose them, unless the user chose
         return np, None
 
-    def kernels(self, dtype: DTypeLike, current: types.SimpleNamespace | None = None) -> types.SimpleNamespace:
+    def kernels(self, dtype: DTypeLike, current: Kernels | None = None) -> Kernels:
         """The float families, or for float16/bfloat16 the same wrapped to store in it and compute in float32."""
         dtype = np.dtype(dtype)
         if dtype not in precision.HALF:

@@ -7,10 +7,10 @@ line of what each computes. tests/test_kernel_contract.py checks every backend's
 it (the GPU's from their source, so the check runs without CuPy), so the CPU and GPU twins cannot
 drift apart.
 
-`FAMILIES` says, per family, the dtypes the library calls it in (a backend's module declares
-`DTYPES` where it computes in fewer: the layer is refused at build, Device.dtype_problem), whether a
-backend may lack the whole family (`optional`: callers ask `Device.has(family)`), and which of its
-functions a backend may lack (`extras`: `Device.has(family, function)`). Any family may also answer
+`Kernels` (kernels/families.py) holds a backend's families, each typed by its Protocol here, with
+what else is said of it: the dtypes the library calls it in (a backend's module declares `DTYPES`
+where it computes in fewer: the layer is refused at build, Device.dtype_problem), the functions a
+backend may lack (`extras`), whether a backend may lack the whole family. Any family may also answer
 `dtype_problem(dtype) -> reason or None` where the library at hand decides (cuDNN's double engines).
 Backend-specific knobs are keyword parameters with defaults that other backends accept and ignore
 (a convolution's `cl`, the direct kernels' `config`), so one signature serves every backend.
@@ -276,34 +276,3 @@ class Communicator(Protocol):
     def wait(self) -> None: """Every started reduction done."""
     def broadcast(self, a: Array, root: int = 0) -> None: """a = root's a."""
     def close(self) -> None: """Release the communicator."""
-
-
-class Family(NamedTuple):
-    protocol: type
-    dtypes: tuple[str, ...] | None     # what the library calls it in; None: it converts between dtypes
-    optional: bool = False             # a backend may lack the whole family (Device.has)
-    extras: tuple[str, ...] = ()       # functions a backend may lack (Device.has(family, function))
-    loaded: bool = True                # in device.kernels; False: loaded on demand (Device.communicator)
-
-
-FAMILIES = {
-    "conv": Family(Conv, HALF, extras=("conv2d_bias_relu_fprop", "conv2d_bias_add_act_fprop")),
-    "dense": Family(Dense, HALF),
-    "activation": Family(Activation, HALF, extras=("leaky_relu_fprop", "leaky_relu_bprop", "sigmoid_fprop",
-                                                   "sigmoid_bprop", "tanh_fprop", "tanh_bprop")),
-    "merge": Family(Merge, HALF),
-    "pad": Family(Pad, HALF),
-    "pool": Family(Pool, HALF),
-    "norm": Family(Norm, WIDE),
-    "lrn": Family(Lrn, WIDE),
-    "dropout": Family(Dropout, HALF),
-    "softmax": Family(Softmax, WIDE),
-    "optim": Family(Optim, WIDE, extras=("sgd_update", "momentum_update", "adam_update", "rmsprop_update")),
-    "direct": Family(Direct, ("float32",), optional=True, extras=("chain_blocks", "choose_conv")),
-    "augment": Family(Augment, HALF, extras=("shift_draws", "flip_draws")),
-    "cast": Family(Cast, None),
-    "collectives": Family(Communicator, None, loaded=False),
-}
-KERNEL_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.loaded)
-HOOKS = ("dtype_problem",)             # functions any family may define: dtype_problem(dtype) -> reason or None
-

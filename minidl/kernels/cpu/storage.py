@@ -20,22 +20,25 @@ import types
 import numpy as np
 
 from ..._types import DTypeLike
+from ..families import Kernels
 
 # The arguments kernels write into, by name: outputs, gradients added into, BN's running statistics,
 # and the optimizer's parameters and state (a model stored wholly in float16 trains through these).
 WRITTEN = ("out", "gz", "gw", "gb", "ggamma", "gbeta", "running_mean", "running_var", "p", "m", "v", "s")
 
 
-def families(ns: types.SimpleNamespace, dtype: DTypeLike) -> types.SimpleNamespace:
-    """A namespace like `ns` (family name -> module) whose kernels store in `dtype` and compute in float32."""
-    out = types.SimpleNamespace()
+def families(ns: Kernels, dtype: DTypeLike) -> Kernels:
+    """The families of `ns` (Kernels: family name -> module) with kernels that store in `dtype` and compute in float32."""
+    out = {}
     for name, module in vars(ns).items():
+        if module is None:                 # an optional family the backend has none of
+            continue
         fam = types.SimpleNamespace()
         for attr, fn in vars(module).items():
             wrapped = inspect.isfunction(fn) and not attr.startswith("_")
             setattr(fam, attr, _kernel(fn, np.dtype(dtype)) if wrapped else fn)
-        setattr(out, name, fam)
-    return out
+        out[name] = fam
+    return Kernels(**out)
 
 
 def _half(a):

@@ -110,7 +110,7 @@ def main(argv: Sequence[str]) -> int:
     with stream:
         # the rehearsals first, before the other families load: the first step needs them first
         work(claims, enumerate(ahead.REHEARSALS))
-        from minidl.kernels.contract import KERNEL_FAMILIES
+        from minidl.kernels.families import KERNEL_FAMILIES
         for family in KERNEL_FAMILIES:           # every family: its Modules register
             try:
                 importlib.import_module(f"minidl.kernels.gpu.{family}")
