@@ -17,6 +17,7 @@ from .base import ALL, Layer, Need
 
 if TYPE_CHECKING:
     from ..backend import Device
+    from ..kernels import contract
 
 __all__ = ["ReLU", "LeakyReLU", "Sigmoid", "Tanh"]
 
@@ -46,6 +47,7 @@ class _Activation(Layer):
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
+        act: contract.Activation
         act, = self.kernel_families(device, "activation")
         if self.kernel and device.has("activation", f"{self.kernel}_fprop"):
             self.fprop, self.bprop = getattr(act, f"{self.kernel}_fprop"), getattr(act, f"{self.kernel}_bprop")

@@ -11,6 +11,7 @@ from .base import ALL, Layer, Need, _fmt, pair, positive_pair, record_config
 if TYPE_CHECKING:
     from .._types import Initializer
     from ..backend import Device
+    from ..kernels import contract
 
 
 class Conv2D(Layer):
@@ -66,6 +67,11 @@ class Conv2D(Layer):
     def channels_last_params(self) -> tuple[str, ...]:  # type: ignore[override]  # a class attribute elsewhere
         """cuDNN's channels-last convolutions read K, kH, kW, C filters faster (a 1x1 filter lies both ways)."""
         return ("w",) if self.channels_last and tuple(self.ksize) != (1, 1) else ()
+
+    kern: contract.Conv                 # build binds device.kernels.<family>, typed
+    dense: contract.Dense
+    act: contract.Activation
+    merge: contract.Merge
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape = in_shapes[0]

@@ -12,6 +12,7 @@ from .base import ALL, Layer, Need, record_config
 if TYPE_CHECKING:
     from .._types import Initializer
     from ..backend import Device
+    from ..kernels import contract
 
 
 class Flatten(Layer):
@@ -49,6 +50,9 @@ class Dense(Layer):
             raise self.error(f"units must be positive, got {units!r}")
         self.K, self.use_bias, self.w_init = int(units), bias, w_init
         self.activation = self.check_activation(activation)
+
+    kern: contract.Dense                # build binds device.kernels.<family>, typed
+    act: contract.Activation
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes

@@ -9,6 +9,7 @@ from .base import ALL, Layer, Need, record_config
 
 if TYPE_CHECKING:
     from ..backend import Device
+    from ..kernels import contract
 
 
 class Dropout(Layer):
@@ -27,6 +28,8 @@ class Dropout(Layer):
         if not (isinstance(rate, Real) and 0.0 <= rate < 1.0):
             raise self.error(f"rate must be in [0, 1), got {rate!r}")
         self.rate: float = float(rate)
+
+    kern: contract.Dropout              # build binds device.kernels.<family>, typed
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes

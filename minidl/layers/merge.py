@@ -8,6 +8,7 @@ from .base import ALL, Layer, Need, _fmt, record_config
 
 if TYPE_CHECKING:
     from ..backend import Device
+    from ..kernels import contract
 
 
 class Add(Layer):
@@ -20,6 +21,9 @@ class Add(Layer):
     def __init__(self, activation: str | None = None, name: str | None = None) -> None:
         super().__init__(name)
         self.activation = self.check_activation(activation)
+
+    kern: contract.Merge                # build binds device.kernels.<family>, typed
+    act: contract.Activation
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         first = tuple(in_shapes[0])

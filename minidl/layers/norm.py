@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from .._types import Initializer
     from ..backend import Device
+    from ..kernels import contract
 
 
 class BatchNorm2D(Layer):
@@ -44,6 +45,10 @@ class BatchNorm2D(Layer):
         if not (isinstance(eps, Real) and eps > 0.0):
             raise self.error(f"eps must be positive, got {eps!r}")
         self.momentum, self.eps = float(momentum), float(eps)
+
+    kern: contract.Norm                 # build binds device.kernels.<family>, typed
+    dense: contract.Dense
+    act: contract.Activation
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
@@ -148,6 +153,8 @@ class LRN(Layer):
 
     def hyper(self) -> tuple[int, float, float, float]:
         return self.size, self.alpha, self.beta, self.k
+
+    kern: contract.Lrn                  # build binds device.kernels.<family>, typed
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes

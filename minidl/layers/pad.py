@@ -8,6 +8,7 @@ from .base import ALL, Layer, Need, record_config
 
 if TYPE_CHECKING:
     from ..backend import Device
+    from ..kernels import contract
 
 
 class Pad2D(Layer):
@@ -28,6 +29,8 @@ class Pad2D(Layer):
             raise self.error(f"padding must be non-negative, got {padding!r}")
         self.pads = p * 4 if len(p) == 1 else (p[0], p[0], p[1], p[1]) if len(p) == 2 else p
         self.value = float(value)
+
+    kern: contract.Pad                  # build binds device.kernels.<family>, typed
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes

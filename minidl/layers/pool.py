@@ -8,6 +8,7 @@ from .base import ALL, Layer, Need, pair, positive_pair, record_config
 
 if TYPE_CHECKING:
     from ..backend import Device
+    from ..kernels import contract
 
 
 class _Pool2D(Layer):
@@ -32,6 +33,8 @@ class _Pool2D(Layer):
                 raise self.error(f"padding {padding!r} is more than half the "
                                  f"{self.ksize[0]}x{self.ksize[1]} window")
         self.padding = padding
+
+    kern: contract.Pool                 # build binds device.kernels.<family>, typed
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes
@@ -102,6 +105,8 @@ class GlobalAvgPool2D(Layer):
     @record_config
     def __init__(self, name: str | None = None) -> None:
         super().__init__(name)
+
+    kern: contract.Pool                 # build binds device.kernels.<family>, typed
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes

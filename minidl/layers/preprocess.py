@@ -18,6 +18,7 @@ from .base import ALL, Layer, Need, record_config
 
 if TYPE_CHECKING:
     from ..backend import Device
+    from ..kernels import contract
 
 MNIST = (0.1307, 0.3081)       # MNIST's pixel mean and standard deviation in [0, 1] (torchvision's values)
 
@@ -49,7 +50,7 @@ class Normalize(Layer):
 
     def _values(self, v, what):
         t = tuple(v) if isinstance(v, (list, tuple)) else (v,)
-        if not t or not all(isinstance(a, Real) and not isinstance(a, bool) and np.isfinite(a) for a in t):
+        if not t or not all(isinstance(a, Real) and not isinstance(a, bool) and np.isfinite(float(a)) for a in t):
             raise self.error(f"{what} must be a finite number or a list of them, got {v!r}")
         return tuple(float(a) for a in t)
 
@@ -57,6 +58,8 @@ class Normalize(Layer):
         """(a, b) float64 (C,) with y = a x + b per channel: a = 1/std, b = -mean/std."""
         mean, std = np.broadcast_to(self.mean, (C,)), np.broadcast_to(self.std, (C,))
         return 1.0 / std, -mean / std
+
+    kern: contract.Norm | None          # build binds device.kernels.<family>, typed
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes

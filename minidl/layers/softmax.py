@@ -8,6 +8,7 @@ from .base import ALL, Layer, Need, record_config
 
 if TYPE_CHECKING:
     from ..backend import Device
+    from ..kernels import contract
 
 
 class Softmax(Layer):
@@ -23,6 +24,8 @@ class Softmax(Layer):
     @record_config
     def __init__(self, name: str | None = None) -> None:
         super().__init__(name)
+
+    kern: contract.Softmax              # build binds device.kernels.<family>, typed
 
     def build(self, in_shapes: Sequence[BatchShape], device: Device) -> BatchShape:
         shape, = in_shapes

@@ -28,7 +28,7 @@ WRITTEN = ("out", "gz", "gw", "gb", "ggamma", "gbeta", "running_mean", "running_
 
 
 def families(ns: Kernels, dtype: DTypeLike) -> Kernels:
-    """The families of `ns` (Kernels: family name -> module) with kernels that store in `dtype` and compute in float32."""
+    """The families of `ns` (family name -> module) with kernels that store in `dtype` and compute in float32."""
     out = {}
     for name, module in vars(ns).items():
         if module is None:                 # an optional family the backend has none of
