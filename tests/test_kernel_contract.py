@@ -214,3 +214,12 @@ def test_the_device_loads_the_contracts_families_and_declares_the_optional_ones(
     assert all(dev.has(f) for f in KERNEL_FAMILIES)
     assert not dev.has("conv", "conv2d_bias_relu_fprop")      # the GPU's extra: Conv2D asks, never probes
     assert dev.has("direct", "supported_chain") and not dev.has("tensor_cores")
+
+
+def test_the_gpu_tests_reference_updates_take_the_contracts_arguments():
+    """tests/helpers/optim_rules.py stands in the GPU tests for the fused updates (the CPU has none): each of
+    its functions, the optimizer's rule behind it, takes the contract's arguments in the contract's order."""
+    from tests.helpers import optim_rules
+    extras = FAMILIES["optim"].extras
+    assert extras and {n: _from_signature(getattr(optim_rules, n)) for n in extras} == {
+        n: contract("optim")[n] for n in extras}

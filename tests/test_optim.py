@@ -430,13 +430,15 @@ def test_every_registered_optimizer_round_trips_its_state_and_keeps_float32(name
 @pytest.mark.parametrize("case", [c for c in CASES if CASES[c][0]().fused])
 def test_a_backends_fused_kernel_overrides_the_rule(case, monkeypatch):
     """Where the optim family lists an optimizer's kernel in FUSED, the optimizer calls it instead of its
-    rule (the GPU's four): here the CPU's NumPy twins, listed for the test, give the same formula."""
+    rule (the GPU's four), with the contract's arguments: here a kernel of that signature over a fresh
+    optimizer's rule (tests/helpers/optim_rules.py), listed for the test, gives the formula."""
     from minidl.kernels.cpu import optim as cpu_optim
+    from tests.helpers import optim_rules
     make, ref, kw = CASES[case]
     calls = []
-    kernel = getattr(cpu_optim, make().fused)
+    kernel = getattr(optim_rules, make().fused)
     monkeypatch.setattr(cpu_optim, "FUSED", (make().fused,))
-    monkeypatch.setattr(cpu_optim, make().fused, lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    monkeypatch.setattr(cpu_optim, make().fused, lambda *a, **k: calls.append(1) or kernel(*a, **k), raising=False)
     opt = make()
     opt.rule = None                                    # the rule is not run
     run_both(opt, ref, kw)

@@ -1,7 +1,7 @@
 """The GPU update kernels' controlled twins (kernels/gpu/optim.py: frozen elements, per-element lr and
 decay, clipping, decoupled decay), checked without a GPU: each generated kernel body is compiled as
-C++ over float (the CUDA source is C++ with T = float) and run against the CPU kernels. The device
-itself runs them in tests/gpu/test_training_controls.py."""
+C++ over float (the CUDA source is C++ with T = float) and run against the optimizers' own rules
+(tests/helpers/optim_rules.py). The device itself runs them in tests/gpu/test_training_controls.py."""
 import ast
 import ctypes
 import pathlib
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from minidl.kernels.contract import Controls
-from minidl.kernels.cpu import optim as cpu
+from tests.helpers import optim_rules as rules
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SRC = (ROOT / "minidl" / "kernels" / "gpu" / "optim.py").read_text()
@@ -66,7 +66,7 @@ HYPER = {"sgd": (0, lambda t: dict(wd=0.01), lambda t: [F(0.01), B(True)]),
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler")
-def test_the_controlled_cuda_bodies_compute_what_the_cpu_kernels_do(tmp_path):
+def test_the_controlled_cuda_bodies_compute_what_the_rules_do(tmp_path):
     lib, rng, P = _compile(tmp_path), np.random.default_rng(0), 1001
     ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)      # noqa: E731
     for name, (slots, cpu_kw, c_args) in HYPER.items():
@@ -78,7 +78,7 @@ def test_the_controlled_cuda_bodies_compute_what_the_cpu_kernels_do(tmp_path):
             got = [a.copy() for a in ref]
             for t in range(1, 5):
                 g = (3 * rng.standard_normal(P)).astype(np.float32)
-                getattr(cpu, f"{name}_update")(ref[0], g, *ref[1:], 0.01, **cpu_kw(t),
+                getattr(rules, f"{name}_update")(ref[0], g, *ref[1:], 0.01, **cpu_kw(t),
                                                ctl=Controls(lrs, wds, np.float64(0.37), 0.4, decoupled))
                 getattr(lib, f"{name}")(ctypes.c_int(P), ptr(g), D(0.01), *c_args(t), ptr(lrs), ptr(wds), D(0.37),
                                         F(0.4), B(decoupled), *[ptr(a) for a in got])

@@ -100,10 +100,20 @@ def test_the_half_storage_kernels_compute_in_float32_and_round_what_they_write()
 
 
 def test_the_half_storage_kernels_write_back_every_argument_they_update():
-    opt = get_device("cpu").compute_in("float16").kernels.optim
-    p, g, v = np.ones(4, FP16), np.full(4, 0.5, FP16), np.zeros(4, FP16)
-    opt.momentum_update(p, g, v, 0.1, 0.9, 0.0, False)              # a model stored wholly in float16 trains
-    assert p.tolist() == [np.float16(1 - 0.05)] * 4 and v.tolist() == [0.5] * 4
+    """A float16 argument a kernel writes into (running statistics, gradients added into) holds the float32
+    kernel's result, rounded once (kernels/cpu/storage.py WRITTEN)."""
+    half, full = get_device("cpu").compute_in("float16").kernels, get_device("cpu").kernels
+    x = (np.arange(16) / 4).astype(FP16).reshape(2, 2, 2, 2)
+    stats16, stats32 = [np.zeros(2, FP16), np.ones(2, FP16)], [np.zeros(2, FP32), np.ones(2, FP32)]
+    one, zero = np.ones(2, FP32), np.zeros(2, FP32)
+    half.norm.bn_fprop_train(x, one, zero, *stats16, 0.3, 1e-5)
+    full.norm.bn_fprop_train(x.astype(FP32), one, zero, *stats32, 0.3, 1e-5)
+    gb16, gb32 = np.full(2, 0.5, FP16), np.full(2, 0.5, FP32)
+    half.dense.bias_grad(x, gb16)
+    full.dense.bias_grad(x.astype(FP32), gb32)
+    for got, want in zip((*stats16, gb16), (*stats32, gb32)):
+        assert got.dtype == FP16 and np.array_equal(got, want.astype(FP16)), (got, want)
+    assert not np.array_equal(stats16[0], np.zeros(2, FP16)) and not np.array_equal(gb16, np.full(2, 0.5, FP16))
 
 
 def _one_layer(make, shape, n_inputs=1):

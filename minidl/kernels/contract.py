@@ -183,8 +183,8 @@ class Optim(Protocol):
 
     Each optimizer writes its update once, as `rule` over the array module (minidl/optim/reference.py
     runs it on any backend); the updates here are extras a backend may offer to override a rule, and it
-    lists those its optimizers should call in `FUSED` (the GPU's four; the CPU's twins are the GPU tests'
-    reference and listed in none). A new optimizer needs nothing here."""
+    lists those its optimizers should call in `FUSED` (the GPU's four, compared with the rules in the GPU
+    tests; the CPU has none). A new optimizer needs nothing here."""
     FUSED: tuple[str, ...]
     def sgd_update(self, p: Array, g: Array, lr: float | Array, wd: float = 0.0, ok: bool | Array = True,
                    scale: float = 1.0, ctl: Controls | None = None) -> None:

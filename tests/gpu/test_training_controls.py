@@ -1,5 +1,5 @@
 """Training controls in the captured GPU step (docs/training.md): frozen weights, parameter groups,
-clipping and AdamW. The update kernels' controlled twins against the CPU's, and whole captured steps
+clipping and AdamW. The update kernels' controlled twins against the optimizers' rules, and whole captured steps
 against the CPU run; a weight frozen after the capture stays bit-identical without a new capture."""
 import importlib
 
@@ -11,11 +11,12 @@ pytest.importorskip("cudnn")
 
 import minidl as dl  # noqa: E402
 from minidl import optim  # noqa: E402
+from tests.helpers import optim_rules  # noqa: E402
 from tests.helpers.control_net import data, net  # noqa: E402
 from minidl.kernels.contract import Controls  # noqa: E402
 
 gpu = importlib.import_module("minidl.kernels.gpu.optim")
-cpu = importlib.import_module("minidl.kernels.cpu.optim")
+cpu = importlib.import_module("minidl.kernels.cpu.optim")     # sq_norm; the updates: the optimizers' rules
 
 UPDATES = {   # name: (state slots, hyper-parameters after lr)
     "sgd": (0, lambda t: dict(wd=0.01)),
@@ -27,7 +28,7 @@ UPDATES = {   # name: (state slots, hyper-parameters after lr)
 
 @pytest.mark.parametrize("decoupled", [False, True])
 @pytest.mark.parametrize("name", list(UPDATES))
-def test_controlled_updates_match_the_cpu_and_leave_frozen_elements_alone(name, decoupled):
+def test_controlled_updates_match_the_rules_and_leave_frozen_elements_alone(name, decoupled):
     slots, hyper = UPDATES[name]
     rng = np.random.default_rng(0)
     P = 4099
@@ -44,7 +45,7 @@ def test_controlled_updates_match_the_cpu_and_leave_frozen_elements_alone(name, 
         assert norm.shape == () and float(norm) == pytest.approx(float(cpu.sq_norm(g, lrs)), rel=1e-6)
         gm = cp.multiply(cp.minimum(cp.divide(20.0, cp.add(cp.multiply(cp.sqrt(norm), 0.5), 1e-6)), 1.0), 0.5)
         ctl_d = Controls(cp.asarray(lrs), cp.asarray(wds), gm, 0.4, decoupled)
-        getattr(cpu, f"{name}_update")(*host[:1], g, *host[1:], 0.01, **hyper(t), ctl=ctl_h)
+        getattr(optim_rules, f"{name}_update")(*host[:1], g, *host[1:], 0.01, **hyper(t), ctl=ctl_h)
         getattr(gpu, f"{name}_update")(*dev[:1], cp.asarray(g), *dev[1:], cp.asarray(0.01, np.float64),
                                        **hyper(cp.asarray(float(t), np.float64)), ctl=ctl_d)
     frozen = lrs == 0

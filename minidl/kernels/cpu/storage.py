@@ -5,9 +5,8 @@ there does not matter, exactness of the emulation does. `families(ns, dtype)` wr
 of the float32 families: a float16/bfloat16 array argument is read as float32, the float32
 kernel computes (float32 accumulation, as tensor cores and cuBLAS's 32F compute type do), and
 every float32 array it returns, and every half-precision argument it writes (`WRITTEN`: `out`,
-the gradients it adds into, running statistics, optimizer state), is rounded back to that dtype,
-to nearest even. Arguments of
-other dtypes (float32 BN statistics, integer labels, the generator) pass through untouched.
+the gradients it adds into, running statistics), is rounded back to that dtype, to nearest even.
+Arguments of other dtypes (float32 BN statistics, integer labels, the generator) pass through untouched.
 The GPU kernels take half types natively instead. Overflow and invalid-value warnings are off
 inside these kernels (see `run`).
 """
@@ -22,9 +21,9 @@ import numpy as np
 from ..._types import DTypeLike
 from ..families import Kernels
 
-# The arguments kernels write into, by name: outputs, gradients added into, BN's running statistics,
-# and the optimizer's parameters and state (a model stored wholly in float16 trains through these).
-WRITTEN = ("out", "gz", "gw", "gb", "ggamma", "gbeta", "running_mean", "running_var", "p", "m", "v", "s")
+# The arguments kernels write into, by name: outputs, gradients added into, BN's running statistics
+# (the optimizers' updates are their rules over the array module, optim/reference.py: no kernel here).
+WRITTEN = ("out", "gz", "gw", "gb", "ggamma", "gbeta", "running_mean", "running_var")
 
 
 def families(ns: Kernels, dtype: DTypeLike) -> Kernels:
