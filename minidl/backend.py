@@ -60,7 +60,7 @@ class Device:
 
     def has(self, family: str, function: str | None = None) -> bool:
         """Whether this device's kernels hold the family `family` (and its `function`): the contract's
-        optional families and extras (minidl/kernels/contract.py) are asked for here, never probed."""
+        optional families and extras (minidl/kernels/families.py) are asked for here, never probed."""
         module = getattr(self.kernels, family, None)
         return module is not None and (function is None or hasattr(module, function))
 

@@ -55,7 +55,7 @@ def test_every_public_function_has_type_hints():
 
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed (the test extra has it)")
 def test_mypy_passes_on_the_package():
-    # the settings are setup.cfg's [mypy] section; the cache stays out of the checkout's way in build/
+    # the settings are pyproject.toml's [tool.mypy]; the cache stays out of the checkout's way in build/
     r = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(ROOT / "build" / ".mypy_cache")],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
