@@ -2,12 +2,12 @@
 
 A backend holds what a `minidl.backend.Device` would otherwise switch on: its array module, its
 kernel families (one module a family under `kernels_package`, their contract in
-minidl/kernels/contract.py, held as a typed `Kernels`), and its answers (is it usable here, does an exception mean out of
-memory, can it capture a call as a graph, how a call is timed, how much memory is held, how its
-arrays reach the host). The class below answers as a host backend does (no streams, no graphs, no
-device memory); a backend overrides what it has. `cpu` (NumPy) and `cuda` (CuPy + cuDNN) register
-themselves when this package is imported; a third registers with `register(MyBackend())`, and
-`get_device("<its name>")` then finds it.
+minidl/kernels/contract.py, held in a `Kernels`: minidl/kernels/families.py), and its answers (is it
+usable here, does an exception mean out of memory, can it capture a call as a graph, how a call is
+timed, how much memory is held, how its arrays reach the host). The class below answers as a host
+backend does (no streams, no graphs, no device memory); a backend overrides what it has. `cpu` (NumPy)
+and `cuda` (CuPy + cuDNN) register themselves when this package is imported; a third registers with
+`register(MyBackend())`, and `get_device("<its name>")` then finds it.
 """
 from __future__ import annotations
 
