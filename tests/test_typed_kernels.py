@@ -73,17 +73,19 @@ def _every_kernel_layer(device):
 
 
 def test_each_layers_annotated_kernels_are_the_families_it_binds():
-    """The annotation a checker reads is what build binds: `kern: contract.Pool` holds device.kernels.pool.
-    Every layer class that declares kernels is built here, so a new one fails until it is covered."""
+    """The annotation a checker reads is what build binds: `kern: contract.Pool` holds device.kernels.pool, and
+    every family a layer keeps is annotated. Every layer class that declares kernels is built here, so a new
+    one fails until it is covered."""
     dev = Device("cpu")
     model = _every_kernel_layer(dev)
-    seen = set()
+    seen, families = set(), {id(getattr(dev.kernels, n)) for n in KERNEL_FAMILIES}
     for layer in model.layers:
+        held = {a for a, v in vars(layer).items() if id(v) in families}      # a family kept: annotated
+        assert held <= set(_kernel_fields(type(layer))), (type(layer).__name__, held - set(_kernel_fields(type(layer))))
         for attr, family in _kernel_fields(type(layer)).items():
             assert getattr(layer, attr) is getattr(dev.kernels, family), (type(layer).__name__, attr, family)
             seen.add(type(layer))
-    declaring = {c for c in registry._classes.values() if c.__module__.startswith("minidl.layers.")
-                 and _kernel_fields(c)}
+    declaring = {c for c in map(L.__dict__.get, registry.defined_in("minidl.layers")) if _kernel_fields(c)}
     assert declaring and declaring <= seen, sorted(c.__name__ for c in declaring - seen)
     assert _kernel_fields(L.Conv2D) == {"kern": "conv", "dense": "dense", "act": "activation", "merge": "merge"}
 
