@@ -80,10 +80,11 @@ def test_each_layers_annotated_kernels_are_the_families_it_binds():
     model = _every_kernel_layer(dev)
     seen, families = set(), {id(getattr(dev.kernels, n)) for n in KERNEL_FAMILIES}
     for layer in model.layers:
+        fields, name = _kernel_fields(type(layer)), type(layer).__name__
         held = {a for a, v in vars(layer).items() if id(v) in families}      # a family kept: annotated
-        assert held <= set(_kernel_fields(type(layer))), (type(layer).__name__, held - set(_kernel_fields(type(layer))))
-        for attr, family in _kernel_fields(type(layer)).items():
-            assert getattr(layer, attr) is getattr(dev.kernels, family), (type(layer).__name__, attr, family)
+        assert held <= set(fields), (name, held - set(fields))
+        for attr, family in fields.items():
+            assert getattr(layer, attr) is getattr(dev.kernels, family), (name, attr, family)
             seen.add(type(layer))
     declaring = {c for c in map(L.__dict__.get, registry.defined_in("minidl.layers")) if _kernel_fields(c)}
     assert declaring and declaring <= seen, sorted(c.__name__ for c in declaring - seen)
