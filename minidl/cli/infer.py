@@ -146,11 +146,11 @@ def run(args: argparse.Namespace, out: Callable[[str], Any] = print) -> float:
         model = inference.load(args.artifact, device=device)
         out(f"loaded {args.artifact}: {model.name}, {len(model.nodes)} nodes, {model.n_params:,} parameters, "
             f"{model.precision}")
-    if getattr(args, "dataset_note", None):              # a file that does not say its dataset
-        print(args.dataset_note, file=sys.stderr)
         if args.precision not in (None, model.precision):
             raise ValueError(f"--precision {args.precision}: {args.artifact} was compiled in {model.precision}; "
                              "compile the checkpoint in another precision instead")
+    if getattr(args, "dataset_note", None):              # a file that does not say its dataset
+        print(args.dataset_note, file=sys.stderr)
     if args.no_graphs:
         model.cuda_graphs = False
     if args.no_direct:
