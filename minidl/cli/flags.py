@@ -150,6 +150,9 @@ def training_parser(prog: str = "python -m minidl.train", description: str | Non
                       "on another dataset)")
     p.add_argument("--grad-reduce", choices=distributed.GRAD_REDUCE, default="fp32",
                    help="several ranks: the dtype gradients travel in (fp32; bf16: half the bytes, rounded)")
+    p.add_argument("--shard-optimizer", action="store_true",
+                   help="several ranks: each updates 1/N of the parameters and keeps optimizer state for those "
+                        "alone (ZeRO stage 1: reduce-scatter, update, all-gather; the same run)")
     p.add_argument("--no-graph", dest="graph", action="store_false",
                    help="GPU: run each step eagerly instead of replaying it as one CUDA graph")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
@@ -215,6 +218,8 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
             recipes.model_of(args)
         except ValueError as e:          # -r with a net that is no ResNet, or another ResNet's depth
             error("depth", str(e))
+    if a.get("shard_optimizer"):
+        shard_problem(a, error)
     if a.get("load") and a.get("resume"):
         error("load", "conflicts with --resume (which restores the weights and the optimizer state)")
     if trains:
@@ -236,6 +241,14 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
             from minidl.install_hint import install_hint
             error("tensorboard", f"needs tensorboardX ({install_hint('tensorboard', 'tensorboardX')})")
     return args
+
+
+def shard_problem(a: dict[str, Any], error: Callable[[str, str], NoReturn]) -> None:
+    """--shard-optimizer's refusal: fp16, whose loss scaling checks the whole gradient arena for overflow,
+    of which a sharded rank sums only its shard (distributed/shard.py)."""
+    if a.get("precision") == "fp16":
+        error("shard_optimizer", "conflicts with --precision fp16 (its loss scaling reads the whole gradient, "
+                                 "a sharded rank sums its shard alone): use bf16 or fp32")
 
 
 def run_cli(run: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:

@@ -55,7 +55,7 @@ def build_run(args: argparse.Namespace, device: Device, plan: RunPlan, per_epoch
     """The model, optimizer and Trainer of `plan` on `device`, as `python -m minidl.train` runs them.
 
     per_epoch: batches in an epoch (the training images // the global batch), which the schedule spans
-    with --epochs. args: the flags a plan does not record (--no-graph, --channels-last, --grad-reduce).
+    with --epochs. args: the flags a plan does not record (--no-graph, --channels-last, --grad-reduce, ...).
     world, log, progress: the Trainer's (the warm-up's prints nothing). The Trainer carries the plan's
     JSON, which its checkpoints save, so a resumed run is checked against the run that was planned.
     """
@@ -67,6 +67,7 @@ def build_run(args: argparse.Namespace, device: Device, plan: RunPlan, per_epoch
                           schedule=plan.schedule_fn(optim.schedules, per_epoch), **kw)
     trainer = dl.Trainer(model, optimizer, seed=plan.seed, graph=args.graph, world=world, log=log, progress=progress,
                          precision=plan.precision, label_smoothing=plan.label_smoothing, shift=plan.shift,
-                         flip=plan.flip, channels_last=args.channels_last, grad_reduce=args.grad_reduce)
+                         flip=plan.flip, channels_last=args.channels_last, grad_reduce=args.grad_reduce,
+                         shard_optimizer=getattr(args, "shard_optimizer", False))
     trainer.plan = plan.to_json()
     return Run(plan, model, optimizer, trainer, per_epoch)

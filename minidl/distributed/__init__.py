@@ -8,7 +8,7 @@ process alone runs exactly as before. Rank r trains on slice r of each global ba
 Loader's `rank`/`world`) on the GPU of its local rank. A `Reducer` sums the flat gradient arena
 over the ranks in buckets while backward runs (minidl.distributed.buckets) through the device's communicator
 (`device.communicator`: MPI on the CPU, NCCL on the GPU), and the optimizer's update multiplies by
-1/N (its grad_scale): N ranks at b then train like one process at N*b. Stop requests are agreed
+1/N (its grad_scale): N ranks at b then train like one process at N*b (sharded: shard.py). Stop requests are agreed
 one step late, with no blocking collective per step (World.agree_stop).
 
 Before a run the ranks agree on its flags (agreement.py); a Trainer starts every rank from rank 0's
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from .._types import Array
-from . import waits
+from . import shard as sharding, waits
 from .agreement import RanksDisagree, agree, parse_agreed  # noqa: F401 (the package's: before a run)
 from .buckets import GradientBuckets, bucket_mib_from_env, check_cap
 from .launch import Launch, launch_from_env, launched_by_mpi, not_joined, size_from_env  # noqa: F401 (before MPI)
@@ -76,10 +76,10 @@ class World:
         return total
 
     def reducer(self, device: Device, bucket_mib: float | None = None, grad_reduce: str = "fp32",
-                stop_asked: Callable[[], int | None] | None = None) -> Reducer | None:
+                stop_asked: Callable[[], int | None] | None = None, shard: bool = False) -> Reducer | None:
         """The Reducer of these ranks on `device`, or None for one process (nothing to reduce)."""
         return None if self.size == 1 else Reducer(self, device, bucket_mib, grad_reduce=grad_reduce,
-                                                   stop_asked=stop_asked)
+                                                   stop_asked=stop_asked, shard=shard)
 
     def wait_all(self, requests: list[Any], asked: Callable[[], int | None] | None = None) -> None:
         """Complete MPI `requests`, hearing signals meanwhile (distributed.waits): `asked()` gives a
@@ -207,14 +207,17 @@ class Reducer:
     device's, made here unless given. grad_reduce: "fp32" sums the float32 gradients as they are;
     "bf16" sends them as bfloat16 (rounded, summed in bfloat16 by NCCL, widened back: half the bytes,
     PyTorch DDP's bf16_compress_hook), each gradient then carrying bfloat16's 8-bit mantissa.
-    stop_asked: gives the stop request a signal handler recorded (a signal number) or None; a wait on
-    the host that goes on STOP_GRACE_S past one ends the job (minidl.distributed.waits).
+    stop_asked: gives the stop request a signal handler recorded (a signal number) or None; a wait on the host
+    that goes on STOP_GRACE_S past one ends the job (waits.py). shard: ZeRO stage 1, buckets reduce-scattered
+    (shard.py; `watch` makes `self.shard`, the optimizer's part).
     """
 
     def __init__(self, world: World, device: Device, bucket_mib: float | None = None, communicator: Any = None,
-                 grad_reduce: str = "fp32", stop_asked: Callable[[], int | None] | None = None) -> None:
+                 grad_reduce: str = "fp32", stop_asked: Callable[[], int | None] | None = None, shard: bool = False):
         if grad_reduce not in GRAD_REDUCE:
             raise ValueError(f"grad_reduce must be one of {', '.join(GRAD_REDUCE)}, got {grad_reduce!r}")
+        if not isinstance(shard, bool):
+            raise TypeError(f"shard_optimizer must be True or False, got {shard!r}")
         self.bucket_mib = bucket_mib_from_env() if bucket_mib is None else check_cap(bucket_mib)
         self.world, self.device, self.grad_scale = world, device, 1.0 / world.size
         self.grad_reduce, self.stop_asked = grad_reduce, stop_asked
@@ -222,6 +225,7 @@ class Reducer:
         if hasattr(self.coll, "waits"):        # MPI's requests, waited for on the host: through the World's waits
             self.coll.waits = lambda requests: world.wait_all(requests, stop_asked)
         self.buckets: GradientBuckets = None     # type: ignore[assignment]  # watch() sets it, before any step
+        self.sharded, self.shard = shard, None  # type: bool, sharding.Shard | None  # watch() makes the Shard
 
     def watch(self, net: Model) -> GradientBuckets:
         """Plan the gradient buckets of `net` (lowered for training); returns them (GradientBuckets)."""
@@ -229,8 +233,10 @@ class Reducer:
 
         def start(view, lo):                     # a precision policy's copies: cast this range first
             net.gather(lo, lo + view.size)
-            self.coll.start(view, "sum", wires.get(lo))
+            self.shard.reduce(view, lo, wires.get(lo)) if self.shard else self.coll.start(view, "sum", wires.get(lo))
         self.buckets = GradientBuckets(net, start, self.bucket_mib)
+        if self.sharded:                         # this rank's chunk of each bucket: what its optimizer updates
+            self.shard = sharding.Shard(self.world, self.coll, self.buckets.buckets, net.flat, self.device.xp)
         if self.grad_reduce == "bf16":           # one bfloat16 twin of the arena, cut as the buckets are
             from ..precision import BFLOAT16
             twin = self.device.xp.empty(net.grads.size, BFLOAT16)

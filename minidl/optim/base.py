@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..backend import DtypeError
-from . import reference
+from . import reference, sharded
 from . import registry as _registry
 from . import schedules as _schedules
 from .controls import ControlState, check_clip, check_groups, group_names
@@ -58,6 +58,7 @@ class Optimizer:
     hyper: tuple[str, ...] = ()
     fused: str | None = None           # the optim family's fused kernel that replaces `rule` where a device has it
     grad_scale = 1.0
+    shard: Any = None                  # distributed.shard.Shard: the update runs on this rank's pieces alone
     flat: Array          # the model's parameters and gradients, bound by setup()
     grads: Array
 
@@ -102,32 +103,33 @@ class Optimizer:
             raise ValueError(f"Trainer: this {type(self).__name__} already trains model {self.model.name!r} "
                              f"(another Trainer's): give each Trainer an optimizer of its own")
 
-    def setup(self, model: Model, grad_scale: float = 1.0) -> Optimizer:
+    def setup(self, model: Model, grad_scale: float = 1.0, shard: Any = None) -> Optimizer:
         """Bind model.flat / model.grads and the device's optim kernels; allocate zeroed state.
 
         State loaded before setup is applied now. Setting up the same model again keeps the state:
         in place if its buffers are unchanged (captured CUDA graphs stay valid), else copied over
         to the new buffers (model.to(device) reallocates the arena); another model starts afresh.
         grad_scale: what the gradients are multiplied by in the update (1/N: the mean of N ranks' sums).
+        shard: this rank's part of the arena among N sharding ranks (ZeRO stage 1, optim/sharded.py), or None.
         """
         if not (math.isfinite(grad_scale) and grad_scale > 0):
             raise ValueError(f"{type(self).__name__}: grad_scale must be a finite number > 0, got {grad_scale!r}")
         self.grad_scale = float(grad_scale)
-        if model is self.model and model.flat is self.flat and model.grads is self.grads:
+        if model is self.model and model.flat is self.flat and model.grads is self.grads and shard is self.shard:
             return self
         why = model.device.dtype_problem(("optim",))
         if why:
             raise DtypeError(f"{type(self).__name__}: {why}")
         pending, self._pending = self._pending, None
-        if pending is None and model is self.model and self.state:
+        if pending is None and model is self.model and self.state and self.shard is None:
             pending = self.state_dict()
         t, same = self.t, model is self.model
-        self.model, self.device = model, model.device
+        self.model, self.device, self.shard = model, model.device, shard
         self.flat, self.grads = model.flat, model.grads
         self.xp, self.kernels = model.device.xp, model.device.kernels.optim
         fused = self.fused
         self._fused = getattr(self.kernels, fused) if fused in getattr(self.kernels, "FUSED", ()) and fused else None
-        self.state = {k: self.xp.zeros_like(self.flat) for k in self.slots}
+        self.state = {k: self.xp.zeros(shard.size if shard else self.flat.size, self.flat.dtype) for k in self.slots}
         # 0-d device scalars: a captured step reads and advances them at every replay.
         self._t_dev = self.xp.zeros((), np.float64)
         self._lr_dev = self.xp.zeros((), np.float64)
@@ -155,7 +157,7 @@ class Optimizer:
             raise RuntimeError(f"{type(self).__name__}.step() before setup(model)")
         self.refresh()                      # a weight frozen since the last step
         self._t_dev += True if gate is None else gate
-        self.update(self._lr_at()(self._lr_dev, self._t_dev), self._t_dev, True if gate is None else gate)
+        sharded.update(self, self._lr_at()(self._lr_dev, self._t_dev), self._t_dev, True if gate is None else gate)
 
     def _lr_at(self):
         """lr_t = schedule(lr, t - 1) as a device function of the 0-d arrays (lr, t).
@@ -261,7 +263,8 @@ class Optimizer:
 
     def state_dict(self) -> dict[str, Any]:
         """{"name", "config", "t", "arrays": {slot: NumPy host copy}}."""
-        arrays = {k: np.array(self.device.to_host(a)) for k, a in self.state.items()}
+        arrays = self.shard.whole() if self.shard else {k: np.array(self.device.to_host(v)) for k, v in
+                                                       self.state.items()}
         return {"name": self.name, "config": self.config(), "t": self.t, "arrays": arrays}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -292,12 +295,12 @@ class Optimizer:
             self._pending = d
             return
         for k, a in arrays.items():
-            if getattr(a, "dtype", np.dtype("O")).kind != "f" or np.size(a) != self.state[k].size:
+            if getattr(a, "dtype", np.dtype("O")).kind != "f" or np.size(a) != self.flat.size:
                 raise ValueError(f"{self.name} state {k!r} has {np.size(a)} values of "
-                                 f"{getattr(a, 'dtype', type(a).__name__)}, the model has {self.state[k].size} "
+                                 f"{getattr(a, 'dtype', type(a).__name__)}, the model has {self.flat.size} "
                                  "float parameters")
         for k, a in arrays.items():
-            self.state[k][...] = self.xp.asarray(np.asarray(a).reshape(-1), dtype=self.state[k].dtype)
+            self.state[k][...] = self.xp.asarray(sharded.own(self, a), dtype=self.state[k].dtype)
         for k, v in hyper.items():
             setattr(self, k, v)
         self.t = t

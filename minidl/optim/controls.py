@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..kernels.contract import Controls
+from . import sharded
 
 if TYPE_CHECKING:
     from .._types import Array
@@ -132,6 +133,8 @@ class ControlState:
                     lrs[sl] *= g["lr"] / o._group_base_lr
                 if g.get("weight_decay") is not None:
                     wds[sl] = g["weight_decay"]
+        if o.shard is not None:                          # a sharded optimizer's: its pieces alone
+            lrs, wds = o.shard.pack(lrs), o.shard.pack(wds)
         if self.lrs is None:
             self.lrs, self.wds = xp.asarray(lrs, o.flat.dtype), xp.asarray(wds, o.flat.dtype)
         else:                                            # in place: a captured step reads these addresses
@@ -146,6 +149,7 @@ class ControlState:
         o, xp = self.opt, self.opt.xp
         gmul: Any = o.grad_scale
         if o.clip_norm:
-            norm = xp.multiply(xp.sqrt(o.kernels.sq_norm(o.grads, self.lrs)), o.grad_scale)
+            sq = o.kernels.sq_norm(o.grads, self.lrs) if o.shard is None else sharded.sq_norm(o, self.lrs)
+            norm = xp.multiply(xp.sqrt(sq), o.grad_scale)
             gmul = xp.multiply(xp.minimum(xp.divide(o.clip_norm, xp.add(norm, 1e-6)), 1.0), o.grad_scale)
         return Controls(self.lrs, self.wds, gmul, o.clip_value or 0.0, o.decoupled_weight_decay)

@@ -75,6 +75,8 @@ class Saving:
         if not bool(self.device.xp.all(self.device.xp.isfinite(self.model.flat))):
             raise TrainingDiverged(f"parameters are not finite{_untouched(path)}")
         self._average_state()
+        if self.optimizer.shard is not None:     # a sharded optimizer's state, every rank's, to rank 0 (collective)
+            self.optimizer.shard.gather(self.optimizer.state, self.device)
         if not self.world.main:              # rank 0 saves: the same checkpoint as one process
             return None
         meta = {"step": self.step, "seed": self.seed, "ranks": self.world.size, "global_batch": self._global_batch,

@@ -75,8 +75,6 @@ class TrainStep:
         if loss is not None and smoothing:
             raise ValueError("TrainStep: smoothing is the default loss's: give SoftmaxCrossEntropy(smoothing=) "
                              "as loss= instead")
-        # the update takes the mean over the ranks: their summed gradients x 1/N, inside its kernel
-        optimizer.setup(model, grad_scale=1.0 if reducer is None else reducer.grad_scale)
         self.loss = SoftmaxCrossEntropy(smoothing) if loss is None else loss
         self.eval_loss = self.loss.plain()         # evaluation reports the plain loss (no smoothing)
         self.shift, self.flip = shift, flip
@@ -97,6 +95,13 @@ class TrainStep:
         self.reducer = reducer
         if reducer is not None:             # the ranks sum the gradients bucket by bucket
             reducer.watch(self.net)
+        shard = None if reducer is None else reducer.shard
+        if shard is not None and self.scaler is not None:
+            raise ValueError(f"shard_optimizer: precision {policy.name}'s loss scaling checks the whole gradient "
+                             "arena, of which a sharded rank sums only its shard: use bf16 or fp32")
+        # the update takes the mean over the ranks: their summed gradients x 1/N, inside its kernel; a sharded
+        # optimizer (distributed/shard.py) updates this rank's shard alone and keeps state for it alone
+        optimizer.setup(model, grad_scale=1.0 if reducer is None else reducer.grad_scale, shard=shard)
         self.overwrite = self.net.overwrites_grads           # backward overwrites: no zero_grad
         xp = self.device.xp
         self.finite, self.good_steps = xp.empty((), bool), xp.zeros((), "int64")

@@ -49,15 +49,15 @@ class Trainer(Saving):
     training images are mirrored left to right with probability 1/2 (before the shift).
     channels_last: convolutions write NHWC activations (graph.passes.channels_last); None: where the
     device finds it faster (Device.channels_last: the GPU in bf16/fp16). Shapes and results stay NCHW.
-    grad_reduce: the dtype gradients travel in between data-parallel ranks, 'fp32' (default) or 'bf16'
-    (half the bytes, gradients rounded to bfloat16: distributed.Reducer).
+    grad_reduce: the dtype gradients travel in between data-parallel ranks, 'fp32' or 'bf16' (half the bytes,
+    rounded: distributed.Reducer). shard_optimizer: N ranks each update 1/N of the weights (distributed/shard.py).
     """
 
     def __init__(self, model: Model, optimizer: Optimizer, *, device: str | Device | None = None, seed: int = 0,
                  log: Callable = print, progress: bool | None = None, graph: bool = True, world: World | None = None,
                  precision: Policy | str | None = None, loss: Loss | None = None, label_smoothing: float = 0.0,
                  shift: int = 0, flip: bool = False, channels_last: bool | None = None,
-                 grad_reduce: str = "fp32") -> None:
+                 grad_reduce: str = "fp32", shard_optimizer: bool = False) -> None:
         check_optimizer(optimizer, model)    # an Optimizer, free: one for two Trainers would train neither
         if device is not None:
             dev = get_device(device, dtype=model.device.dtype, seed=seed)
@@ -76,8 +76,8 @@ class Trainer(Saving):
         if not self.world.main:            # rank 0 prints
             log = self.log = lambda *a, **k: None
             self.progress = False
-        self.reducer = self.world.reducer(self.device, grad_reduce=grad_reduce,      # None for one process
-                                          stop_asked=lambda: self._stop)     # its waits hear a stop request
+        self.reducer = self.world.reducer(self.device, grad_reduce=grad_reduce, stop_asked=lambda: self._stop,
+                                          **({"shard": shard_optimizer} if shard_optimizer is not False else {}))
         if self.reducer:     # every rank starts from rank 0's weights, seed and generator: one run
             self.seed = self.reducer.start_alike(model, seed)
         self.device.rng.shard(self.world.rank, self.world.size)   # ranks draw as one process would

@@ -1,7 +1,8 @@
 """In-place collectives among data-parallel ranks over NumPy arrays (0-d ones too): MPI through mpi4py,
 the CPU twin of kernels/gpu/collectives.py (NCCL). Imported only when several ranks ask for it.
 
-`start` is MPI's non-blocking all-reduce and `wait` completes every one started, so a gradient
+`start` is MPI's non-blocking all-reduce (`reduce_scatter` and `all_gather` its halves, for a sharded
+optimizer: distributed/shard.py) and `wait` completes every one started, so a gradient
 bucket is handed to MPI as soon as backward has finished it, as on the GPU. What that buys on
 the CPU is small: MPICH moves a non-blocking collective along only inside MPI calls (no progress
 thread by default), so most of the work happens in the next `start` or in `wait`. MPI has no
@@ -33,6 +34,7 @@ class Communicator:
         self.waits: Callable[[Sequence[MPI.Request]], object] = MPI.Request.Waitall     # completes requests
         self._requests: list[MPI.Request] = []
         self._narrowed: list[tuple[Array, Array]] = []             # (a, wire): sums to round to wire's dtype at wait()
+        self._landed: list[tuple[Array, Array]] = []               # (a's chunk, the reduce-scatter's result) for wait()
 
     def allreduce(self, a: Array, op: str) -> None:
         """a <- op over the ranks of a, now."""
@@ -46,10 +48,29 @@ class Communicator:
             self._narrowed.append((a, wire))
         self._requests.append(self.comm.Iallreduce(MPI.IN_PLACE, a, op=_OPS[op]))
 
+    def reduce_scatter(self, a: Array, op: str, wire: Array | None = None) -> None:
+        """This rank's chunk of a (a cut into `size` equal chunks, chunk r rank r's) <- op over the ranks
+        of that chunk, begun now; the other chunks keep this rank's values. `wire`: as start's."""
+        n, r = a.size // self.comm.size, self.comm.rank
+        if wire is not None:
+            _round(a, wire)
+        out = np.empty(n, a.dtype)              # MPI writes a rank's chunk at the buffer's start: moved at wait()
+        self._requests.append(self.comm.Ireduce_scatter_block(a, out, op=_OPS[op]))
+        self._landed.append((a[r * n:(r + 1) * n], out))
+        if wire is not None:
+            self._narrowed.append((a[r * n:(r + 1) * n], wire[r * n:(r + 1) * n]))
+
+    def all_gather(self, a: Array) -> None:
+        """Every chunk of a (as reduce_scatter cuts it) <- its rank's, begun now."""
+        self._requests.append(self.comm.Iallgather(MPI.IN_PLACE, a))
+
     def wait(self) -> None:
-        """Complete every reduction started."""
+        """Complete every collective started."""
         self.waits(self._requests)
         self._requests.clear()
+        for chunk, out in self._landed:
+            np.copyto(chunk, out)
+        self._landed.clear()
         for a, wire in self._narrowed:
             _round(a, wire)
         self._narrowed.clear()

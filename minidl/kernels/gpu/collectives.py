@@ -1,8 +1,9 @@
 """In-place collectives among data-parallel ranks over CuPy arrays: NCCL (cupy.cuda.nccl), one GPU per
 rank, set up over MPI. The CPU twin, kernels/cpu/collectives.py, goes through MPI.
 
-`allreduce` runs on the current (compute) stream, in order with everything else. `start` runs on
-a second stream, the reduction stream, after the work queued so far on the compute stream (an
+`allreduce` runs on the current (compute) stream, in order with everything else. `start` (and
+`reduce_scatter` and `all_gather`, the sharded optimizer's halves of the all-reduce: distributed/shard.py)
+runs on a second stream, the reduction stream, after the work queued so far on the compute stream (an
 event recorded there, which the reduction stream waits for), so backward goes on while the
 buckets of the last layers' gradients are summed; `wait` makes the compute stream wait for all
 that was started (an event recorded on the reduction stream), so the update that follows reads
@@ -65,12 +66,7 @@ class ReductionStream:
     def start(self, a: Array, op: str, wire: Array | None = None) -> None:
         """a <- op over the ranks of a, on the reduction stream once the current stream's queued work is
         done; through `wire` (a's size, a narrower dtype) when given: rounded, reduced there, widened."""
-        if self._in_flight == len(self._forks):          # made in the warm-up run, before any capture
-            self._forks.append(cp.cuda.Event(disable_timing=True))
-        fork = self._forks[self._in_flight]
-        self._in_flight += 1
-        fork.record(cp.cuda.get_current_stream())
-        self.stream.wait_event(fork)
+        self._fork()
         if wire is None:
             self._reduce(a, op, self.stream)
             return
@@ -79,6 +75,15 @@ class ReductionStream:
         self._reduce(wire, op, self.stream)
         with self.stream:
             cp.copyto(a, wire, casting="unsafe")
+
+    def _fork(self):
+        """The reduction stream's next work starts after the current stream's queued work."""
+        if self._in_flight == len(self._forks):          # made in the warm-up run, before any capture
+            self._forks.append(cp.cuda.Event(disable_timing=True))
+        fork = self._forks[self._in_flight]
+        self._in_flight += 1
+        fork.record(cp.cuda.get_current_stream())
+        self.stream.wait_event(fork)
 
     def wait(self) -> None:
         """The current stream's next work starts after every reduction started (none in flight: no-op)."""
@@ -103,6 +108,7 @@ class Communicator(ReductionStream):
         uid = nccl.get_unique_id() if mpi_comm.rank == 0 else None
         uid = mpi_comm.bcast(uid, root=0)           # rank 0's id reaches every rank over MPI
         super().__init__()
+        self.rank, self.size = mpi_comm.rank, mpi_comm.size
         self.comm: nccl.NcclCommunicator | None = None
         self._setup_error: BaseException | None = None
         self._setup = threading.Thread(target=self._connect, args=(mpi_comm.size, uid, mpi_comm.rank,
@@ -143,6 +149,29 @@ class Communicator(ReductionStream):
         if not a.flags.c_contiguous:
             raise ValueError(f"NCCL all-reduce needs a contiguous array, got strides {a.strides}")
         self._ready().allReduce(a.data.ptr, a.data.ptr, a.size, _TYPES[a.dtype.name], _OPS[op], stream.ptr)
+
+    def reduce_scatter(self, a: Array, op: str, wire: Array | None = None) -> None:
+        """This rank's chunk of a (a cut into `size` equal chunks, chunk r rank r's) <- op over the ranks of
+        that chunk, in place (NCCL's in-place layout), on the reduction stream as `start`; the other chunks
+        keep this rank's values. `wire`: as start's (the bucket rounded into it, the chunk widened back)."""
+        self._fork()
+        src = a if wire is None else wire
+        n, r = a.size // self.size, self.rank
+        if wire is not None:
+            with self.stream:
+                cast_copy(wire, a)
+        self._ready().reduceScatter(src.data.ptr, src[r * n:].data.ptr, n, _TYPES[src.dtype.name], _OPS[op],
+                                    self.stream.ptr)
+        if wire is not None:
+            with self.stream:
+                cp.copyto(a[r * n:(r + 1) * n], wire[r * n:(r + 1) * n], casting="unsafe")
+
+    def all_gather(self, a: Array) -> None:
+        """Every chunk of a (as reduce_scatter cuts it) <- its rank's, in place, on the reduction stream
+        after the current stream's queued work (the update of this rank's chunk); wait() joins it back."""
+        self._fork()
+        n, r = a.size // self.size, self.rank
+        self._ready().allGather(a[r * n:].data.ptr, a.data.ptr, n, _TYPES[a.dtype.name], self.stream.ptr)
 
     def broadcast(self, a: Array, root: int = 0) -> None:
         """a <- rank `root`'s a, on the current stream."""
