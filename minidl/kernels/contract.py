@@ -273,7 +273,8 @@ class Communicator(Protocol):
     """In-place collectives among data-parallel ranks (`collectives.Communicator(mpi_comm)`)."""
     def allreduce(self, a: Array, op: str) -> None: """a = op over the ranks (sum, min, max, and)."""
     def start(self, a: Array, op: str, wire: Array | None = None) -> None: """The same, begun; wire: its dtype."""
-    def reduce_scatter(self, a: Array, op: str, wire: Array | None = None) -> None: """Chunk `rank` of a alone."""
+    def reduce_scatter(self, a: Array, op: str, wire: Array | None = None) -> None:
+        """On rank r, chunk r of a's N equal chunks = op over the ranks of it, begun (the rest: r's own)."""
     def all_gather(self, a: Array) -> None: """Every chunk of a = its rank's, begun."""
     def wait(self) -> None: """Every started reduction done."""
     def broadcast(self, a: Array, root: int = 0) -> None: """a = root's a."""
