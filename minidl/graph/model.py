@@ -51,7 +51,7 @@ class Model(FamiliarAPI):
         self.name, self.seed = name, seed
         if not self.nodes and _shares is None and weights is None:
             checks.no_layers(name)
-        self._out_shapes = None            # the last forward's output shapes: backward's gradients must match
+        self._out_shapes, self._kept = None, {id(o) for o in self.outputs}   # _kept: forward drops no output
         self._name_layers()
         checks.names(self)
         self.device, self.copies, self.side_arenas = None, [], {}  # type: ignore[assignment]  # build sets device
@@ -183,7 +183,7 @@ class Model(FamiliarAPI):
             raise ValueError(f"{self.name} takes {len(self.inputs)} input(s), got {len(xs)}")
         for c in self.copies:              # compute-dtype weights from the float32 master
             c.refresh(self.flat)
-        values, deaths = {}, self._deaths or liveness.forward_deaths(self.nodes, self.outputs)
+        values, deaths = {}, self._deaths or liveness.last_reads(liveness.steps_of(self.nodes), self._kept)
         for i, (node, x) in enumerate(zip(self.inputs, xs)):
             values[id(node)] = self.prepare_input(self.images_in(x, i), i)    # uint8 / 255 (docs/input.md)
         for node, dead, check in zip(self.nodes, deaths, self._checked):

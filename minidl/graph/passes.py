@@ -9,7 +9,6 @@ Training and inference are two lowerings of one model graph:
                                     into the convs (the last where exact), every fusable ReLU fused,
                                     a residual Add (and its ReLU) fused into the conv it reads, the
                                     final Softmax dropped unless asked for
-and `last_reads` plans buffers: each value is dropped after the step that reads it last.
 A precision policy is one more pass after either pipeline: `cast(graph, compute)`.
 """
 from __future__ import annotations
@@ -250,20 +249,3 @@ def precision_and_layout(nodes: Sequence[Node], device: Device, policy: precisio
     macs = macs_per_image(nodes)
     runs = precision.where_it_pays(policy, device.half_pays(macs))
     return runs, device.channels_last(runs.compute, channels_last, macs)
-
-
-def last_reads(steps: Sequence[tuple[Sequence[int], int]], outputs: Collection[int]) -> list[list[int]]:
-    """For steps [(input ids, output id)], the ids each step is the last to read (not outputs).
-
-    Dropping a value right after its last reader lets the memory pool hand it to later steps.
-    """
-    last = {}
-    for i, (ins, out) in enumerate(steps):
-        last[out] = i
-        for v in ins:
-            last[v] = i
-    free: list[list[int]] = [[] for _ in steps]
-    for v, i in last.items():
-        if v not in outputs:
-            free[i].append(v)
-    return free

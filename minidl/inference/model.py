@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import DataError
-from ..graph.passes import last_reads
+from ..graph.liveness import last_reads
 from ..layers.input_contract import CONTRACT, pixel_scale
 from . import artifact, schedule as _schedule
 
