@@ -1,12 +1,16 @@
 """Argument helpers the layer families share: ints or pairs of ints, a weight's fans, a shape in words."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .base import Layer
+
+class Refuses(Protocol):
+    """What an argument check needs of the layer it checks for: its one error naming it (Layer.error).
+    Said here, so that the helpers stand under the Layer contract (base.py imports them) and not beside it."""
+
+    def error(self, message: str) -> Exception: ...
 
 
 def _fans(shape):
@@ -31,7 +35,7 @@ def pair(v: int | Sequence[int], what: str = "value") -> tuple[int, int]:
     return t
 
 
-def positive_pair(layer: Layer, v: int | Sequence[int], what: str) -> tuple[int, int]:
+def positive_pair(layer: Refuses, v: int | Sequence[int], what: str) -> tuple[int, int]:
     try:
         p = pair(v, what)
     except (TypeError, ValueError):

@@ -193,7 +193,8 @@ class Optimizer:
         if self._fused is not None:
             self.fused_update(self._fused, lr, t, ok)
         else:
-            reference.apply(self, lr, t, ok)
+            reference.apply(self.rule, self.xp, self.flat, self.grads, self.state, lr, self.weight_decay, t, ok,
+                            self.grad_scale, self.ctl)
 
     def rule(self, xp: Any, p: Array, g: Array, state: dict[str, Array], lr: Array, t: Array) -> Array:
         """The update, written once over the array module `xp`: the new p from p and the gradient g

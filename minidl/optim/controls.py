@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -23,7 +23,6 @@ from . import sharded
 if TYPE_CHECKING:
     from .._types import Array
     from ..graph.model import Model
-    from .base import Optimizer
 
 GROUP_KEYS = ("params", "lr", "weight_decay")
 
@@ -87,10 +86,27 @@ def group_names(groups: list[dict[str, Any]], model: Model, who: str) -> list[li
     return out
 
 
+class Controlled(Protocol):
+    """What the controls read of their optimizer (optim/base.py's Optimizer), as it is at each refresh: its
+    settings and the arena it updates. Said here, so that the controls stand under the base that holds them."""
+    model: Model | None
+    xp: Any
+    kernels: Any                      # the device's optim family (its sq_norm)
+    flat: Array
+    grads: Array
+    grad_scale: float
+    weight_decay: float
+    decoupled_weight_decay: bool
+    clip_norm: float | None
+    clip_value: float | None
+    groups: list[dict[str, Any]]
+    _group_base_lr: float             # the lr the groups' lrs are multiples of
+
+
 class ControlState:
     """The device arrays of one optimizer's controls, kept up to date with its model's frozen flags."""
 
-    def __init__(self, opt: Optimizer) -> None:
+    def __init__(self, opt: Controlled) -> None:
         self.opt, self.on = opt, False
         self.key: tuple | None = None
         self.lrs: Array | None = None

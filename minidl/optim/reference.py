@@ -17,13 +17,16 @@ kernels read them, so a float32 arena computes in float32.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .._types import Array
+
 if TYPE_CHECKING:
-    from .._types import Array
-    from .base import Optimizer
+    from ..kernels.contract import Controls
+
+Rule = Callable[[Any, Array, Array, dict[str, Array], Array, Array], Array]   # Optimizer.rule: the new p
 
 
 def _as(x: Any, dtype: Any) -> Any:
@@ -31,16 +34,18 @@ def _as(x: Any, dtype: Any) -> Any:
     return x.astype(dtype) if hasattr(x, "astype") else x
 
 
-def apply(opt: Optimizer, lr: Array, t: Array, ok: Array | bool) -> None:
-    """One in-place step of `opt.rule` over opt.flat from opt.grads, with lr and t (0-d device arrays),
-    where `ok` (True or a 0-d device bool) holds."""
-    xp, p, grads, ctl = opt.xp, opt.flat, opt.grads, opt.ctl
+def apply(rule: Rule, xp: Any, p: Array, grads: Array, slots: dict[str, Array], lr: Array, wd: float, t: Array,
+          ok: Array | bool, scale: float = 1.0, ctl: Controls | None = None) -> None:
+    """One in-place step of `rule` over the flat arena `p` from `grads` and the state arrays `slots`, with
+    lr and t (0-d device arrays), where `ok` (True or a 0-d device bool) holds: the arguments of the
+    optim family's fused kernels (kernels.contract), wd the coupled decay, scale the gradients' multiplier
+    (1/N among N ranks), ctl the training controls or None. Optimizer.update calls it with its own."""
     lr, t = _as(lr, p.dtype), _as(t, p.dtype)
     keep = None if ok is True else ok                   # where the new values are written
     if ctl is None:
-        g = grads if opt.grad_scale == 1 else xp.multiply(grads, opt.grad_scale)
-        if opt.weight_decay:
-            g = xp.add(g, xp.multiply(p, opt.weight_decay))
+        g = grads if scale == 1 else xp.multiply(grads, scale)
+        if wd:
+            g = xp.add(g, xp.multiply(p, wd))
         p_in = p
     else:
         g = xp.multiply(grads, _as(ctl.gmul, p.dtype))
@@ -53,12 +58,12 @@ def apply(opt: Optimizer, lr: Array, t: Array, ok: Array | bool) -> None:
             p_in = xp.subtract(p, xp.multiply(xp.multiply(lr, ctl.wds), p))
         else:
             g, p_in = xp.add(g, xp.multiply(ctl.wds, p)), p
-    state = dict(opt.state)
+    state = dict(slots)
     # A step the gate closes (an fp16 overflow) computes on inf/NaN and is not written: NumPy need not warn;
     # a real divergence is the trainer's NaN flag's to report.
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        new_p = opt.rule(xp, p_in, g, state, lr, t)
-    for dst, src in [(p, new_p)] + [(opt.state[k], state[k]) for k in opt.slots]:
+        new_p = rule(xp, p_in, g, state, lr, t)
+    for dst, src in [(p, new_p)] + [(slots[k], state[k]) for k in slots]:
         if src is not dst:
             if keep is None:
                 xp.copyto(dst, src)

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .base import Optimizer
-
-REGISTRY: dict[str, type[Optimizer]] = {}
+from typing import Protocol
 
 
-def register(cls: type[Optimizer]) -> None:
+class Registered(Protocol):
+    """What the registry reads of an optimizer class (optim/base.py's Optimizer declares both): said here,
+    so that the registry stands under the base that registers into it."""
+    name: str
+    default_lr: float | None
+
+
+REGISTRY: dict[str, type] = {}       # name -> Optimizer subclass (typed as such where read: optim.OPTIMIZERS)
+
+
+def register(cls: type[Registered]) -> None:
     """Enter `cls` under cls.name; a TypeError names what a registered optimizer lacks or whose the name is."""
     lr = cls.default_lr
     if not (isinstance(lr, Real) and math.isfinite(lr) and lr > 0):
