@@ -1,16 +1,49 @@
-"""The loop's seam as its callbacks see it: `Run` (one call of Trainer.fit), `Callback` (its hooks), and
-how a run ends early (TrainingDiverged, TrainingStopped, TrainingInterrupted). callbacks.py holds the
-built-ins written on it and is where users import all of them from."""
+"""The loop's seam as its callbacks see it: `Run` (one call of Trainer.fit), `Callback` (its hooks),
+`Trains` (the trainer, `run.trainer`, as they see it), and how a run ends early (TrainingDiverged,
+TrainingStopped, TrainingInterrupted). callbacks.py holds the built-ins written on it and is where users
+import all of them from."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
     from ..data.loader import Loader
+    from ..graph.model import Model
     from ..metrics import Score
-    from .trainer import Trainer
+    from ..optim.base import Optimizer
+
+
+class Trains(Protocol):
+    """The trainer as the loop's seam sees it (training/trainer.py's Trainer is one): what a callback, the
+    History and Ctrl-C read and call. Said here, so that the seam stands under the trainer that calls it."""
+
+    @property
+    def model(self) -> Model: ...
+
+    @property
+    def optimizer(self) -> Optimizer: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def progress(self) -> bool: ...
+
+    @property
+    def log(self) -> Callable[..., Any]: ...
+
+    _stop: int | None                 # a stop request's signal number (request_stop; training/interrupt.py)
+    _record_sums: list[float]         # loss x images, hits, images since the History's last record (history.py)
+
+    def request_stop(self, signum: int) -> None: ...
+
+    def check_finite(self, path: str | os.PathLike | None = None) -> None: ...
+
+    def save(self, path: str | os.PathLike) -> str | os.PathLike | None: ...
+
+    def evaluate(self, x: Any) -> Score: ...
 
 
 class TrainingDiverged(RuntimeError):
@@ -42,7 +75,7 @@ class Run:
     score. images: what the last interval trained on, all ranks together. signal: the stop request
     (Trainer.request_stop: a signal number) every rank agreed on, which ended the run; else None.
     """
-    trainer: Trainer
+    trainer: Trains
     start: int
     end: int
     per_epoch: int

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from .hooks import TrainingInterrupted, TrainingStopped
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from .hooks import Trains
 
 Fit = TypeVar("Fit", bound=Callable[..., Any])
 
@@ -20,14 +20,14 @@ Fit = TypeVar("Fit", bound=Callable[..., Any])
 def stops_on_ctrl_c(fit: Fit) -> Fit:
     """Trainer.fit, with Ctrl-C a stop request while it runs (ctrl_c_stops)."""
     @functools.wraps(fit)
-    def wrapped(trainer: Trainer, *args: Any, **kwargs: Any) -> Any:
+    def wrapped(trainer: Trains, *args: Any, **kwargs: Any) -> Any:
         with ctrl_c_stops(trainer):
             return fit(trainer, *args, **kwargs)
     return wrapped  # type: ignore[return-value]
 
 
 @contextmanager
-def ctrl_c_stops(trainer: Trainer) -> Iterator[None]:
+def ctrl_c_stops(trainer: Trains) -> Iterator[None]:
     """Ctrl-C during fit (Python's default SIGINT handler, in the main thread) asks for a stop after
     the step, as the command line's signals do; a second one interrupts at once. A request that no step
     took up (fit had nothing left to train) is a KeyboardInterrupt when fit returns."""
