@@ -126,9 +126,6 @@ def test_no_import_circle_in_the_package():
 KNOWN_TANGLES = {
     frozenset({"minidl.layers.base", "minidl.layers.node"}):
         "layer(x) makes a Node, and a Node holds its Layer (typed): the two halves of one symbolic call",
-    frozenset({"minidl.graph.api", "minidl.graph.arena", "minidl.graph.checks", "minidl.graph.config",
-               "minidl.graph.ir", "minidl.graph.model", "minidl.graph.summary"}):
-        "Model's helpers take the Model they help (typed)",
 }
 
 

@@ -21,8 +21,7 @@ from ..kernels.shapes import filter_view
 
 if TYPE_CHECKING:
     from ..backend import Device
-    from ..layers.base import Parameter
-    from .model import Model
+    from ..layers.base import Layer, Parameter
 
 Arenas = tuple[Array, Array, Array]     # (flat, grads, state_flat)
 
@@ -121,27 +120,26 @@ def allocate_by_dtype(xp: ModuleType, main: np.dtype, params: Mapping[str, Param
             {dt: allocate(xp, dt, ps, filters) for dt, ps in groups.items()})
 
 
-def krsc_keys(model: Model) -> set[str]:
-    """The 'layer/param' keys of the filters `model`'s layers read lying K, kH, kW, C (their
+def krsc_keys(layers: Sequence[Layer]) -> set[str]:
+    """The 'layer/param' keys of the filters these layers read lying K, kH, kW, C (their
     `channels_last_params`: a channels-last convolution's)."""
-    return {f"{layer.name}/{k}" for layer in model.layers for k in layer.channels_last_params}
+    return {f"{layer.name}/{k}" for layer in layers for k in layer.channels_last_params}
 
 
-def share(lowered: Model, model: Model) -> list[Copies]:
-    """[Copies] for `lowered`, a lowering of `model`: each of its parameters must be the model's own
-    Parameter, or a trainable copy of it in another dtype. The copies of the parameters its layers
-    declare `channels_last_params` lie K, kH, kW, C."""
-    params, dtypes = lowered.params, lowered._dtypes
-    channels_last = krsc_keys(lowered)
+def share(params: Mapping[str, Parameter], dtypes: Mapping[str, np.dtype], krsc: Collection[str],
+          model: str, masters: Mapping[str, Parameter], master_flat: Array, device: Device) -> list[Copies]:
+    """[Copies] for a lowering of the model `model` (its parameters `params`, computing in `dtypes`, the
+    keys `krsc` lying K, kH, kW, C) on the model's arena: `masters`, `master_flat`, on `device`. Each
+    parameter must be the model's own Parameter, or a trainable copy of it in another dtype."""
     pairs: dict[np.dtype, list[tuple[Parameter, Parameter, bool]]] = {}
     for k, p in params.items():
-        master = model.params.get(k)
+        master = masters.get(k)
         if p is master and p.data is not None:
             continue
-        if master is None or master.shape != p.shape or dtypes[k] == model.device.dtype:
-            raise ValueError(f"{model.name}: lowered layer parameter {k} is not one of the model's")
+        if master is None or master.shape != p.shape or dtypes[k] == device.dtype:
+            raise ValueError(f"{model}: lowered layer parameter {k} is not one of the model's")
         if not (p.weight and master.weight):
-            raise ValueError(f"{model.name}: {k} is state (running statistics) of a layer computing in "
+            raise ValueError(f"{model}: {k} is state (running statistics) of a layer computing in "
                              f"{dtypes[k].name}: such a layer must declare keeps_fp32")
-        pairs.setdefault(dtypes[k], []).append((p, master, k in channels_last))
-    return [Copies(model.device, model.flat, ps, dt) for dt, ps in pairs.items()]
+        pairs.setdefault(dtypes[k], []).append((p, master, k in krsc))
+    return [Copies(device, master_flat, ps, dt) for dt, ps in pairs.items()]

@@ -1,6 +1,7 @@
 """What a Model refuses from its user, each as one ValueError naming the layer and the shapes: no layers,
 names that clash, gradients before a forward, weights that do not fit, and a layer of the user's that
-breaks the layer contract (an output unlike what its build declared, a backward of the wrong arity)."""
+breaks the layer contract (an output unlike what its build declared, a backward of the wrong arity). Each is
+given the model's name (`model`) and the parts it checks, so these checks stand under the model they guard."""
 from __future__ import annotations
 
 import gc
@@ -14,8 +15,8 @@ from ..layers.base import _fmt
 from ..precision import is_float
 
 if TYPE_CHECKING:
+    from ..layers.base import Layer, Parameter
     from ..layers.node import Node
-    from .model import Model
 
 
 def no_layers(name: str) -> NoReturn:
@@ -29,72 +30,74 @@ def no_layers(name: str) -> NoReturn:
 RESERVED = re.compile(r"(input|output)(_\d+)?")
 
 
-def names(model: Model) -> None:
+def names(model: str, layers: Sequence[Layer]) -> None:
     """Layer names: unique, none of RESERVED, and none a parameter path's prefix of another's: parameters
     are 'layer/param', so a layer "d/w" next to a layer "d" would share "d"'s namespace (its weights,
     the ONNX tensors "d/..."). One ValueError naming both layers."""
     seen: dict[str, str] = {}
-    for layer in model.layers:
+    for layer in layers:
         if layer.name in seen:
-            raise ValueError(f"{model.name}: two layers are named {layer.name!r} ({seen[layer.name]} and "
+            raise ValueError(f"{model}: two layers are named {layer.name!r} ({seen[layer.name]} and "
                              f"{type(layer).__name__}): layer names must be unique in a model")
         seen[layer.name] = type(layer).__name__
-    for layer in model.layers:
+    for layer in layers:
         parts = layer.name.split("/")
         if RESERVED.fullmatch(parts[0]):
-            raise ValueError(f"{model.name}: layer {layer.name} ({type(layer).__name__}): the name {parts[0]!r} "
+            raise ValueError(f"{model}: layer {layer.name} ({type(layer).__name__}): the name {parts[0]!r} "
                              f"is reserved for the model's inputs and outputs (ONNX export); choose another name")
         for i in range(1, len(parts)):
             stem = "/".join(parts[:i])
             if stem in seen:
-                raise ValueError(f"{model.name}: layer names {stem!r} ({seen[stem]}) and {layer.name!r} "
+                raise ValueError(f"{model}: layer names {stem!r} ({seen[stem]}) and {layer.name!r} "
                                  f"({type(layer).__name__}) clash: parameters are named 'layer/param', so no "
                                  f"layer name may begin with another's name and '/'")
 
 
-def not_lowered(model: Model, device: Any) -> None:
+def not_lowered(model: str, lowerings: Sequence[Any], device: Any) -> None:
     """model.to(device) while a lowering of the model lives (a Trainer's training step, which trains its
-    arenas): the step would go on training the old arenas while the model answered from the new ones."""
-    if any(ref() is not None for ref in model._lowerings):
+    arenas; `lowerings`: weak references to them): the step would go on training the old arenas while the
+    model answered from the new ones."""
+    if any(ref() is not None for ref in lowerings):
         gc.collect()                       # a Trainer let go of, still in a reference cycle
-    if any(ref() is not None for ref in model._lowerings):
-        raise ValueError(f"{model.name}.to({device.name}, {device.dtype.name}): a Trainer trains this model (its "
+    if any(ref() is not None for ref in lowerings):
+        raise ValueError(f"{model}.to({device.name}, {device.dtype.name}): a Trainer trains this model (its "
                          f"training step shares the model's weights); move the model before making the Trainer, "
                          f"or pass Trainer(..., device=)")
 
 
-def gradients(model: Model, gys: Sequence[Array]) -> None:
-    """backward needs a forward before it, and a gradient of each output's shape."""
-    if model._out_shapes is None:
-        raise ValueError(f"{model.name}: backward before forward: run forward(x, training=True) first "
-                         f"(layer {model.layers[0].name} has nothing saved to differentiate)")
-    for o, g, shape in zip(model.outputs, gys, model._out_shapes):
+def gradients(model: str, outputs: Sequence[Node], out_shapes: Sequence[tuple[int, ...]] | None,
+              first: Layer, gys: Sequence[Array]) -> None:
+    """backward needs a forward before it (`out_shapes`: the last forward's output shapes, None before any),
+    and a gradient of each output's shape."""
+    if out_shapes is None:
+        raise ValueError(f"{model}: backward before forward: run forward(x, training=True) first "
+                         f"(layer {first.name} has nothing saved to differentiate)")
+    for o, g, shape in zip(outputs, gys, out_shapes):
         if tuple(getattr(g, "shape", ())) != shape:
-            raise ValueError(f"{model.name}: the gradient of output {o.layer.name} has shape "
+            raise ValueError(f"{model}: the gradient of output {o.layer.name} has shape "
                              f"{tuple(getattr(g, 'shape', ()))}, the output has shape {shape}")
-    if model.releases:                  # what forward saved is let go by this backward
-        model._out_shapes = None
 
 
-def weights(model: Model, weights: Mapping[str, Any], strict: bool) -> None:
-    """Names, shapes and dtypes of {'layer/param': array} against the model's parameters."""
-    unknown = sorted(set(weights) - set(model.params))
-    missing = sorted(set(model.params) - set(weights))
+def weights(model: str, params: Mapping[str, Parameter], layers: Sequence[Layer], weights: Mapping[str, Any],
+            strict: bool) -> None:
+    """Names, shapes and dtypes of {'layer/param': array} against the model's parameters `params`."""
+    unknown = sorted(set(weights) - set(params))
+    missing = sorted(set(params) - set(weights))
     if unknown or (strict and missing):
-        raise ValueError(f"{model.name}: weights do not match the model: "
+        raise ValueError(f"{model}: weights do not match the model: "
                          f"unknown {unknown or 'none'}, missing {missing or 'none'}")
     for k, a in weights.items():
-        if tuple(np.shape(a)) != model.params[k].shape:
-            raise ValueError(f"{model.name}: {k} has shape {model.params[k].shape}, got {tuple(np.shape(a))}")
+        if tuple(np.shape(a)) != params[k].shape:
+            raise ValueError(f"{model}: {k} has shape {params[k].shape}, got {tuple(np.shape(a))}")
         dtype = getattr(a, "dtype", np.dtype("f"))
         if not (dtype.kind in "iu" or is_float(dtype)):
-            raise ValueError(f"{model.name}: {k} has dtype {a.dtype}, expected real numbers")
+            raise ValueError(f"{model}: {k} has dtype {a.dtype}, expected real numbers")
         host = np.asarray(a)
         bad = int(np.count_nonzero(~np.isfinite(host if host.dtype.kind in "fiu" else host.astype(np.float32))))
         if bad:
-            raise ValueError(f"{model.name}: {k} holds {bad} non-finite value(s) (NaN or infinity)")
+            raise ValueError(f"{model}: {k} holds {bad} non-finite value(s) (NaN or infinity)")
     by_layer: dict[int, dict[str, Any]] = {}
-    owner = {f"{layer.name}/{p}": (layer, p) for layer in model.layers for p in layer.params}
+    owner = {f"{layer.name}/{p}": (layer, p) for layer in layers for p in layer.params}
     for k, a in weights.items():
         layer, p = owner[k]
         by_layer.setdefault(id(layer), {"layer": layer})[p] = a

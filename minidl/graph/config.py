@@ -2,26 +2,24 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Sequence
 
 from ..layers import registry
 from ..layers.node import Input, Node
 
-if TYPE_CHECKING:
-    from .model import Model
 
-
-def config_of(model: Model) -> dict[str, Any]:
-    """Model.config(): inputs, and each layer's class, arguments and inputs (by index), as JSON-able data."""
-    index = {id(n): i for i, n in enumerate(model.inputs)}
+def config_of(name: str, inputs: Sequence[Node], nodes: Sequence[Node], outputs: Sequence[Node]) -> dict[str, Any]:
+    """Model.config() of the model `name` of these nodes: inputs, and each layer's class, arguments and inputs
+    (by index), as JSON-able data."""
+    index = {id(n): i for i, n in enumerate(inputs)}
     layers: list[dict[str, Any]] = []
-    for node in model.nodes:
-        index[id(node)] = len(model.inputs) + len(layers)
+    for node in nodes:
+        index[id(node)] = len(inputs) + len(layers)
         cls = type(node.layer)              # its module too: a user's ReLU is not minidl's (layers/registry.py)
         layers.append({"class": cls.__name__, "module": cls.__module__, "name": node.layer.name,
                        "config": node.layer.config(), "inputs": [index[id(p)] for p in node.parents]})
-    return {"name": model.name, "inputs": [list(n.shape[1:]) for n in model.inputs], "layers": layers,
-            "outputs": [index[id(o)] for o in model.outputs], CONTRACT: "images"}
+    return {"name": name, "inputs": [list(n.shape[1:]) for n in inputs], "layers": layers,
+            "outputs": [index[id(o)] for o in outputs], CONTRACT: "images"}
 
 
 # A config that has this key is of a model that takes the input contract's images, [0, 1] (docs/input.md),

@@ -6,15 +6,25 @@ it freely; `weights` holds host arrays by 'layer/param' name for the passes that
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from ..layers.node import Node, toposort
+from .checks import RESERVED
 
 if TYPE_CHECKING:
     from ..layers.base import Layer
-    from .model import Model
+
+
+class Nodes(Protocol):
+    """What Graph.of copies: a model's nodes in order, from its inputs to its outputs (a Model, a Graph)."""
+    @property
+    def inputs(self) -> Sequence[Node]: ...
+    @property
+    def nodes(self) -> Sequence[Node]: ...
+    @property
+    def outputs(self) -> Sequence[Node]: ...
 
 
 class Graph:
@@ -38,7 +48,7 @@ class Graph:
         self.nodes = [n for n in order if n.layer is not None]
 
     @classmethod
-    def of(cls, model: Model, share_params: bool = False, weights: Mapping[str, np.ndarray] | None = None) -> Graph:
+    def of(cls, model: Nodes, share_params: bool = False, weights: Mapping[str, np.ndarray] | None = None) -> Graph:
         """A copy of `model`'s graph with layer clones (sharing the model's parameters, or not)."""
         copies = {}
         for node in model.inputs:
@@ -76,6 +86,23 @@ class Graph:
                                      f"__init__ must take back what its config() returns") from None
             copies[id(node)] = Node(layer, [copies[id(p)] for p in node.parents], node.shape)
         return Graph([copies[id(n)] for n in self.inputs], [copies[id(n)] for n in self.outputs]), weights
+
+    def name_layers(self) -> None:
+        """Name each unnamed layer the way the C++ trainer printed them (`conv2d`, `conv2d_1`, `relu_3`): its
+        `prefix` or class name, numbered from its `first_index` past the names the graph holds already."""
+        layers = [n.layer for n in self.nodes]
+        taken = {layer.name for layer in layers if layer.name}
+        counters: dict[str, int] = {}
+        for layer in layers:
+            if layer.name:
+                continue
+            stem = layer.prefix or type(layer).__name__.lower()
+            stem = f"{stem}_layer" if RESERVED.fullmatch(stem) else stem    # a user's class Output
+            i = counters.get(stem, layer.first_index)
+            while (name := stem if i == 0 else f"{stem}_{i}") in taken:
+                i += 1
+            layer.name, counters[stem] = name, i + 1
+            taken.add(name)
 
     # -- reading ----------------------------------------------------------------------------
     def readers(self, node: Node) -> list[Node]:

@@ -1,32 +1,36 @@
-"""Model and Sequential: a DAG of layers, built on a device, its parameters in one flat buffer.
+"""Model and Sequential: a Network (network.py) as its user holds it, with the names users bring from Keras
+and PyTorch: images in (`predict`, `evaluate`), weights by name (`get_weights`, `named_parameters`,
+`freeze`), the architecture as JSON (`config`, `from_config`) and pickle, the `summary` and the repr.
 
-`layer(node)` records an edge; `Model(inputs, outputs)` orders the DAG once, names layers the
-way the C++ trainer printed them, builds every layer (shape inference), and lays all parameters out in
-one flat buffer with their gradients in a second. Backward runs in reverse order, tells each
-layer which input gradients are read and whether parameter gradients add up, and sums the
-gradients of nodes that feed several layers (ResNet shortcuts). `lower(passes)` gives the same
-model rewritten by graph passes, training the same parameters (see minidl.graph.passes).
+`predict` and `evaluate` are the graph room's one use of `data`: images go through the Loader, as
+fit's do, and every entry point reads the model's input contract (layers/input_contract.py,
+docs/input.md) from one place: uint8 / 255 or floats in [0, 1], normalised only by a model's own Normalize.
 """
 from __future__ import annotations
 
-import weakref
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Iterator
+from numbers import Integral
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .._types import Array, DTypeLike
-from ..backend import Device, get_device
-from ..layers import registry
-from ..layers.base import Layer, Need
-from ..layers.node import Input, Node
-from . import arena, checks, liveness
-from .api import FamiliarAPI
+from .._types import Array
+from ..data.errors import DataError
+from ..data.loader import Loader
+from ..data.sources import layout, renamed
+from ..layers.base import Layer
+from ..layers.node import Input
+from ..metrics import Score
 from .config import config_of, graph_of_config
-from .ir import Graph
+from .network import Network
+from .summary import print_summary
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
-class Model(FamiliarAPI):
-    """A DAG of layers from `inputs` to `outputs`, built on `device` in `dtype`.
+class Model(Network):
+    """A DAG of layers from `inputs` to `outputs`, built on `device` in `dtype` (a Network), as its user holds it.
 
     forward(x, training) -> y;  backward(gy) -> gx, adding parameter gradients into `grads`.
     predict(images) -> class probabilities; parameters(), named_parameters(), summary(): below.
@@ -36,260 +40,143 @@ class Model(FamiliarAPI):
     A model pickles (and deep-copies) as its config and weights.
     """
 
-    checks_every_layer = False     # True: minidl's own layers' results are checked too (the tests' switch)
+    # -- images in -----------------------------------------------------------------------------
+    def predict(self, x: ArrayLike, batch_size: int = 256, normalize: bool | tuple[float, float] | None = None,
+                data_format: str | None = None) -> np.ndarray:
+        """The model's output for images `x`, in evaluation mode, as a host NumPy array (N, classes):
+        what Model.forward gives for them (class probabilities for a model that ends in a Softmax, as the
+        zoo's nets do; logits for one without), and what the compiled model, `minidl infer`, its artifact
+        and its ONNX file give.
 
-    def __init__(self, inputs: Node | Sequence[Node], outputs: Node | Sequence[Node], device: str | Device = "cpu",
-                 dtype: DTypeLike = "float32", seed: int = 0, name: str = "model",
-                 weights: Mapping[str, Any] | None = None, _shares: Model | None = None) -> None:
-        self.single_input = isinstance(inputs, Node)
-        self.single_output = isinstance(outputs, Node)
-        graph = Graph([inputs] if self.single_input else inputs,  # type: ignore[list-item, arg-type]  # Node or nodes
-                      [outputs] if self.single_output else outputs)  # type: ignore[list-item, arg-type]
-        graph, taken = graph.free_of_other_models(snapshot=weights is None)
-        self.inputs, self.outputs, self.nodes = graph.inputs, graph.outputs, graph.nodes
-        self.layers = [n.layer for n in self.nodes]
-        self.name, self.seed = name, seed
-        if not self.nodes and _shares is None and weights is None:
-            checks.no_layers(name)
-        self._out_shapes, self._kept = None, {id(o) for o in self.outputs}   # _kept: forward drops no output
-        self._name_layers()
-        checks.names(self)
-        self.device, self.copies, self.side_arenas = None, [], {}  # type: ignore[assignment]  # build sets device
-        self.releases, self._deaths = False, None  # True: drop each value after its last reader (liveness.py)
-        self._lowerings: list[weakref.ref[Model]] = []
-        if _shares is not None:            # a lowering: the same parameters, already in an arena
-            self._build_shared(_shares)
-            return
-        self.build(get_device(device, dtype=dtype, seed=seed), weights)
-        if weights is None:
-            self.init_weights(seed)
-            self.set_weights(taken, strict=False)       # copies of another model's layers start as they are
-
-    @classmethod
-    def of_graph(cls, graph: Graph, device: Device, name: str = "model", weights: Mapping[str, Any] | None = None,
-                 shares: Model | None = None) -> Model:
-        """A model of a pass-rewritten Graph: on its own arena from `weights`, or sharing `shares`'."""
-        ins, outs = graph.inputs, graph.outputs
-        return cls(ins[0] if len(ins) == 1 else ins, outs[0] if len(outs) == 1 else outs, device=device,
-                   dtype=device.dtype, name=name, weights=weights, _shares=shares)
-
-    def lower(self, passes: Callable[[Graph], Graph]) -> Model:
-        """This model rewritten by `passes` (Graph -> Graph), training the same parameters."""
-        lowered = Model.of_graph(passes(Graph.of(self, share_params=True)), self.device, self.name, shares=self)
-        self._lowerings = [r for r in self._lowerings if r() is not None] + [weakref.ref(lowered)]   # see to()
-        return lowered
-
-    # -- construction ---------------------------------------------------------------------
-    def _name_layers(self):
-        taken = {layer.name for layer in self.layers if layer.name}
-        counters = {}
-        for layer in self.layers:
-            if layer.name:
-                continue
-            stem = layer.prefix or type(layer).__name__.lower()
-            stem = f"{stem}_layer" if checks.RESERVED.fullmatch(stem) else stem    # a user's class Output
-            i = counters.get(stem, layer.first_index)
-            while (name := stem if i == 0 else f"{stem}_{i}") in taken:
-                i += 1
-            layer.name, counters[stem] = name, i + 1
-            taken.add(name)
-
-    def _infer_shapes(self, device):
-        """Build every layer: shapes, dtypes, parameter declarations, kernel plans.
-
-        Values start in the device's dtype; a layer computes in its inputs' dtype (on `device.compute_in(dtype)`)
-        and passes it on, a Cast (`out_dtype`) its own; BN (`io_in_compute_dtype`) is built in the device's.
+        x: (N, H, W) or (N, C, H, W), uint8 in [0, 255] or floats in [0, 1], the input contract of
+        Trainer.fit and evaluate (docs/input.md), checked by the same Loader; anything else is a
+        DataError (a ValueError). A model that carries its preprocessing (layers.Normalize) applies it
+        itself; a model without one reads the images as they are, floats in [0, 1], as fit trained it.
+        normalize: for a model without Normalize trained on normalised images (a Loader's `normalize`,
+        e.g. True for MNIST's mean and std): the Loader applies it first. Refused for a model with one.
+        `batch_size` images go through each forward (dropout off, BN's running statistics).
+        data_format: 'channels_last' for (N, H, W, C) images, found from the shape alone where it says so
+        (as fit's, data/sources.py).
         """
-        self.device, devices = device, {device.dtype: device}
-        me = weakref.ref(self)
-        for node in self.inputs:
-            node.dtype = device.dtype
-        for node in self.nodes:
-            layer, dtypes = node.layer, {p.dtype for p in node.parents}
-            if len(dtypes) > 1:
-                raise layer.error(f"reads values of several dtypes ({', '.join(sorted(d.name for d in dtypes))})")
-            dtype = dtypes.pop()
-            at = device.dtype if layer.keeps_fp32 and layer.io_in_compute_dtype else dtype   # parameters' dtype
-            layer.device = devices[at] = devices.get(at) or device.compute_in(at)
-            node.shape = checks.built_shape(layer, layer.build([p.shape for p in node.parents], layer.device))
-            node.dtype = layer.out_dtype or dtype
-            layer._model = me              # a second Model of these nodes copies it (Graph.free_of_other_models)
-        self.params = {f"{layer.name}/{k}": p for layer in self.layers for k, p in layer.params.items()}
-        self._dtypes = {f"{layer.name}/{k}": layer.device.dtype for layer in self.layers for k in layer.params}
-        # What each backward must give: an input's gradient only where a layer reads it.
-        self._needs = [tuple(p.layer is not None for p in node.parents) for node in self.nodes]
-        # The layers whose results are checked (a user's: checks.layer_output, layer_grads); their inputs' shapes.
-        self._checked = [self.checks_every_layer or not registry.is_minidl(type(n.layer).__module__)
-                         for n in self.nodes]
-        self._inputs_seen = {}             # id(node) -> [(shape, dtype)] of the values its forward read
+        if not (self.single_input and self.single_output):
+            raise ValueError(f"{self.name}: predict takes a model of one input and one output; call forward")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size <= 0:
+            raise ValueError(f"{self.name}.predict: batch_size must be a positive int, got {batch_size!r}")
+        if self._takes_images and normalize not in (None, False):
+            raise ValueError(f"{self.name}.predict: normalize={normalize!r}, but {self.name} carries its own "
+                             "Normalize: pass the images alone")
+        images = _nchw(self, np.asarray(x), data_format, f"{self.name}.predict")
+        try:
+            loader = Loader(images, np.zeros(len(images) if images.ndim else 0, np.int64), batch_size, self.device,
+                            shuffle=False, drop_last=False, normalize=normalize or False)
+        except DataError as e:
+            raise renamed(e, f"{self.name}.predict") from None
+        return np.concatenate([np.array(self.device.to_host(self.forward(xb, training=False))) for xb, _ in loader])
 
-    def build(self, device: Device, weights: Mapping[str, Any] | None = None) -> None:
-        """Infer every shape, declare parameters and make kernel plans on `device`; then allocate.
+    def evaluate(self, x: ArrayLike, y: ArrayLike, batch_size: int = 256,
+                 normalize: bool | tuple[float, float] | None = None, data_format: str | None = None) -> Score:
+        """Score(mean cross-entropy, accuracy as a fraction) of the model on images `x` and int labels `y`,
+        without a Trainer (Keras's model.evaluate): batches as predict takes them (the input contract,
+        `normalize` as predict's, dropout off, BN's running statistics). A model ending in a Softmax is
+        scored on its probabilities, one without on its logits; Trainer.evaluate's numbers, up to rounding.
+        data_format: 'channels_last' for (N, H, W, C) images, found from the shape alone where it says so."""
+        if not (self.single_input and self.single_output):
+            raise ValueError(f"{self.name}: evaluate takes a model of one input and one output; call forward")
+        if self._takes_images and normalize not in (None, False):
+            raise ValueError(f"{self.name}.evaluate: normalize={normalize!r}, but {self.name} carries its own "
+                             "Normalize: pass the images alone")
+        images, labels = _nchw(self, np.asarray(x), data_format, f"{self.name}.evaluate"), np.asarray(y)
+        try:
+            loader = Loader(images, labels, batch_size, self.device, shuffle=False, drop_last=False,
+                            classes=self.outputs[0].shape[-1], normalize=normalize or False)
+        except DataError as e:
+            raise renamed(e, f"{self.name}.evaluate") from None
+        probabilities = self.layers[-1].kind == "softmax"
+        loss, hits = 0.0, 0
+        for xb, yb in loader:
+            out = np.asarray(self.device.to_host(self.forward(xb, training=False)), np.float64)   # (N, classes)
+            yb = np.asarray(self.device.to_host(yb)).astype(np.int64)
+            if probabilities:
+                logp = np.log(np.maximum(out, np.finfo(np.float64).tiny))
+            else:                            # log-softmax, shifted by the max for stability
+                z = out - out.max(axis=1, keepdims=True)
+                logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+            loss -= float(logp[np.arange(len(yb)), yb].sum())
+            hits += int((out.argmax(axis=1) == yb).sum())
+        n = max(len(labels), 1)
+        return Score(loss / n, hits / n)
 
-        Given `weights`, their names and shapes are checked before anything is allocated.
-        """
-        self._infer_shapes(device)
-        if weights is not None:
-            self._check_weights(weights, strict=True)
-        self._allocate()
-        if weights is not None:
-            self.set_weights(weights)
-
-    def _build_shared(self, model):
-        """The model's arenas; layers computing in another dtype get copies of its weights (arena.Copies)."""
-        self._infer_shapes(model.device)
-        self.flat, self.grads, self.state_flat = model.flat, model.grads, model.state_flat
-        self.copies = arena.share(self, model)
-
-    def _allocate(self):
-        """The arenas (graph/arena.py): one in the device's dtype, one more per other dtype layers compute in."""
-        (self.flat, self.grads, self.state_flat), self.side_arenas = arena.allocate_by_dtype(
-            self.device.xp, self.device.dtype, self.params, self._dtypes, arena.krsc_keys(self))
-
-    def init_weights(self, seed: int = 0) -> None:
-        """Draw every parameter from its initializer with one seeded host generator."""
-        rng = np.random.default_rng(seed)
-        for p in self.params.values():
-            p.data[...] = self.device.asarray(p.initializer(rng, p.shape, *p.fan).astype(p.data.dtype))
-
-    def to(self, device: str | Device, dtype: DTypeLike | None = None) -> Model:
-        """Rebuild on another device (or dtype), keeping the weights and running statistics; on the device
-        and dtype it is on already, nothing changes (torch's `to`). A model a Trainer trains is refused (its
-        step trains these arenas): Trainer(model, optimizer, device=...) moves it before it trains."""
-        if device is self.device and dtype is None:
-            return self
-        dev = get_device(device, dtype=dtype or self.device.dtype, seed=self.seed)
-        if not isinstance(device, Device) and (dev.name, dev.dtype) == (self.device.name, self.device.dtype):
-            return self
-        checks.not_lowered(self, dev)
-        weights = self.get_weights()
-        self.build(dev, weights)
+    # -- weights and layers by name -------------------------------------------------------------
+    def freeze(self, *names: str) -> Model:
+        """Freeze weights (Keras's `layer.trainable = False`, torch's requires_grad_(False)): the named
+        layers' or 'layer/param' weights, all of them where none is named. The optimizer leaves a frozen
+        weight, its decay and its state as they are, also in a step captured before (docs/training.md)."""
+        for p in self._weights_named(names, "freeze"):
+            p.trainable = False
         return self
 
-    # -- running --------------------------------------------------------------------------
-    @property
-    def needs_rng(self) -> bool:
-        """Whether a training forward draws random numbers (dropout)."""
-        return any(layer.needs_rng for layer in self.layers)
+    def unfreeze(self, *names: str) -> Model:
+        """Unfreeze weights, as freeze names them (all where none is named)."""
+        for p in self._weights_named(names, "unfreeze"):
+            p.trainable = True
+        return self
 
-    @property
-    def overwrites_grads(self) -> bool:
-        """Whether every layer with parameters can overwrite its gradients (backward(accumulate=False))."""
-        return all(layer.overwrites_grads for layer in self.layers if any(p.weight for p in layer.params.values()))
+    def _weights_named(self, names, what):
+        if not names:
+            return [p for p in self.params.values() if p.weight]
+        layers = {layer.name: layer for layer in self.layers}
+        unknown = [n for n in names if n not in layers and n not in self.params]
+        if unknown:
+            raise ValueError(f"{self.name}.{what}: no layer or parameter {', '.join(map(repr, unknown))}; layers: "
+                             f"{', '.join(layers)}")
+        return [p for n in names
+                for p in (layers[n].params.values() if n in layers else [self.params[n]]) if p.weight]
 
-    def forward(self, *xs: Array, training: bool = False) -> Any:
-        """Run the graph; returns the output (or a list of outputs)."""
-        if len(xs) != len(self.inputs):
-            raise ValueError(f"{self.name} takes {len(self.inputs)} input(s), got {len(xs)}")
-        for c in self.copies:              # compute-dtype weights from the float32 master
-            c.refresh(self.flat)
-        values, deaths = {}, self._deaths or liveness.last_reads(liveness.steps_of(self.nodes), self._kept)
-        for i, (node, x) in enumerate(zip(self.inputs, xs)):
-            values[id(node)] = self.prepare_input(self.images_in(x, i), i)    # uint8 / 255 (docs/input.md)
-        for node, dead, check in zip(self.nodes, deaths, self._checked):
-            ins = [values[id(p)] for p in node.parents]
-            y = values[id(node)] = node.layer.forward(ins, training)
-            if check:                      # a user's layer: its output against its build
-                checks.layer_output(node, ins, y, self.device.xp)
-                self._inputs_seen[id(node)] = [(tuple(x.shape), x.dtype) for x in ins]
-            for v in dead if self.releases else ():
-                del values[v]
-        self._values, self._deaths = None if self.releases else values, deaths
-        outs = [values[id(o)] for o in self.outputs]
-        self._out_shapes = [tuple(y.shape) for y in outs]
-        return outs[0] if self.single_output else outs
+    def named_parameters(self) -> Iterator[tuple[str, Array]]:
+        """('layer/param', array) for each weight (frozen ones too), in layer order, as torch's named_parameters.
 
-    __call__ = forward
-
-    def backward(self, *gys: Array, input_grads: bool = True, accumulate: bool = True,
-                 ready: Callable[[Layer], object] | None = None) -> Any:
-        """Propagate output gradients back; returns the input gradient(s).
-
-        Parameter gradients are added into `grads` (call `zero_grad` between steps). With
-        input_grads=False, layers fed only by model inputs skip their input gradient (training
-        never needs it) and None is returned. accumulate=False overwrites the parameter gradients
-        instead of adding (no zero_grad needed); only for models where `overwrites_grads` holds.
-        ready(layer), if given, is called in backward order as soon as each layer's parameter
-        gradients are final (data-parallel ranks start reducing them while backward goes on).
-        With compute-dtype copies they are final in the copies: the hook's owner brings each range
-        it reads into the float32 arena with `gather(lo, hi)` (the Reducer, bucket by bucket, so
-        the first buckets travel while backward goes on); without a hook backward gathers it all.
+        The arrays are views into the model's flat arena, on its device: assigning into one
+        (`w[...] = ...`) changes the model. BN's running statistics are state, not parameters
+        (torch's buffers): get_weights() has them too.
         """
-        if not accumulate and not self.overwrites_grads:
-            raise ValueError(f"{self.name}: a layer adds into its gradients; use accumulate=True")
-        if len(gys) != len(self.outputs):
-            raise ValueError(f"{self.name}: backward takes {len(self.outputs)} output gradient(s), got {len(gys)}")
-        checks.gradients(self, gys)
-        done = self._after_each_layer(accumulate, ready)
-        grads: dict[int, Array] = {}
-        add = self.device.kernels.merge.add_fprop     # a value read twice: its gradients add
-        for o, g in zip(self.outputs, gys):
-            grads[id(o)] = g if id(o) not in grads else grads[id(o)] + g
-        for node, reads, check in zip(reversed(self.nodes), reversed(self._needs), reversed(self._checked)):
-            gy = grads.pop(id(node), None)       # None: this node does not lead to the outputs
-            need = Need(tuple(input_grads or r for r in reads), accumulate)
-            gxs = () if gy is None else node.layer.backward(gy, need)
-            if check and gy is not None:         # a user's layer: one gradient per input, of its shape
-                checks.layer_grads(node, gxs, need, self._inputs_seen[id(node)], self.device.xp)
-            for hook in done:
-                hook(node.layer, gy is not None)
-            for parent, gx in zip(node.parents, gxs):
-                if gx is not None:
-                    prev = grads.get(id(parent))
-                    grads[id(parent)] = gx if prev is None else add([prev, gx])      # kept in memory order
-        if ready is None:                  # the copies' gradients into the float32 arena, all at once
-            self.gather()
-        gxs = [grads.get(id(i)) for i in self.inputs]  # type: ignore[assignment]  # the inputs' gradients now
-        return gxs[0] if self.single_input else gxs
+        return ((k, p.data) for k, p in self.params.items() if p.weight)
 
-    def _after_each_layer(self, accumulate: bool, ready: Callable[[Layer], object] | None) -> list[Callable]:
-        """The hooks backward calls with (layer, reached) once a layer is done, reached or not, in order:
-        an overwriting backward zeroes what it never reached; a releasing model drops what the layer
-        saved (liveness.py); `ready` hears that its gradients are final (distributed/buckets.py)."""
-        hooks: list[Callable[[Layer, bool], object]] = []
-        if not accumulate:
-            hooks.append(liveness.zero_unreached)
-        if self.releases:
-            hooks.append(liveness.release_saved)
-        if ready is not None:
-            hooks.append(lambda layer, reached: ready(layer))
-        return hooks
-
-    def gather(self, lo: int = 0, hi: int | None = None) -> None:
-        """Elements lo:hi of the compute-dtype copies' gradients into the float32 arena `grads`
-        (whole layers: a range backward's `ready` hook has seen final). No copies: nothing to do."""
-        for c in self.copies:
-            c.gather(self.grads, lo, hi)
-
-    def zero_grad(self) -> None:
-        """Zero the parameter gradients (and the compute-dtype copies'), as torch's zero_grad; backward adds."""
-        self.grads.fill(0)
-        for c in self.copies:
-            c.zero_grad()
-
-    # -- parameters by name -------------------------------------------------------------
-    def _check_weights(self, weights, strict):
-        checks.weights(self, weights, strict)
-
-    def set_weights(self, weights: Mapping[str, Any], strict: bool = True) -> list[str]:
-        """Copy arrays into parameters by 'layer/param' name, checking names and shapes first;
-        strict=False loads part of them (`set_weights({"conv2d/w": w0}, strict=False)`); unknown names
-        are refused either way. Returns the names left as they were (none when strict).
-        """
-        self._check_weights(weights, strict)
-        for k, a in weights.items():
-            self.params[k].data[...] = self.device.asarray(np.asarray(a), dtype=self.params[k].data.dtype)
-        return sorted(set(self.params) - set(weights))
+    def parameters(self) -> Iterator[Array]:
+        """The arrays of named_parameters(), as torch's parameters()."""
+        return (a for _, a in self.named_parameters())
 
     @property
     def n_params(self) -> int:
         """Weights, frozen ones included (the flat buffer also holds alignment gaps)."""
         return sum(p.size for p in self.params.values() if p.weight)
 
-    # -- architecture as JSON ---------------------------------------------------------------
+    def get_grads(self) -> dict[str, np.ndarray]:
+        """{'layer/param': NumPy array} of the weights' gradients (frozen ones too)."""
+        return {k: np.array(self.device.to_host(p.grad)) for k, p in self.params.items() if p.weight}
+
+    def layer(self, name: str) -> Layer:
+        """The layer named `name` (Keras's get_layer); a KeyError lists the names there are."""
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(f"{self.name} has no layer {name!r}; layers: {', '.join(other.name for other in self.layers)}")
+
+    # -- what it is, in words -----------------------------------------------------------------------
+    def summary(self, print_fn: Callable[[str], object] = print) -> None:
+        """Print layer, output shape and parameter count, one row per layer, and the totals."""
+        print_summary(self.nodes, self.params, print_fn)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(str(tuple(n.shape[1:])) for n in self.inputs)
+        device = getattr(self, "device", None)
+        where = f"{device.name} {device.dtype.name}" if device is not None else "not built"
+        return (f"Model({self.name!r}: input {ins}, {len(self.layers)} layers, {self.n_params:,} parameters, "
+                f"{where})")
+
+    # -- the architecture as JSON, and pickle ---------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         """The architecture as JSON-able data: inputs, and each layer's class, arguments and inputs."""
-        return config_of(self)                 # graph/config.py, beside its reverse
+        return config_of(self.name, self.inputs, self.nodes, self.outputs)     # graph/config.py, beside its reverse
 
     @classmethod
     def from_config(cls, config: dict[str, Any], **kwargs: Any) -> Model:
@@ -300,6 +187,15 @@ class Model(FamiliarAPI):
         """
         return cls(*graph_of_config(config), name=str(config.get("name", "model")), **kwargs)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A model pickles as its config, weights, device, dtype and seed, and unpickles (copy.deepcopy,
+        copy.copy) as a new model of its own arenas with equal weights. The layer classes travel as
+        pickle's references, so unpickling imports the modules that define them."""
+        classes = sorted({type(layer) for layer in self.layers}, key=lambda c: (c.__module__, c.__name__))
+        return _unpickle, (type(self), self.config(), self.get_weights(), self.device.name, self.device.dtype.name,
+                           self.seed, classes)
+
+
 def Sequential(layers: Sequence[Layer], input_shape: Sequence[int], **kwargs: Any) -> Model:
     """A Model that chains `layers` from one input of per-sample `input_shape`."""
     x = h = Input(input_shape)
@@ -308,3 +204,16 @@ def Sequential(layers: Sequence[Layer], input_shape: Sequence[int], **kwargs: An
             raise TypeError(f"Sequential takes layers, got {type(layer).__name__}")
         h = layer(h)
     return Model(x, h, **kwargs)
+
+
+def _nchw(model: Any, images: np.ndarray, data_format: str | None, where: str) -> np.ndarray:
+    """`images` as (N, C, H, W) where they come NHWC (data_format='channels_last', or the shape alone says
+    so): fit's rule (data/sources.layout), so predict and evaluate take what fit takes."""
+    return layout(model, data_format, where)(images, f"{where} images")
+
+
+def _unpickle(model: Any, config: dict[str, Any], weights: dict[str, np.ndarray], device: str, dtype: str,
+              seed: int, classes: list[type]) -> Any:
+    """Model.__reduce__'s inverse: `model` is the Model class (`classes` are there so that pickle imports
+    the modules defining the layers first)."""
+    return model.from_config(config, device=device, dtype=dtype, seed=seed, weights=weights)

@@ -1,17 +1,20 @@
 """A model's summary table: layer, output shape and parameter count, one row per layer, and the totals."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from ..layers.base import _fmt
 
 if TYPE_CHECKING:
-    from .model import Model
+    from ..layers.base import Parameter
+    from ..layers.node import Node
 
 
-def print_summary(model: Model, print_fn: Callable[[str], object] = print) -> None:
+def print_summary(nodes: Sequence[Node], params: Mapping[str, Parameter], print_fn: Callable[[str], object] = print
+                  ) -> None:
+    """Model.summary() of a model of these nodes and parameters, one print_fn call a line."""
     rows = [("layer (type)", "output shape", "params")]
-    for node in model.nodes:
+    for node in nodes:
         n = sum(p.size for p in node.layer.params.values() if p.weight)
         rows.append((f"{node.layer.name} ({type(node.layer).__name__})", _fmt(node.shape), f"{n:,}"))
     w = [max(len(r[i]) for r in rows) for i in range(3)]
@@ -22,6 +25,6 @@ def print_summary(model: Model, print_fn: Callable[[str], object] = print) -> No
         if i == 0:
             print_fn(line)
     print_fn(line)
-    trainable = sum(p.size for p in model.params.values() if p.trainable)
-    frozen = sum(p.size for p in model.params.values() if not p.trainable)     # state and frozen weights
+    trainable = sum(p.size for p in params.values() if p.trainable)
+    frozen = sum(p.size for p in params.values() if not p.trainable)     # state and frozen weights
     print_fn(f"total params: {trainable:,} trainable, {frozen:,} non-trainable")
