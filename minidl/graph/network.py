@@ -1,8 +1,8 @@
 """Network: a DAG of layers built on a device, its parameters in one flat buffer, run forward and backward.
 
 `layer(node)` records an edge; a network of (inputs, outputs) orders the DAG once, names layers the
-way the C++ trainer printed them, builds every layer (shape inference), and lays all parameters out in
-one flat buffer with their gradients in a second. Backward runs in reverse order, tells each
+way the C++ trainer printed them (ir.Graph.name_layers), builds every layer (shape inference), and lays
+all parameters out in one flat buffer with their gradients in a second. Backward runs in reverse order, tells each
 layer which input gradients are read and whether parameter gradients add up, and sums the
 gradients of nodes that feed several layers (ResNet shortcuts). `lower(passes)` gives the same
 network rewritten by graph passes, training the same parameters (see minidl.graph.passes). It is all a
@@ -24,7 +24,7 @@ from ..layers.node import Node
 from . import arena, checks, liveness
 from .ir import Graph
 
-N = TypeVar("N", bound="Network")             # a lowering, a move: of the class of the network it is of
+N = TypeVar("N", bound="Network")   # lower, to and of_graph give the class they are called on (a Model: a Model)
 
 
 class Network:
@@ -261,7 +261,7 @@ class Network:
         for c in self.copies:
             c.zero_grad()
 
-    # -- parameters by name -------------------------------------------------------------
+    # -- the parameters as host arrays (`to` moves them; `weights=` starts from them) -----------
     def _check_weights(self, weights, strict):
         checks.weights(self.name, self.params, self.layers, weights, strict)
 
