@@ -7,6 +7,8 @@ import minidl as dl
 from minidl import layers as L
 from minidl.graph import liveness
 
+liveness_last_reads = liveness.last_reads        # the one count, kept before a test wraps it
+
 
 def brute_force(steps, keep):
     """For each step k, the values v (not kept) that step k touches and no later step reads: asked of
@@ -54,6 +56,8 @@ def generated_model(seed):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_a_models_forward_drops_each_value_where_the_brute_force_count_says(seed, monkeypatch):
+    """On generated models, Model.forward counts with liveness.last_reads (once, then kept), its count over the
+    nodes equals the brute-force one, and dropping by it leaves the outputs as keeping every value does."""
     model = generated_model(seed)
     steps, keep = liveness.steps_of(model.nodes), {id(o) for o in model.outputs}
     assert [sorted(d) for d in liveness.last_reads(steps, keep)] == brute_force(steps, keep)
@@ -69,10 +73,9 @@ def test_a_models_forward_drops_each_value_where_the_brute_force_count_says(seed
         np.testing.assert_array_equal(a, b)
 
 
-liveness_last_reads = liveness.last_reads
-
-
 def test_the_compiled_model_drops_by_the_same_count():
+    """InferenceModel.schedule's drops are liveness.last_reads' (the same function), equal to the brute-force
+    count on its kernel steps, and the compiled model predicts what the model does."""
     from minidl.inference import model as compiled
     assert compiled.last_reads is liveness_last_reads
     x = L.Input((1, 4, 4))
