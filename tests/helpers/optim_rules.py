@@ -2,8 +2,6 @@
 the GPU's fused kernels are compared with. Each update builds the optimizer whose `fused` it is and runs its
 `rule` through optim/reference.py, the one formula the CPU trains with, on NumPy arrays in place: the
 gradient's scale, coupled decay, the controls (Controls) and the gate `ok` are reference.py's."""
-import types
-
 import numpy as np
 
 from minidl import optim
@@ -11,10 +9,9 @@ from minidl.optim import reference
 
 
 def _step(opt, p, g, state, lr, t, wd, ok, scale, ctl):
-    """One in-place step of opt.rule over p and the `state` arrays (reference.apply reads these names)."""
-    stand_in = types.SimpleNamespace(xp=np, flat=p, grads=g, state=state, slots=tuple(state), rule=opt.rule,
-                                     weight_decay=wd, grad_scale=scale, ctl=ctl)
-    reference.apply(stand_in, np.float64(lr), np.float64(t), ok)
+    """One in-place step of opt.rule over p and the `state` arrays: reference.apply takes the fused kernels'
+    arguments as they come."""
+    reference.apply(opt.rule, np, p, g, state, np.float64(lr), wd, np.float64(t), ok, scale, ctl)
 
 
 def sgd_update(p, g, lr, wd=0.0, ok=True, scale=1.0, ctl=None):
