@@ -191,10 +191,9 @@ class Optimizer:
         """One in-place update with learning rate `lr` at step `t` (0-d float64 device arrays), where
         `ok` (True or a 0-d device bool) holds: the device's fused kernel where it has one, else `rule`."""
         if self._fused is not None:
-            self.fused_update(self._fused, lr, t, ok)
-        else:
-            reference.apply(self.rule, self.xp, self.flat, self.grads, self.state, lr, self.weight_decay, t, ok,
-                            self.grad_scale, self.ctl)
+            return self.fused_update(self._fused, lr, t, ok)
+        reference.apply(self.rule, self.xp, self.flat, self.grads, self.state, lr, self.weight_decay, t, ok,
+                        self.grad_scale, self.ctl)
 
     def rule(self, xp: Any, p: Array, g: Array, state: dict[str, Array], lr: Array, t: Array) -> Array:
         """The update, written once over the array module `xp`: the new p from p and the gradient g

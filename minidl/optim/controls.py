@@ -86,14 +86,12 @@ def group_names(groups: list[dict[str, Any]], model: Model, who: str) -> list[li
     return out
 
 
-class Controlled(Protocol):
+class Controlled(sharded.Sharded, Protocol):
     """What the controls read of their optimizer (optim/base.py's Optimizer), as it is at each refresh: its
-    settings and the arena it updates. Said here, so that the controls stand under the base that holds them."""
+    settings and the arena it updates, and (sharded) what a sharded optimizer's sum of squares reads.
+    Said here, so that the controls stand under the base that holds them."""
     model: Model | None
     xp: Any
-    kernels: Any                      # the device's optim family (its sq_norm)
-    flat: Array
-    grads: Array
     grad_scale: float
     weight_decay: float
     decoupled_weight_decay: bool

@@ -15,14 +15,29 @@ the ranks), `updated(i)` (piece i is updated) and `finished()` (all of them are)
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from .._types import Array
     from ..kernels.contract import Controls
-    from .base import Optimizer
+
+
+class Sharded(Protocol):
+    """What the sharded update reads of its optimizer (optim/base.py's Optimizer), and swaps for each piece:
+    its arena, state and controls, its shard, its update. Said here, so that this module stands under the base."""
+    flat: Array
+    grads: Array
+    state: dict[str, Array]
+    shard: Any
+    kernels: Any                      # the device's optim family (its sq_norm)
+    _controls: Any                    # a ControlState, or a piece's _Fixed stand-in during the loop
+
+    @property
+    def ctl(self) -> Controls | None: ...
+
+    def update(self, lr: Array, t: Array, ok: Array | bool) -> None: ...
 
 
 class _Fixed:
@@ -35,7 +50,7 @@ class _Fixed:
         return self.ctl
 
 
-def _views(opt: Optimizer) -> list[tuple[Array, Array, dict[str, Array], slice]]:
+def _views(opt: Sharded) -> list[tuple[Array, Array, dict[str, Array], slice]]:
     """(params, grads, state, the controls' slice) of each piece, made once for the arrays they view."""
     key = (id(opt.flat), id(opt.grads), opt.shard, *map(id, opt.state.values()))
     cached = opt.__dict__.get("_shard_views")
@@ -47,7 +62,7 @@ def _views(opt: Optimizer) -> list[tuple[Array, Array, dict[str, Array], slice]]
     return cached[1]
 
 
-def update(opt: Optimizer, lr: Array, t: Array, ok: Array | bool) -> None:
+def update(opt: Sharded, lr: Array, t: Array, ok: Array | bool) -> None:
     """One step of `opt` (Optimizer.update): on the whole arena, or on each piece of its shard, each bucket's
     gather begun as its piece is done, then waited for."""
     if opt.shard is None:
@@ -58,7 +73,7 @@ def update(opt: Optimizer, lr: Array, t: Array, ok: Array | bool) -> None:
     try:
         for i, (opt.flat, opt.grads, opt.state, at) in enumerate(views):
             piece = None if ctl is None else _Fixed(ctl._replace(lrs=ctl.lrs[at], wds=ctl.wds[at]))
-            opt._controls = piece  # type: ignore[assignment]  # ControlState's stand-in: args() alone is read
+            opt._controls = piece              # ControlState's stand-in: args() alone is read
             opt.update(lr, t, ok)
             opt.shard.updated(i)
     finally:
@@ -66,13 +81,13 @@ def update(opt: Optimizer, lr: Array, t: Array, ok: Array | bool) -> None:
     opt.shard.finished()
 
 
-def own(opt: Optimizer, a: Any) -> np.ndarray:
+def own(opt: Sharded, a: Any) -> np.ndarray:
     """A state array as long as the arena, as `opt` keeps it: its pieces' elements alone where sharded."""
     a = np.asarray(a).reshape(-1)
     return a if opt.shard is None else opt.shard.pack(a)
 
 
-def sq_norm(opt: Optimizer, lrs: Array) -> Array:
+def sq_norm(opt: Sharded, lrs: Array) -> Array:
     """Σ g² over the trainable elements of every rank's pieces (clip_norm's), on the device: no host read."""
     parts = [opt.kernels.sq_norm(g, lrs[at]) for (_, g, _, at), p in zip(_views(opt), opt.shard.pieces) if p.counted]
     return opt.shard.total(parts)
