@@ -40,6 +40,15 @@ DATASETS = {"mnist": {}, "fashion-mnist": {"shift": 0}}
 # the size of the seeds' spread. Horizontal flips (--flip) do not help in ten epochs: 91.01, 90.86%
 # (seeds 0, 1, without weight decay); they cost the net 2 points of training accuracy.
 MODEL_DATASET = {("lenet", "fashion-mnist"): {"weight_decay": 2e-4}}
+# Named recipes (--recipe NAME), each for one model: what differs from that model's recipe, and the batch
+# size and run length it plans where -b, -n and --epochs are left out. `fast`: LeNet-5 to 99.0% MNIST test
+# accuracy in the fewest steps (with --target-accuracy 99 the run stops there); tuned on the CPU over 5 seeds,
+# docs/results.md (Time to accuracy) has the sweep.
+NAMED = {
+    "fast": {"model": "lenet", "batch_size": 512, "epochs": 2, "optimizer": "adam", "lr": 1e-2, "schedule": "cosine",
+             "warmup": 20, "weight_decay": 0.0, "label_smoothing": 0.1, "shift": 0, "flip": False},
+}
+DEFAULT_BATCH = 32           # -b where neither the flag nor a named recipe gives it
 # The learning-rate schedules a run plan names (RunPlan.schedule_fn builds each over the run).
 SCHEDULES = ("cosine", "constant", "step", "inverse-time")
 # An optimizer other than the recipe's (--optimizer without --lr) takes its own class's `default_lr`.
@@ -52,10 +61,30 @@ def default_lr(optimizer: str) -> float:
     return float(optim.OPTIMIZERS[optimizer].default_lr)      # type: ignore[arg-type]  # registered: a number
 
 
+def named(args: argparse.Namespace) -> dict[str, Any]:
+    """The named recipe --recipe gives (NAMED's entry), {} for the default recipes (or without the flag)."""
+    return NAMED.get(getattr(args, "recipe", None) or "default", {})
+
+
+def fill(a: dict[str, Any]) -> None:
+    """What a named recipe plans where the flags leave it out (a: the parsed flags as a dict, changed in
+    place): -b (else DEFAULT_BATCH) and, without -n and --epochs, the run's length in epochs."""
+    recipe = NAMED.get(a.get("recipe") or "default", {})
+    if "batch_size" in a and a["batch_size"] is None:
+        a["batch_size"] = recipe.get("batch_size", DEFAULT_BATCH)
+    if "epochs" in recipe and a.get("epochs") is None and a.get("steps") is None:
+        a["epochs"] = recipe["epochs"]
+
+
 def model_of(args: argparse.Namespace) -> tuple[str, int | None]:
     """(model family, ResNet depth or None) that -r / --model name: the key of RECIPES, and a name
-    minidl.models.get takes. A ValueError where they contradict (-r 18 with --model resnet50 or lenet)."""
-    name = args.model or ("resnet" if args.depth else "lenet")
+    minidl.models.get takes. A ValueError where they contradict (-r 18 with --model resnet50 or lenet),
+    or contradict a named recipe's model."""
+    own = named(args).get("model")
+    name = args.model or ("resnet" if args.depth else own or "lenet")
+    if own and models.tag(name, args.depth or (18 if name == "resnet" else None)) != models.tag(own, None):
+        raise ValueError(f"--recipe {args.recipe} is {models.tag(own, None)}'s: it conflicts with "
+                         + (f"-r {args.depth}" if args.depth else f"--model {name}"))
     if args.depth and name != "resnet" and name != f"resnet{args.depth}":      # resnet50 with -r 50 agrees
         raise ValueError(f"-r {args.depth} " + ("is a ResNet depth and " if not name.startswith("resnet") else "")
                          + f"conflicts with --model {name}")
@@ -78,7 +107,7 @@ def plan(args: argparse.Namespace) -> RunPlan:
     """The RunPlan the flags decide: each flag left out takes the model's recipe (for the dataset)."""
     family, depth = model_of(args)
     recipe: dict[str, Any] = {**RECIPES[family], **DATASETS[args.dataset],
-                              **MODEL_DATASET.get((family, args.dataset), {})}
+                              **MODEL_DATASET.get((family, args.dataset), {}), **named(args)}
 
     def pick(dest):
         v = getattr(args, dest)

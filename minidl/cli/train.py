@@ -61,12 +61,14 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
             f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")
 
         log = open_logs(args.metrics, args.tensorboard) if world.main else None      # rank 0 writes
+        target = ([dl.StopAtAccuracy(args.target_accuracy / 100, test, every=args.eval_every,
+                                     batch_size=args.test_batch)] if args.target_accuracy is not None else [])
         trained = trainer.step < total
         if trained:
             with signals.deferred(trainer), stops.hint_resume(path):     # a stop: finish the step, save, exit
                 trainer.fit(train, steps=total, batch_size=args.batch_size, monitor=args.monitor,
                             save_to=path if saves(args) else None, save_every=args.save_every,
-                            checkpoint=stop_path, metrics_log=log)
+                            checkpoint=stop_path, metrics_log=log, callbacks=target)
             t = trainer.timing
             rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
             how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
