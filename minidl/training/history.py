@@ -152,8 +152,8 @@ class StopAtAccuracy(Callback):
     the target was reached (None if not), `accuracy` (the last score), `best`, `curve` ([(step,
     accuracy)] of every evaluation), `train_s` (seconds of training to that step, or to the last
     evaluated step, from the run's start, its first step's preparation included, the evaluations
-    excluded; the device synchronised before each), `eval_s` and `evaluations` (their seconds and
-    count). One line in the trainer's log says which, at the run's end.
+    excluded; the device synchronised before each), `first_s` (the first step's seconds, of those),
+    `eval_s` and `evaluations` (their seconds and count). One line in the trainer's log says which, at the run's end.
     """
 
     def __init__(self, target: float, data: Any, every: int | None = None, batch_size: int = 1000) -> None:
@@ -172,7 +172,7 @@ class StopAtAccuracy(Callback):
         self.reached, self.step, self.epoch = False, None, None     # type: bool, int | None, float | None
         self.accuracy, self.best = math.nan, -math.inf
         self.curve: list[tuple[int, float]] = []
-        self.train_s = self.eval_s = 0.0
+        self.train_s = self.eval_s = self.first_s = 0.0
         self.evaluations = 0
         self._t0 = 0.0
 
@@ -187,6 +187,8 @@ class StopAtAccuracy(Callback):
         self._t0 = time.perf_counter()
 
     def on_step_end(self, run: Run) -> None:
+        if run.step == run.start + 1:            # fit has synchronised after the first step
+            self.first_s = time.perf_counter() - self._t0
         if run.step % self.interval and run.step != run.end:
             return
         trainer = run.trainer
@@ -205,7 +207,7 @@ class StopAtAccuracy(Callback):
         evals = f"{self.eval_s:.3f} s in {self.evaluations} evaluation{'s' * (self.evaluations != 1)}"
         if self.reached:
             line = (f"target accuracy {self.target:.2%} reached at step {self.step} (epoch {self.epoch:.2f}): "
-                    f"{self.accuracy:.2%}; {self.train_s:.3f} s of training, {evals}")
+                    f"{self.accuracy:.2%}; {self.train_s:.3f} s of training (first step {self.first_s:.3f} s), {evals}")
         else:
             best = f"best {self.best:.2%}" if self.evaluations else "never evaluated"
             line = (f"target accuracy {self.target:.2%} not reached in {run.step - run.start} steps ({best}): "
