@@ -66,6 +66,16 @@ def run_one(framework: str, seed: int, recipe: str, target: float) -> dict[str, 
     return {"seed": seed, **got, "process_s": process_s}
 
 
+def describe(r: dict[str, Any]) -> str:
+    """One run in words."""
+    if "error" in r:
+        return r["error"]
+    if not r["reached"]:
+        return f"target not reached (process {r['process_s']:.2f} s)"
+    return (f"step {r['step']} (epoch {r['epoch']:.2f}), {r['train_s']:.3f} s of training, first step "
+            f"{r['first_s']:.3f} s, process {r['process_s']:.2f} s")
+
+
 def summary(runs: list[dict[str, Any]]) -> dict[str, float | None]:
     """The mean of each figure over the runs that reached the target (None where none did)."""
     done = [r for r in runs if r.get("reached")]
@@ -81,9 +91,7 @@ def bench_tta(seeds: int = 5, recipe: str = "fast", target: float = 99.0,
         out(f"{fw}: warm-up run {'done' if 'error' not in warm else 'FAILED: ' + warm['error']}")
         runs = [run_one(fw, s, recipe, target) for s in range(seeds)]
         for r in runs:
-            out(f"{fw} seed {r['seed']}: " + (r["error"] if "error" in r else "target not reached" if not r["reached"]
-                                              else f"step {r['step']} (epoch {r['epoch']:.2f}), {r['train_s']:.3f} s of "
-                                              f"training, first step {r['first_s']:.3f} s, process {r['process_s']:.2f} s"))
+            out(f"{fw} seed {r['seed']}: {describe(r)}")
         results[fw] = {"runs": runs, "mean": summary(runs),
                        "reached": sum(bool(r.get("reached")) for r in runs)}
     print_table(results, out)

@@ -77,7 +77,8 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
             rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
             how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
             apart = f"; {evals:.2f} s of evaluations apart" if evals else ""
-            out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{how}{rest}{apart})")
+            out(f"trained {t['steps']} steps in {t['total_s']:.1f} s "
+                f"(first step {t['first_s']:.2f} s{how}{rest}{apart})")
             if trainer.loss_scale:
                 out("fp16 loss scale {scale:g}, {skipped} steps skipped on overflow".format(**trainer.loss_scale))
             if saves(args):        # -s, --save-every and --resume end in the checkpoint

@@ -292,9 +292,8 @@ def load(name: str, split: str = "train", data_dir: str | os.PathLike | None = N
     paths = find_dataset(name, data_dir, **find_kw)
     ipath, lpath = (paths[stem] for stem in FILES[split])
     N = _check_headers(split, ipath, lpath)
-    # the headers passed, so these bounds are exact: a file swapped since cannot grow past them
-    images = array_cache.read(ipath, max_bytes=N * SHAPE[0] * SHAPE[1])     # decoded once, mapped after
-    labels = array_cache.read(lpath, max_bytes=N)
+    # exact bounds (the headers passed: a file swapped since cannot grow past them); decoded once, mapped after
+    images, labels = array_cache.read(ipath, max_bytes=N * SHAPE[0] * SHAPE[1]), array_cache.read(lpath, max_bytes=N)
     check_labels(labels, lpath)
     return images, labels
 
