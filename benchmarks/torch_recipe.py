@@ -28,9 +28,6 @@ import math
 import sys
 import time
 
-RECIPE_FLAGS = {"batch_size": "batch_size", "epochs": "epochs", "optimizer": "optimizer", "lr": "lr",
-                "weight_decay": "weight_decay", "label_smoothing": "label_smoothing", "shift": "shift",
-                "warmup": "warmup", "schedule": "schedule"}
 
 
 def parser():
@@ -49,13 +46,15 @@ def parser():
     p.add_argument("--schedule", choices=("cosine", "constant"), help="lr schedule over the run (cosine)")
     p.add_argument("--recipe", choices=("fast",), help="minidl's named recipe: its values where flags are left out")
     p.add_argument("--target-accuracy", type=float, metavar="PERCENT", help="stop at this test accuracy")
-    p.add_argument("--eval-every", type=int, metavar="STEPS", help="with --target-accuracy (a tenth of an epoch)")
+    p.add_argument("--eval-every", type=int, metavar="STEPS",
+                   help="with --target-accuracy (the recipe's, else a tenth of an epoch)")
     p.add_argument("--seed", type=int, default=0)
     return p
 
 
 DEFAULTS = {"model": "resnet18", "epochs": 5, "batch_size": 32, "optimizer": "momentum", "lr": 0.025,
-            "weight_decay": 0.0, "label_smoothing": 0.1, "shift": 0, "warmup": 0, "schedule": "cosine"}
+            "weight_decay": 0.0, "label_smoothing": 0.1, "shift": 0, "warmup": 0, "schedule": "cosine",
+            "eval_every": None}
 
 
 def resolve(args):

@@ -68,12 +68,15 @@ def named(args: argparse.Namespace) -> dict[str, Any]:
 
 def fill(a: dict[str, Any]) -> None:
     """What a named recipe plans where the flags leave it out (a: the parsed flags as a dict, changed in
-    place): -b (else DEFAULT_BATCH) and, without -n and --epochs, the run's length in epochs."""
+    place): -b (else DEFAULT_BATCH), without -n and --epochs the run's length in epochs, and with
+    --target-accuracy the steps between its evaluations."""
     recipe = NAMED.get(a.get("recipe") or "default", {})
     if "batch_size" in a and a["batch_size"] is None:
         a["batch_size"] = recipe.get("batch_size", DEFAULT_BATCH)
     if "epochs" in recipe and a.get("epochs") is None and a.get("steps") is None:
         a["epochs"] = recipe["epochs"]
+    if "eval_every" in recipe and a.get("target_accuracy") is not None and a.get("eval_every") is None:
+        a["eval_every"] = recipe["eval_every"]
 
 
 def model_of(args: argparse.Namespace) -> tuple[str, int | None]:
