@@ -54,7 +54,7 @@ def _version(path: str) -> str:
 
 def crc(a: np.ndarray) -> str:
     """CRC-32 of the array's bytes in C order, 8 hex digits."""
-    return f"{zlib.crc32(memoryview(np.ascontiguousarray(a)).cast('B')) & 0xFFFFFFFF:08x}"
+    return f"{zlib.crc32(np.ascontiguousarray(a).data) & 0xFFFFFFFF:08x}"
 
 
 def read(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> np.ndarray:

@@ -153,7 +153,8 @@ class StopAtAccuracy(Callback):
     accuracy)] of every evaluation), `train_s` (seconds of training to that step, or to the last
     evaluated step, from the run's start, its first step's preparation included, the evaluations
     excluded; the device synchronised before each), `first_s` (the first step's seconds, of those),
-    `eval_s` and `evaluations` (their seconds and count). One line in the trainer's log says which, at the run's end.
+    `eval_s` and `evaluations` (their seconds and count). At the run's end one line in the trainer's log
+    says which.
     """
 
     def __init__(self, target: float, data: Any, every: int | None = None, batch_size: int = 1000) -> None:
@@ -165,11 +166,16 @@ class StopAtAccuracy(Callback):
         for what, v in (("every", every), ("batch_size", batch_size)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v <= 0):
                 raise ValueError(f"StopAtAccuracy: {what} must be a positive int, got {v!r}")
-        self.target, self.data, self.every, self.batch_size = float(target), data, every, batch_size
+        self.target: float = float(target)
+        self.data: Any = data
+        self.every: int | None = every
+        self.batch_size: int = batch_size
         self._reset()
 
     def _reset(self) -> None:
-        self.reached, self.step, self.epoch = False, None, None     # type: bool, int | None, float | None
+        self.reached = False
+        self.step: int | None = None             # where the target was reached
+        self.epoch: float | None = None
         self.accuracy, self.best = math.nan, -math.inf
         self.curve: list[tuple[int, float]] = []
         self.train_s = self.eval_s = self.first_s = 0.0
