@@ -46,10 +46,12 @@ def test_pytorch_s_json_line_is_read():
 
 
 def test_the_table_prints_means_and_ratios_of_the_runs_that_reached_it():
-    runs = {"minidl": [{"reached": True, "step": 300, "train_s": 0.1, "first_s": 0.02, "process_s": 1.0, "eval_s": 0.01},
-                       {"reached": True, "step": 400, "train_s": 0.3, "first_s": 0.04, "process_s": 2.0, "eval_s": 0.03},
-                       {"reached": False, "process_s": 3.0}],
-            "pytorch": [{"reached": True, "step": 350, "train_s": 2.0, "first_s": 0.3, "process_s": 15.0, "eval_s": 0.1}]}
+    def got(step, train_s, first_s, process_s, eval_s):
+        return {"reached": True, "step": step, "train_s": train_s, "first_s": first_s, "process_s": process_s,
+                "eval_s": eval_s}
+    missed = {"reached": False, "process_s": 3.0}
+    runs = {"minidl": [got(300, 0.1, 0.02, 1.0, 0.01), got(400, 0.3, 0.04, 2.0, 0.03), missed],
+            "pytorch": [got(350, 2.0, 0.3, 15.0, 0.1)]}
     results = {"recipe": "fast", "target": 99.0, "seeds": 3}
     for fw, rs in runs.items():
         results[fw] = {"runs": rs, "mean": bench_tta.summary(rs), "reached": sum(r["reached"] for r in rs)}

@@ -7,9 +7,9 @@ import pytest
 pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 
-import minidl as dl  # noqa: E402
-from minidl import optim  # noqa: E402
-from tests.conftest import mnist_lookalike  # noqa: E402
+import minidl as dl
+from minidl import optim
+from tests.conftest import mnist_lookalike
 
 
 def run(callbacks, steps=12, lr=3e-3):
@@ -22,14 +22,18 @@ def run(callbacks, steps=12, lr=3e-3):
 
 
 def test_evaluations_between_replays_leave_the_captured_run_bit_identical():
-    plain = run([])
+    """Scored every step, the run ends where a run never scored ends: as exactly as two unscored runs agree
+    (bit for bit with the deterministic engines, the default)."""
+    plain, again = run([]), run([])
     stop = dl.StopAtAccuracy(1.0, mnist_lookalike(300, seed=1), every=1, batch_size=128)
     scored = run([stop])
     assert len(scored._step._captured) == 1, "the evaluations cost a capture of their own"
     assert stop.evaluations == 12 and not stop.reached
-    a, b = plain.model.get_weights(), scored.model.get_weights()
+    a, a2, b = plain.model.get_weights(), again.model.get_weights(), scored.model.get_weights()
     for k in a:
-        assert np.array_equal(a[k], b[k]), k
+        rerun = np.abs(a2[k] - a[k]).max()
+        assert np.abs(b[k] - a[k]).max() <= rerun, (k, rerun)
+        assert rerun == 0, f"{k}: two unscored runs differ by {rerun}: a kernel of the step is not deterministic"
     assert stop.train_s > 0 and stop.eval_s > 0 and 0 < stop.first_s <= stop.train_s
 
 
