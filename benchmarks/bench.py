@@ -3,7 +3,10 @@
 In one process, on one GPU. train (bench_train.py): both frameworks train the same architecture on the
 same MNIST batches; prints ms/step, ratios, peak GPU memory and test accuracy. infer (bench_infer.py):
 minidl's compiled inference model against PyTorch eager and PyTorch in a CUDA graph on the same weights;
-prints batch-1 latency, ms per call for large batches, memory and the outputs' largest difference.
+prints batch-1 latency, ms per call for large batches, memory and the outputs' largest difference. tta
+(bench_tta.py): a warm `minidl train --recipe fast --target-accuracy 99` against PyTorch eager with the data
+on the GPU (torch_recipe.py), the same net, recipe and stop rule, each run a process of its own: seconds of
+training to 99.0%, the first step, the whole process, the step reached, means over 5 seeds and ratios.
 --precision (fp32, bf16, fp16) runs minidl under that policy and PyTorch in its best configuration for
 it (autocast, channels-last). --json writes the figures. Without a usable GPU it says so in one line and
 exits with status 2. The PyTorch models are in torch_models.py.
@@ -19,6 +22,7 @@ if str(ROOT) not in sys.path:             # `python benchmarks/bench.py` puts on
 
 from benchmarks.bench_infer import INFER_CASES, bench_infer  # noqa: E402
 from benchmarks.bench_train import TRAIN_CASES, bench_train  # noqa: E402
+from benchmarks.bench_tta import bench_tta  # noqa: E402
 
 
 def _environment():
@@ -57,6 +61,11 @@ def parser():
     i.add_argument("--runs", type=int, default=1000, help="timed batch-1 calls per runner (1000)")
     i.add_argument("--json", help="write the figures to this file")
     i.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help="precision policy (fp32)")
+    a = sub.add_parser("tta", help="time to a test accuracy against PyTorch eager (whole processes, warm)")
+    a.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 of each framework (5)")
+    a.add_argument("--target", type=float, default=99.0, help="test accuracy in percent (99)")
+    a.add_argument("--recipe", choices=("fast",), default="fast", help="minidl's named recipe both run (fast)")
+    a.add_argument("--json", help="write the figures to this file")
     return p
 
 
@@ -64,10 +73,12 @@ def main(argv=None):
     p = parser()
     args = p.parse_args(argv)
     table = TRAIN_CASES if args.what == "train" else INFER_CASES
-    names = args.cases.split(",")
+    names = args.cases.split(",") if args.what != "tta" else []
     bad = [n for n in names if n not in table]
     if bad:
         p.error(f"unknown case(s) {', '.join(bad)}: expected {', '.join(table)}")
+    if args.what == "tta" and not (args.seeds >= 1 and 0 < args.target <= 100):
+        p.error(f"--seeds must be at least 1 and --target in (0, 100], got {args.seeds} and {args.target}")
     if args.what == "infer" and args.runs < 1000:
         p.error(f"--runs must be at least 1000 (a p99 needs them), got {args.runs}")
     from minidl.backend import cuda_status
@@ -75,7 +86,9 @@ def main(argv=None):
     if not ok:
         print(f"bench: the benchmarks need a GPU: {why}", file=sys.stderr)
         return 2
-    if args.what == "train":
+    if args.what == "tta":
+        results = {**bench_tta(args.seeds, args.recipe, args.target), "environment": _environment()}
+    elif args.what == "train":
         results = bench_train(names, precision=args.precision, channels_last=args.channels_last)
     else:
         results = {"cases": bench_infer(names, runs=args.runs, precision=args.precision), "environment": _environment(),

@@ -7,7 +7,7 @@ from .graph import Input, Model, Sequential
 from .threads import set_threads
 from .training.trainer import Trainer, TrainingDiverged, TrainingStopped
 from .training.callbacks import Callback, TrainingInterrupted
-from .training.history import EarlyStopping, History, ModelCheckpoint, ReduceLROnPlateau
+from .training.history import EarlyStopping, History, ModelCheckpoint, ReduceLROnPlateau, StopAtAccuracy
 
 __version__ = "0.1.0"
 
@@ -20,7 +20,7 @@ __all__ = [
     # the objects at the top level
     "Device", "get_device", "Input", "Model", "Sequential", "set_threads", "Trainer", "TrainingDiverged",
     "TrainingStopped", "TrainingInterrupted", "Callback", "History", "EarlyStopping", "ReduceLROnPlateau",
-    "ModelCheckpoint",
+    "ModelCheckpoint", "StopAtAccuracy",
 ]
 
 

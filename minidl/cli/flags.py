@@ -117,7 +117,9 @@ def training_parser(prog: str = "python -m minidl.train", description: str | Non
     p = Parser(prog=cli.prog(command) if command != prog else prog, description=description or (
         "Train a net of minidl's zoo on MNIST / Fashion-MNIST, then score the whole test set. "
         "Flags left out take the model's default recipe (minidl/cli/recipes.py; each run prints it)."))
-    p.add_argument("-b", dest="batch_size", type=positive, default=32, help="batch size (32)")
+    # default None: a named recipe's batch where -b is left out (recipes.fill, in check_args)
+    p.add_argument("-b", dest="batch_size", type=positive, default=None,
+                   help=f"batch size ({recipes.DEFAULT_BATCH}; a --recipe's own)")
     # default None: a -n given is told from one left out (refused with --epochs; recipes.steps resolves it)
     p.add_argument("-n", dest="steps", type=positive, default=None,
                    help=f"training steps ({DEFAULT_STEPS}; not with --epochs)")
@@ -127,6 +129,15 @@ def training_parser(prog: str = "python -m minidl.train", description: str | Non
     add_test(p)
     add_model(p)
     p.add_argument("--epochs", type=positive, help="train whole epochs instead of -n steps (not with -n)")
+    p.add_argument("--recipe", choices=("default", *recipes.NAMED), default="default",
+                   help="a named recipe: fast (LeNet-5 to 99%% test accuracy in the fewest steps: batch "
+                        f"{recipes.NAMED['fast']['batch_size']}, {recipes.NAMED['fast']['epochs']} epochs planned); "
+                        "flags given still win")
+    p.add_argument("--target-accuracy", type=float, metavar="PERCENT",
+                   help="score the test set every --eval-every steps and stop at the first step whose test "
+                        "accuracy reaches PERCENT; prints the step, the epoch and the seconds of training")
+    p.add_argument("--eval-every", type=positive, metavar="STEPS",
+                   help="with --target-accuracy: steps between test-set evaluations (a tenth of an epoch)")
     p.add_argument("--optimizer", choices=tuple(optim.OPTIMIZERS), help="optimizer (the recipe's; momentum is 0.9)")
     p.add_argument("--lr", type=float, help="learning rate (the recipe's; another optimizer's own: "
                    + ", ".join(f"{n} {recipes.default_lr(n):g}" for n in optim.OPTIMIZERS) + ")")
@@ -190,6 +201,7 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
     a = vars(args)
     error = p.error_in
     split = "train" if trains else "test"
+    recipes.fill(a)                            # a named recipe's batch and length, where the flags leave them out
     if not trains and "dataset" in a:
         infer_dataset(args, error)
 
@@ -207,6 +219,11 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
         if a.get(dest) is not None and a[dest] > n:
             error(dest, f"{a[dest]:,} is larger than the {n:,} {what}")
     recipes.check(a, error, IMAGES["train"])
+    target = a.get("target_accuracy")
+    if target is not None and not (math.isfinite(target) and 0 < target <= 100):
+        error("target_accuracy", f"must be a test accuracy in percent, in (0, 100], got {target}")
+    if a.get("eval_every") is not None and target is None:
+        error("eval_every", "needs --target-accuracy (it says how often the target is checked)")
     from minidl.threads import cpus
     if a.get("threads") is not None and a["threads"] > cpus():
         error("threads", f"{a['threads']} is more than the {cpus()} CPU(s) this process may use: "
@@ -216,8 +233,8 @@ def check_args(p: Parser, args: argparse.Namespace, trains: bool = True) -> argp
     if "model" in a:
         try:
             recipes.model_of(args)
-        except ValueError as e:          # -r with a net that is no ResNet, or another ResNet's depth
-            error("depth", str(e))
+        except ValueError as e:          # -r with a net that is no ResNet, or another ResNet's depth, or
+            error("recipe" if str(e).startswith("--recipe") else "depth", str(e))    # a named recipe's net
     if a.get("shard_optimizer"):
         shard_problem(a, error)
     if a.get("load") and a.get("resume"):

@@ -61,16 +61,24 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
             f"{f' x {world.size} ranks' if world.size > 1 else ''}, {args.precision}{mode} ..")
 
         log = open_logs(args.metrics, args.tensorboard) if world.main else None      # rank 0 writes
+        target = ([dl.StopAtAccuracy(args.target_accuracy / 100, test, every=args.eval_every,
+                                     batch_size=args.test_batch)] if args.target_accuracy is not None else [])
         trained = trainer.step < total
         if trained:
             with signals.deferred(trainer), stops.hint_resume(path):     # a stop: finish the step, save, exit
                 trainer.fit(train, steps=total, batch_size=args.batch_size, monitor=args.monitor,
                             save_to=path if saves(args) else None, save_every=args.save_every,
-                            checkpoint=stop_path, metrics_log=log)
-            t = trainer.timing
+                            checkpoint=stop_path, metrics_log=log, callbacks=target)
+            t = dict(trainer.timing)
+            evals = target[0].eval_s if target else 0.0      # the target's evaluations are not training
+            if evals:
+                t["total_s"] -= evals
+                t["steady_ms"] = (t["total_s"] - t["first_s"]) / max(t["steps"] - 1, 1) * 1e3
             rest = f"; then {t['steady_ms']:.3f} ms/step" if t["steps"] > 1 else ""
             how = "" if device.name == "cpu" else f", with compilation{' and capture' if trainer.graph else ''}"
-            out(f"trained {t['steps']} steps in {t['total_s']:.1f} s (first step {t['first_s']:.2f} s{how}{rest})")
+            apart = f"; {evals:.2f} s of evaluations apart" if evals else ""
+            out(f"trained {t['steps']} steps in {t['total_s']:.1f} s "
+                f"(first step {t['first_s']:.2f} s{how}{rest}{apart})")
             if trainer.loss_scale:
                 out("fp16 loss scale {scale:g}, {skipped} steps skipped on overflow".format(**trainer.loss_scale))
             if saves(args):        # -s, --save-every and --resume end in the checkpoint

@@ -26,9 +26,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import files
+from . import array_cache
 from .checks import check_labels
 from .errors import DataError
-from .idx import MAX_BYTES, open_maybe_gzip, read_header, read_idx
+from .idx import MAX_BYTES, open_maybe_gzip, read_header
 
 FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
          "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
@@ -291,9 +292,8 @@ def load(name: str, split: str = "train", data_dir: str | os.PathLike | None = N
     paths = find_dataset(name, data_dir, **find_kw)
     ipath, lpath = (paths[stem] for stem in FILES[split])
     N = _check_headers(split, ipath, lpath)
-    # the headers passed, so these bounds are exact: a file swapped since cannot grow past them
-    images = read_idx(ipath, max_bytes=N * SHAPE[0] * SHAPE[1])
-    labels = read_idx(lpath, max_bytes=N)
+    # exact bounds (the headers passed: a file swapped since cannot grow past them); decoded once, mapped after
+    images, labels = array_cache.read(ipath, max_bytes=N * SHAPE[0] * SHAPE[1]), array_cache.read(lpath, max_bytes=N)
     check_labels(labels, lpath)
     return images, labels
 

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from . import progress
-from .history import EarlyStopping, History, ModelCheckpoint, ReduceLROnPlateau  # noqa: F401 (users' import)
+from .history import EarlyStopping, History, ModelCheckpoint, ReduceLROnPlateau, StopAtAccuracy  # noqa: F401 (users' import)
 from .hooks import Callback, Run, TrainingDiverged, TrainingInterrupted, TrainingStopped  # noqa: F401 (likewise)
 
 if TYPE_CHECKING:

@@ -1,10 +1,14 @@
 """Keras's History and the built-in callbacks its records drive: EarlyStopping, ReduceLROnPlateau and
 ModelCheckpoint (the best model so far). Trainer.fit records the History every epoch, or every
-`validation_freq` steps (Callback.on_record), with the validation score where it has validation_data."""
+`validation_freq` steps (Callback.on_record), with the validation score where it has validation_data.
+StopAtAccuracy scores data of its own at an interval of its own and ends the run at a target accuracy,
+timing training apart from its evaluations (time to accuracy)."""
 from __future__ import annotations
 
 import math
 import os
+import time
+from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
 from ..metrics import Score
@@ -134,6 +138,87 @@ class ModelCheckpoint(_Monitor):
         path = str(self.path).format(**{**logs, "epoch": logs["epoch"] + 1}) if "{" in str(self.path) else self.path
         run.save(path)
         self.saved = path
+
+
+class StopAtAccuracy(Callback):
+    """Stop the run after the first step at which the accuracy on `data` reaches `target` (a fraction:
+    0.99 is 99%; PyTorch Lightning's EarlyStopping(stopping_threshold=) on a validation accuracy).
+
+    data: images and labels as Trainer.evaluate takes them (the test set), turned into one loader at the
+    run's start and scored every `every` steps (default: a tenth of an epoch) and at the run's last
+    step, in `batch_size` batches. Scoring runs the eval-mode forward between steps: the captured
+    training step, its buffers and the generator are untouched, so the run trains as it would without.
+    What it finds, after the run: `reached` (bool), `step` and `epoch` (epochs trained, a float) where
+    the target was reached (None if not), `accuracy` (the last score), `best`, `curve` ([(step,
+    accuracy)] of every evaluation), `train_s` (seconds of training to that step, or to the last
+    evaluated step, from the run's start, its first step's preparation included, the evaluations
+    excluded; the device synchronised before each), `first_s` (the first step's seconds, of those),
+    `eval_s` and `evaluations` (their seconds and count). At the run's end one line in the trainer's log
+    says which.
+    """
+
+    def __init__(self, target: float, data: Any, every: int | None = None, batch_size: int = 1000) -> None:
+        if isinstance(target, bool) or not isinstance(target, Real) or not 0.0 < target <= 1.0:
+            raise ValueError(f"StopAtAccuracy: target must be an accuracy as a fraction in (0, 1] (0.99 is 99%), "
+                             f"got {target!r}")
+        if data is None:
+            raise ValueError("StopAtAccuracy: data to score is needed (the test set: (images, labels))")
+        for what, v in (("every", every), ("batch_size", batch_size)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v <= 0):
+                raise ValueError(f"StopAtAccuracy: {what} must be a positive int, got {v!r}")
+        self.target: float = float(target)
+        self.data: Any = data
+        self.every: int | None = every
+        self.batch_size: int = batch_size
+        self._reset()
+
+    def _reset(self) -> None:
+        self.reached = False
+        self.step: int | None = None             # where the target was reached
+        self.epoch: float | None = None
+        self.accuracy, self.best = math.nan, -math.inf
+        self.curve: list[tuple[int, float]] = []
+        self.train_s = self.eval_s = self.first_s = 0.0
+        self.evaluations = 0
+        self._t0 = 0.0
+
+    def on_train_begin(self, run: Run) -> None:
+        from ..data.sources import loader_for        # the loop's data, below training
+        trainer = run.trainer
+        self._reset()
+        self.loader = loader_for(self.data, None, trainer.model, trainer.device, where="StopAtAccuracy",
+                                 batch_size=self.batch_size, training=False, seed=trainer.seed,
+                                 rank=trainer.world.rank, world=trainer.world.size, fits=trainer._check_fits)
+        self.interval = self.every or max(run.per_epoch // 10, 1)
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, run: Run) -> None:
+        if run.step == run.start + 1:            # fit has synchronised after the first step
+            self.first_s = time.perf_counter() - self._t0
+        if run.step % self.interval and run.step != run.end:
+            return
+        trainer = run.trainer
+        trainer.device.sync()                    # the steps so far are training's, not the evaluation's
+        t = time.perf_counter()
+        self.train_s = t - self._t0 - self.eval_s
+        self.accuracy = trainer.evaluate(self.loader).accuracy     # the same on every rank: all stop together
+        self.eval_s += time.perf_counter() - t
+        self.evaluations += 1
+        self.curve.append((run.step, self.accuracy))
+        self.best = max(self.best, self.accuracy)
+        if self.accuracy >= self.target:
+            self.reached, self.step, self.epoch, run.stop = True, run.step, run.step / run.per_epoch, True
+
+    def on_train_end(self, run: Run) -> None:
+        evals = f"{self.eval_s:.3f} s in {self.evaluations} evaluation{'s' * (self.evaluations != 1)}"
+        if self.reached:
+            line = (f"target accuracy {self.target:.2%} reached at step {self.step} (epoch {self.epoch:.2f}): "
+                    f"{self.accuracy:.2%}; {self.train_s:.3f} s of training (first step {self.first_s:.3f} s), {evals}")
+        else:
+            best = f"best {self.best:.2%}" if self.evaluations else "never evaluated"
+            line = (f"target accuracy {self.target:.2%} not reached in {run.step - run.start} steps ({best}): "
+                    f"{self.train_s:.3f} s of training, {evals}")
+        run.trainer.log(line)
 
 
 def record(run: Run, val: Any) -> None:
