@@ -153,12 +153,16 @@ class Dropout(Protocol):
 
 
 class Softmax(Protocol):
-    """Softmax over axis 1 and the fused softmax cross-entropy of the loss."""
+    """Softmax over axis 1, the fused softmax cross-entropy of the loss, and a step's running books of it."""
     def softmax_fprop(self, x: Array, out: Array | None = None) -> Array: """y = exp(x - max x) / sum."""
     def softmax_bprop(self, y: Array, gy: Array, out: Array | None = None) -> Array: """gx = y (gy - sum(gy y))."""
     def softmax_xent(self, z: Array, labels: Array, gz: Array | None = None,
                      smoothing: float = 0.0) -> tuple[Array, Array, Array]:
         """Cross-entropy of logits z (N, K) against int labels (N,), its gradient written into gz."""
+    def loss_tally(self, loss_sum: Array, correct: Array, finite: Array, steps: Array | None, loss_total: Array,
+                   correct_total: Array) -> None:
+        """A training step's books, in place on 0-d arrays: finite &= isfinite(loss_sum), steps += finite
+        (None: counted by the caller), loss_total (float64) += loss_sum, correct_total (int64) += correct."""
 
 
 class Controls(NamedTuple):

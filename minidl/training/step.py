@@ -164,16 +164,18 @@ class TrainStep:
     def __call__(self, x: Array, y: Array) -> None:
         """One eager step on the batch (x, y)."""
         loss_sum, correct = self.forward_backward(x, y, self.blank)
-        self._update(loss_sum)
-        self.metrics.update(loss_sum, correct, len(y))
+        self._update(loss_sum, correct)
+        self.metrics.count += len(y)
 
     @np.errstate(over="ignore", invalid="ignore", divide="ignore")
-    def _update(self, loss_sum):
-        xp = self.device.xp
-        xp.logical_and(self.finite, xp.isfinite(loss_sum), out=self.finite)
-        if self.reducer is not None:         # a non-finite loss on any rank stops every rank, and the
+    def _update(self, loss_sum, correct):
+        """The NaN flag, the good steps, the metrics' sums (one kernel: softmax.loss_tally), the update."""
+        one = self.reducer is None           # ranks count the good steps after the flag's AND
+        self.device.kernels.softmax.loss_tally(loss_sum, correct, self.finite, self.good_steps if one else None,
+                                               self.metrics.loss, self.metrics.correct)
+        if not one:                          # a non-finite loss on any rank stops every rank, and the
             self.reducer.finish(self.finite)                 # update waits for the gradient sums
-        self.good_steps += self.finite
+            self.good_steps += self.finite
         # Past the first non-finite loss the update is gated off inside the optimizer's kernel:
         # the weights and the optimizer state stay as they were, at no extra pass over memory.
         # Under loss scaling an overflowing step is gated off too, alone (after the average: every rank agrees).
@@ -209,8 +211,7 @@ class TrainStep:
             x = xp.take(loader.x, idx, axis=0)
             y = xp.take(loader.y, idx, axis=0)
             loss_sum, correct = self.forward_backward(x, y, loader.blank)
-            self._update(loss_sum)
-            self.metrics.add(loss_sum, correct)
+            self._update(loss_sum, correct)
 
         # The warm-up runs really train: snapshot everything a step changes and put it back. Two: the
         # first compiles and chooses engines, the second is traced for the memory plan (capture.py).

@@ -1,4 +1,4 @@
-"""Softmax over classes and the fused, stable softmax cross-entropy."""
+"""Softmax over classes, the fused, stable softmax cross-entropy, and a training step's books of the loss."""
 from __future__ import annotations
 
 import numpy as np
@@ -46,3 +46,16 @@ def softmax_xent(z: Array, labels: Array, gz: Array | None = None,
     gz[rows, labels] -= z.dtype.type(1 - smoothing)
     gz /= N
     return loss_sum, correct, gz
+
+
+def loss_tally(loss_sum: Array, correct: Array, finite: Array, steps: Array | None, loss_total: Array,
+               correct_total: Array) -> None:
+    """A training step's books after its loss, in place on 0-d arrays (training/step.py): the NaN flag
+    finite &= isfinite(loss_sum); steps += finite, the steps before the first non-finite loss (None:
+    the caller counts, after the ranks' AND of the flag); the running sums loss_total (float64) +=
+    loss_sum and correct_total (int64) += correct. The GPU does it in one launch."""
+    np.logical_and(finite, np.isfinite(loss_sum), out=finite)
+    if steps is not None:
+        steps += finite
+    loss_total += loss_sum
+    correct_total += correct

@@ -44,9 +44,9 @@ def _loader():
 
 
 def _flags_and_metrics():
-    """training/step.py's NaN flag and good-step count, metrics.py's sums, rng.py's offset."""
+    """training/step.py's good-step count among ranks (one process counts in softmax.loss_tally, a
+    Module's kernel), metrics.py's sums (evaluation's), rng.py's offset."""
     finite, loss = cp.zeros((), bool), cp.zeros((), F32)
-    cp.logical_and(finite, cp.isfinite(loss), out=finite)
     good = cp.zeros((), I64)
     good += finite
     total, correct = cp.zeros((), F64), cp.zeros((), I64)

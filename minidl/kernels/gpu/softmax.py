@@ -1,4 +1,5 @@
-"""Softmax and fused softmax cross-entropy on the GPU: one warp per row, no host synchronisation."""
+"""Softmax and fused softmax cross-entropy on the GPU: one warp per row, no host synchronisation; and a
+training step's books of its loss in one launch (`loss_tally`)."""
 from __future__ import annotations
 
 import cupy as cp
@@ -76,10 +77,25 @@ __global__ void xent_total(const T* loss, const long long* hit, T* loss_sum, lon
     h = block_sum(h);
     if (threadIdx.x == 0) { *loss_sum = l; *correct = h; }
 }
+
+// A training step's books after its loss, one thread (training/step.py): CuPy's isfinite, logical_and
+// and three in-place adds (a launch each, in a step of LeNet-5's size as long as their work) in one
+// launch, each the same arithmetic: the float64 sum adds the loss widened to double, the counts add
+// 0 or 1 and the hits as int64. `count` 0: the steps are counted by the caller (after the ranks' AND).
+template<typename T>
+__global__ void loss_tally(const T* loss, const long long* hits, bool* finite, long long* steps,
+                           double* loss_total, long long* correct_total, int count) {
+    T l = *loss;
+    bool ok = *finite && isfinite(l);
+    *finite = ok;
+    if (count) *steps += (long long)ok;
+    *loss_total += (double)l;
+    *correct_total += *hits;
+}
 """
 _NAMES = [f"softmax_fwd<{t}>" for t in CTYPES.values()] + [f"softmax_bwd<{t}>" for t in CTYPES.values()] + \
     [f"xent<{t}, {i}>" for t in CTYPES.values() for i in ITYPES.values()] + \
-    [f"xent_total<{t}>" for t in CTYPES.values()]
+    [f"xent_total<{t}>" for t in CTYPES.values()] + [f"loss_tally<{t}>" for t in CTYPES.values()]
 _MOD = Module(_CODE, _NAMES)
 _ROWS = 8                                       # rows (warps) per block of 256 threads
 
@@ -124,3 +140,26 @@ def softmax_xent(z: Array, labels: Array, gz: Array | None = None,
                           z.dtype.type(smoothing)))
     _MOD.get(f"xent_total<{CTYPES[z.dtype]}>")((1,), (256,), (loss_rows, hit_rows, loss_sum, correct, np.int64(N)))
     return loss_sum, correct, gz
+
+
+def loss_tally(loss_sum: Array, correct: Array, finite: Array, steps: Array | None, loss_total: Array,
+               correct_total: Array) -> None:
+    """A training step's books, in place on 0-d device arrays, in one launch (no host sync, no allocation:
+    a captured step records it): finite &= isfinite(loss_sum); steps += finite (None: the caller counts);
+    loss_total (float64) += loss_sum; correct_total (int64) += correct. Other dtypes (a user's Loss) take
+    CuPy's operations, the same arithmetic one launch each."""
+    arrays = (loss_sum, correct, finite, loss_total, correct_total) + (() if steps is None else (steps,))
+    fused = (loss_sum.dtype in CTYPES and correct.dtype == np.int64 and finite.dtype == np.bool_
+             and loss_total.dtype == np.float64 and correct_total.dtype == np.int64
+             and (steps is None or steps.dtype == np.int64) and all(a.size == 1 for a in arrays))
+    if not fused:
+        cp.logical_and(finite, cp.isfinite(loss_sum), out=finite)
+        if steps is not None:
+            steps += finite
+        loss_total += loss_sum
+        correct_total += correct
+        return
+    count = steps is not None
+    _MOD.get(f"loss_tally<{CTYPES[loss_sum.dtype]}>")(
+        (1,), (1,), (loss_sum, correct, finite, steps if count else correct_total, loss_total, correct_total,
+                     np.int32(count)))
