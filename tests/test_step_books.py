@@ -1,12 +1,12 @@
-"""A training step's books (the NaN flag, the good steps, the metrics' sums: softmax.loss_tally) on the
-CPU: the operations the step ran before they became one kernel on the GPU, with the same results; and a
-step that diverges is counted as before."""
+"""A training step's books (the NaN flag, the good steps, the metrics' sums: softmax.loss_tally) and its
+batch gather (augment.gather_batch) on the CPU: the operations the step ran before they became one
+kernel each on the GPU, with the same results; and a step that diverges is counted as before."""
 import numpy as np
 import pytest
 
 import minidl as dl
 from minidl import layers as L, optim
-from minidl.kernels.cpu import softmax
+from minidl.kernels.cpu import augment, softmax
 from minidl.metrics import Mean
 from minidl.training.step import TrainStep
 
@@ -41,6 +41,16 @@ def test_loss_tally_keeps_the_books_as_the_separate_operations_did(dtype, counte
     softmax.loss_tally(np.asarray(2.5, dtype), np.asarray(4, np.int64), finite, steps, total, correct)
     softmax.loss_tally(np.asarray(0.25, dtype), np.asarray(1, np.int64), finite, steps, total, correct)
     assert bool(finite) and int(steps) == 2 and float(total) == 2.75 and int(correct) == 5
+
+
+def test_gather_batch_takes_the_images_and_labels_of_the_indices():
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((9, 1, 4, 3)).astype(np.float32), rng.integers(0, 10, 9).astype(np.int32)
+    idx = np.array([8, 0, 3, 3, 5], np.int64)
+    gx, gy = augment.gather_batch(x, y, idx)
+    np.testing.assert_array_equal(gx, x[idx])
+    np.testing.assert_array_equal(gy, y[idx])
+    assert gx.dtype == x.dtype and gy.dtype == y.dtype and gx.shape == (5, 1, 4, 3)
 
 
 def _step(reducer=None):

@@ -262,7 +262,10 @@ class Direct(Protocol):
 
 
 class Augment(Protocol):
-    """Per-image random shifts and flips of a training batch, drawn from the counter-based generator."""
+    """A training batch gathered from the data set, and per-image random shifts and flips of it, drawn
+    from the counter-based generator."""
+    def gather_batch(self, x: Array, y: Array, idx: Array) -> tuple[Array, Array]:
+        """(x[idx], y[idx]): the images and labels of indices idx (B,) in [0, N), x (N, ...), y (N,)."""
     def random_shift(self, x: Array, max_shift: int, fill: float, rng: CounterRNG, out: Array | None = None) -> Array:
         """Each image moved by (dy, dx) in [-max_shift, max_shift], `fill` where it falls outside."""
     def random_flip(self, x: Array, rng: CounterRNG, out: Array | None = None) -> Array:

@@ -208,8 +208,7 @@ class TrainStep:
         xp.copyto(idx, first)
 
         def step():
-            x = xp.take(loader.x, idx, axis=0)
-            y = xp.take(loader.y, idx, axis=0)
+            x, y = self.device.kernels.augment.gather_batch(loader.x, loader.y, idx)     # one launch on the GPU
             loss_sum, correct = self.forward_backward(x, y, loader.blank)
             self._update(loss_sum, correct)
 

@@ -1,5 +1,5 @@
-"""Data augmentation on the device: random integer shifts and random horizontal flips of a batch
-of images, NumPy reference.
+"""A training batch gathered from the data set (`gather_batch`) and data augmentation on the device:
+random integer shifts and random horizontal flips of a batch of images, NumPy reference.
 
 Both are drawn from the device's counter-based generator (Philox4x32-10, kernels.*.dropout): a
 shift of image n takes draws offset + 2n (rows) and offset + 2n + 1 (columns) and advances the
@@ -19,6 +19,11 @@ from .dropout import philox_uniform
 
 if TYPE_CHECKING:
     from ...rng import CounterRNG
+
+
+def gather_batch(x: Array, y: Array, idx: Array) -> tuple[Array, Array]:
+    """(x[idx], y[idx]): the batch of indices idx (B,) in [0, N) from images x (N, ...) and labels y (N,)."""
+    return np.take(x, idx, axis=0), np.take(y, idx, axis=0)
 
 
 def shift_draws(N: int, max_shift: int, key: tuple[int, int], offset: int) -> tuple[Array, Array]:

@@ -1,5 +1,8 @@
-"""Random integer shifts and horizontal flips of a batch of images on the GPU: the same draws as
-kernels.cpu.augment.
+"""A training batch gathered in one launch, and random integer shifts and horizontal flips of a batch
+of images on the GPU: the same draws as kernels.cpu.augment.
+
+`gather_batch` copies the batch's images and labels in one kernel (a captured training step took two
+`cupy.take`s), each image row as 16-byte words where the row and both addresses allow it.
 
 One thread per output pixel recomputes its image's Philox draws (a shift: offset + 2n and
 offset + 2n + 1; a flip: offset + n; both after the rank's skip, CounterRNG.skip);
@@ -11,16 +14,51 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import cupy as cp
+import numpy as np
 
 from ..._types import Array
 from ._dtypes import ELEMENTWISE
-from ._util import out_array
+from ._util import Module, out_array
 from .dropout import PHILOX
 
 if TYPE_CHECKING:
     from ...rng import CounterRNG
 
 DTYPES = ELEMENTWISE     # a copy of pixels: T in, T out
+
+# Image rows of R words W and int32 labels gathered by indices I, grid-stride: one launch for both.
+_WORDS = {16: "uint4", 8: "unsigned long long", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}
+_INDICES = {np.dtype(np.int64): "long long", np.dtype(np.int32): "int"}
+_GATHER = Module(r"""
+template<typename W, typename I>
+__global__ void gather_batch(const W* x, const int* y, const I* idx, W* ox, int* oy, long long B, long long R) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x, stride = (long long)gridDim.x * blockDim.x;
+    for (long long j = t; j < B * R; j += stride) {
+        long long b = j / R;
+        ox[j] = x[(long long)idx[b] * R + (j - b * R)];
+    }
+    for (long long j = t; j < B; j += stride) oy[j] = y[idx[j]];
+}
+""", [f"gather_batch<{w}, {i}>" for w in _WORDS.values() for i in _INDICES.values()])
+_BLOCKS = 1024                      # at most: grid-stride beyond
+
+
+def gather_batch(x: Array, y: Array, idx: Array) -> tuple[Array, Array]:
+    """(x[idx], y[idx]) in one launch: idx (B,) int64 or int32 in [0, N), x (N, ...) C-contiguous, y (N,)
+    int32 (the loaders' labels). Other layouts and dtypes take two cupy.take (the same values)."""
+    B = idx.shape[0] if idx.ndim == 1 else -1
+    if (B < 1 or idx.dtype not in _INDICES or y.dtype != np.int32 or x.ndim < 1 or y.shape != x.shape[:1]
+            or not (x.flags.c_contiguous and y.flags.c_contiguous and idx.flags.c_contiguous)):
+        return cp.take(x, idx, axis=0), cp.take(y, idx, axis=0)
+    ox, oy = cp.empty((B,) + x.shape[1:], x.dtype), cp.empty((B,), y.dtype)
+    row = x.itemsize * (x.size // max(x.shape[0], 1))           # bytes an image
+    word = next(w for w in _WORDS if row % w == 0 and x.data.ptr % w == 0 and ox.data.ptr % w == 0) if row else 1
+    R = row // word
+    blocks = max(1, min(_BLOCKS, -(-max(B * R, B) // 256)))
+    _GATHER.get(f"gather_batch<{_WORDS[word]}, {_INDICES[idx.dtype]}>")(
+        (blocks,), (256,), (x, y, idx, ox, oy, np.int64(B), np.int64(R)))
+    return ox, oy
+
 
 _shift = cp.ElementwiseKernel(
     "raw T x, uint64 off, uint64 skip, uint32 k0, uint32 k1, int32 H, int32 W, int32 CHW, int32 m, T fill", "T y",
