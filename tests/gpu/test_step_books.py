@@ -8,15 +8,7 @@ cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 
 from minidl.kernels.gpu import softmax  # noqa: E402
-
-
-def old_books(loss_sum, correct, finite, steps, loss_total, correct_total):
-    """training/step.py's and metrics.py's operations before loss_tally, one CuPy launch each."""
-    cp.logical_and(finite, cp.isfinite(loss_sum), out=finite)
-    if steps is not None:
-        steps += finite
-    loss_total += loss_sum
-    correct_total += correct
+from tests.helpers.old_step_ops import old_books  # noqa: E402
 
 
 def books():

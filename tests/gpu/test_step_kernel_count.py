@@ -1,0 +1,41 @@
+"""LeNet-5's captured training step launches 5 kernels fewer than before issue 42's fusions (the books:
+5 -> 1, the batch gather: 2 -> 1), counted as the nodes of its CUDA graph, and trains to the same bits."""
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+pytest.importorskip("cudnn")
+
+import minidl as dl  # noqa: E402
+from minidl import models, optim  # noqa: E402
+from tests.helpers.graph_nodes import graph_nodes  # noqa: E402
+from tests.helpers.old_step_ops import patch_old  # noqa: E402
+
+
+def train(batch, steps=6):
+    dev = dl.get_device("cuda", seed=0)
+    model = models.lenet5(device=dev, seed=0)
+    trainer = dl.Trainer(model, optim.Adam(1e-3), seed=0, graph=True, progress=False, log=lambda s: None)
+    rng = np.random.default_rng(0)
+    images, labels = rng.integers(0, 256, (4 * batch, 28, 28), dtype=np.uint8), rng.integers(0, 10, 4 * batch)
+    result = trainer.fit((images, labels), steps=steps, batch_size=batch, monitor=10 ** 6)
+    (_, call), = trainer._step._captured.values()
+    if not hasattr(call.graph, "graph"):
+        pytest.skip("this CuPy's Graph does not expose its cudaGraph_t")
+    return model.get_weights(), (result.loss, result.accuracy), graph_nodes(call.graph), trainer
+
+
+@pytest.mark.parametrize("batch", [32, 256])
+def test_lenet5s_captured_step_has_5_kernels_fewer_and_trains_to_the_same_bits(batch, monkeypatch):
+    new_w, new_r, new_nodes, new_t = train(batch)
+    with monkeypatch.context() as m:
+        patch_old(m.setattr, new_t._step.device)
+        old_w, old_r, old_nodes, old_t = train(batch)
+    print(f"LeNet-5 b{batch} captured step: {dict(new_nodes)} (before: {dict(old_nodes)})")
+    assert old_nodes["kernel"] - new_nodes["kernel"] == 5, (old_nodes, new_nodes)
+    assert sum(new_nodes.values()) == sum(old_nodes.values()) - 5
+    for k in old_w:
+        np.testing.assert_array_equal(new_w[k], old_w[k], err_msg=k)
+    assert new_r == old_r                             # the loss and accuracy sums, bit for bit
+    assert new_t._step.divergence() is None and int(new_t._step.good_steps) == 6
+    assert new_t.optimizer.t == old_t.optimizer.t == 6
