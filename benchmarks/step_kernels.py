@@ -1,9 +1,9 @@
 """python benchmarks/step_kernels.py [--batches 32 256] [--precisions fp32 bf16] [--reps 500]: LeNet-5's
-captured training step, as benchmarks/bench_train.py's lenet rows train it (Adam 1e-3), with issue 42's
-fused books and batch gather and, in the same process, with the CuPy operations they replaced
-(tests/helpers/old_step_ops.py patched in): the CUDA graph's nodes by type (cuGraphGetNodes, no
-profiler) and the median time of one replay (CUDA events around `reps` back-to-back replays, 5 rounds).
-Needs a GPU and CuPy."""
+captured training step, as benchmarks/bench_train.py's lenet rows train it (Adam 1e-3), three ways in one
+process: `before` (the operations issue 42's fusions replaced, tests/helpers/old_step_ops.py patched in),
+`books` (the books and the batch gather fused, the dense forward as before: cuBLAS and an add) and `after`
+(all of it): the CUDA graph's nodes by type (cuGraphGetNodes, no profiler) and the median time of one
+replay (CUDA events around `reps` back-to-back replays, 5 rounds). Needs a GPU and CuPy."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def measure(batch: int, precision: str, reps: int, old: bool) -> tuple[dict, float]:
+def measure(batch: int, precision: str, reps: int, way: str) -> tuple[dict, float]:
     import cupy as cp
     import numpy as np
 
@@ -26,11 +26,14 @@ def measure(batch: int, precision: str, reps: int, old: bool) -> tuple[dict, flo
     from tests.helpers.old_step_ops import patch_old
     dev = dl.get_device("cuda", seed=0)
     undo = []
-    if old:
+    if way != "after":
         def setattr_(obj, name, value):
             undo.append((obj, name, getattr(obj, name)))
             setattr(obj, name, value)
         patch_old(setattr_, dev)
+        if way == "books":                               # the fused books and gather back, the dense forward old
+            for obj, name, value in undo[:2]:
+                setattr(obj, name, value)
     try:
         model = models.lenet5(device=dev, seed=0)
         trainer = dl.Trainer(model, optim.Adam(1e-3), seed=0, graph=True, progress=False, log=lambda s: None,
@@ -63,9 +66,9 @@ def main() -> None:
     args = p.parse_args()
     for batch in args.batches:
         for precision in args.precisions:
-            for old in (True, False, True, False):          # interleaved: drift shows as a difference between pairs
-                nodes, us = measure(batch, precision, args.reps, old)
-                print(f"lenet-b{batch} {precision} {'before' if old else 'after '}: {nodes.get('kernel', 0)} kernels "
+            for way in ("before", "books", "after") * 2:    # interleaved: drift shows between the repeats
+                nodes, us = measure(batch, precision, args.reps, way)
+                print(f"lenet-b{batch} {precision} {way:6}: {nodes.get('kernel', 0)} kernels "
                       f"({sum(nodes.values())} nodes: {nodes}), replay {us:.1f} us")
 
 

@@ -3,6 +3,11 @@
 float16/bfloat16 arrays (a precision policy's compute dtype) go through cublasGemmEx with FP32
 accumulation and the bias sums add in float: only the results are rounded to the half type.
 
+The forward adds the bias in the GEMM's epilogue (cuBLASLt's BIAS, `_cublaslt.matmul`, full FP32 math
+as cuBLAS's here: no TF32), one kernel where cuBLAS and an add were two (a training step of LeNet-5 ran
+three such adds); y = round(x wᵀ + b) rounds once where the two kernels rounded twice, so the results
+agree to float32 rounding. A shape or dtype cuBLASLt does not take (float64) keeps cuBLAS and the add.
+
 The weight gradient accumulates straight into gw (GEMM with beta = 1, or beta = 0 to overwrite): no
 temporary, fixed addresses.
 """
@@ -12,6 +17,7 @@ import cupy as cp
 import numpy as np
 
 from ..._types import Array
+from . import _cublaslt as _lt
 from ._cublas import gemm
 from ._dtypes import C_TYPES, ELEMENTWISE
 from ._util import HALF_CODE, HALF_CTYPES, REDUCE, Module, channels_last, memory, out_array
@@ -56,13 +62,34 @@ PART = 4096                         # values per block; parts per channel at mos
 MAX_PARTS = 128
 
 
+_NO_EPILOGUE: set[tuple] = set()     # (x shape, w shape, dtype) cuBLASLt refused: cuBLAS and the add
+
+
 def dense_fprop(x: Array, w: Array, b: Array | None = None, out: Array | None = None) -> Array:
-    """y = x @ w.T + b.   x (N, C), w (K, C), b (K,) -> y (N, K)."""
+    """y = x @ w.T + b.   x (N, C), w (K, C), b (K,) -> y (N, K).   The bias in the GEMM's epilogue
+    where cuBLASLt takes it (one kernel), else cuBLAS's GEMM and an add."""
     y = out_array(out, (x.shape[0], w.shape[0]), x.dtype)
+    if b is not None and _bias_epilogue(x, w, b, y):
+        return y
     gemm(x, w, y, trans_b=True)
     if b is not None:
         cp.add(y, b, out=y)
     return y
+
+
+def _bias_epilogue(x, w, b, y):
+    """y = x wᵀ + b as one cuBLASLt matmul with the BIAS epilogue, FP32 math; False (nothing launched)
+    where cuBLASLt does not take it."""
+    key = (x.shape, w.shape, x.dtype.char)
+    if (key in _NO_EPILOGUE or not _lt.takes(x.dtype) or x.ndim != 2 or 0 in x.shape or 0 in w.shape
+            or not all(a.dtype == x.dtype and a.flags.c_contiguous for a in (w, b, y))):
+        return False
+    try:
+        _lt.matmul(x, w, y, b, tf32=False)
+    except (_lt.Unsupported, _lt.bindings().cuBLASLtError):     # refused before anything was launched
+        _NO_EPILOGUE.add(key)
+        return False
+    return True
 
 
 def dense_dgrad(gy: Array, w: Array, out: Array | None = None) -> Array:
