@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
+    from ..backend import Device
     from ..data.loader import Loader
+    from ..distributed import World
     from ..graph.model import Model
     from ..metrics import Score
     from ..optim.base import Optimizer
@@ -34,6 +36,15 @@ class Trains(Protocol):
     @property
     def log(self) -> Callable[..., Any]: ...
 
+    @property
+    def device(self) -> Device: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def world(self) -> World: ...
+
     _stop: int | None                 # a stop request's signal number (request_stop; training/interrupt.py)
     _record_sums: list[float]         # loss x images, hits, images since the History's last record (history.py)
 
@@ -44,6 +55,8 @@ class Trains(Protocol):
     def save(self, path: str | os.PathLike) -> str | os.PathLike | None: ...
 
     def evaluate(self, x: Any) -> Score: ...
+
+    def _check_fits(self, labels: Any) -> None: ...      # the labels against the model's classes (trainer.py)
 
 
 class TrainingDiverged(RuntimeError):
