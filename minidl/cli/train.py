@@ -28,6 +28,8 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
 
     path = checkpoint_path(args)
     world = distributed.init()                   # one process, or rank r of N under mpiexec
+    distributed.watchdog.start(world)            # ranks watch each other from here (distributed/watchdog.py)
+    distributed.heartbeat.phase("loading data")
     out = out if world.main else (lambda *a: None)  # rank 0 prints
     stop_path = stops.claim_outputs(args, path) if world.main else path
     with stops.Signals() as signals:                  # SIGINT/SIGTERM/SIGHUP: nothing trained is lost
