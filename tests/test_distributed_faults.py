@@ -68,6 +68,8 @@ def test_a_rank_that_sleeps_for_ever_is_named_and_the_job_ends(tmp_path):
         p.stderr
     assert re.search(r" [56] s ago; the run stops; last good checkpoint: .*ck\.npz at step 20$", said[0]), said
     assert p.stdout.count("step:   30") == 1 and "step:   40" not in p.stdout
+    assert seconds < 10
+    print(f"ended {seconds:.2f} s after the hang")
 
 
 @needs_mpi

@@ -133,9 +133,9 @@ class Watchdog:
         time.sleep(0.5)                             # the launcher forwards output on its own
         with contextlib.suppress(Exception):
             from mpi4py import MPI
-            if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
-                self.world.comm.Abort(1)            # every rank ends, now
-        os._exit(1)                                 # the launcher ends the others
+            if self.world.comm is not None and MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+                self.world.comm.Abort(1)            # every rank ends, now (MPI from this thread: allowed)
+        os._exit(1)                                 # else the launcher ends the others
 
     def tell(self, word: str) -> None:
         with contextlib.suppress(OSError, ValueError):

@@ -3,8 +3,9 @@
     python faults.py FAULT RANK STEP train ARGS...   # python -m minidl.train ARGS, with the fault
     python faults.py FAULT RANK STEP api OUT          # Trainer.fit in Python (LeNet-5, random images)
 
+The time of a kill or a hang goes to OUT.killed (api) or $FAULT_NOTE.killed (train).
 FAULT, done by rank RANK once step STEP is trained (a callback every fit is given, as a user's would be):
-    kill       SIGKILL to itself (the out-of-memory killer's way: no code runs); the time goes to OUT.killed
+    kill       SIGKILL to itself (the out-of-memory killer's way: no code runs)
     hang       sleeps for ever (a rank stuck outside MPI: a dead file system, a loop)
     slow:MS    sleeps MS ms after every step from STEP on (a rank that falls behind)
     slowsave:S rank RANK's checkpoint saves take S seconds more (a slow disk: no hang)
@@ -28,9 +29,10 @@ class Fault(callbacks.Callback):
     def on_step_end(self, run):
         if distributed.init().rank != self.rank or run.step < self.step:
             return
-        if self.fault == "kill" and run.step == self.step:
-            with open(self.note, "w") as f:
+        if self.fault in ("kill", "hang") and run.step == self.step:
+            with open(self.note, "w") as f:          # when the fault came, for the test's clock
                 f.write(repr(time.time()))
+        if self.fault == "kill" and run.step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.fault == "hang" and run.step == self.step:
             while True:
