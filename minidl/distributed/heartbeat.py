@@ -111,7 +111,9 @@ class Heartbeat:
             self.work_s += time.monotonic() - self._t0 - self._waited
             self.steps += 1
             _WORK.pack_into(self._map, _WORK_AT, self.work_s, self.steps)
-        self.set("between steps", step)
+        # a fit's first step stays slow until the next begins: the sync after it waits for the device's
+        # compiling and the first collectives (a GPU's NCCL still connecting)
+        self.set("first step" if self.phase == "first step" else "between steps", step)
         self._t0, self._waited, self._slow = time.monotonic(), 0.0, False
 
     def _run(self):
@@ -215,10 +217,11 @@ def read(folder: str) -> dict[int, dict[str, Any]]:
 
 def where(rec: dict[str, Any]) -> str:
     """What a record's rank was doing: 'during step 341 (forward, backward, update)'."""
-    words, _ = PHASES.get(rec.get("phase"), (rec.get("phase"), "timed"))
-    if rec.get("phase") == "between steps":
+    phase = str(rec.get("phase"))
+    words = PHASES.get(phase, (phase, "timed"))[0]
+    if phase == "between steps":
         return f"after step {rec['step']} ({words})"
-    if rec.get("phase") in ("starting", "loading data"):
+    if phase in ("starting", "loading data"):
         return f"while {words}"
     return f"during step {rec['step']} ({words})" if rec.get("step") else f"during {words}"
 

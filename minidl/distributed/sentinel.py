@@ -25,7 +25,7 @@ import time
 if __package__:
     from . import heartbeat
 else:                               # run as a script: heartbeat.py lies beside it
-    import heartbeat  # type: ignore[no-redef]
+    import heartbeat  # type: ignore[no-redef,import-not-found]
 
 SETTLE_S = 0.3         # the launcher kills the other ranks within milliseconds of the first death
 

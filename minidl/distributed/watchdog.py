@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 from . import heartbeat
 
@@ -41,6 +41,7 @@ SLOW_RATIO, SLOW_MS = 1.5, 5.0   # a rank this many times slower than the others
 WINDOW_S = 2.0
 
 _running: Watchdog | None = None
+_started = False                  # start() was called: its collective is behind us
 
 
 def timeout_from_env() -> float:
@@ -102,6 +103,7 @@ class Watchdog:
         self.sentinel = subprocess.Popen([sys.executable, "-E", "-S", script, folder, str(world.rank)],
                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                          start_new_session=True)     # the launcher's kill spares it
+        self._pipe: IO[bytes] = self.sentinel.stdin      # type: ignore[assignment]  # PIPE: never None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="minidl-watchdog", daemon=True)
         self._thread.start()
@@ -139,15 +141,15 @@ class Watchdog:
 
     def tell(self, word: str) -> None:
         with contextlib.suppress(OSError, ValueError):
-            self.sentinel.stdin.write(word.encode() + b"\n")
-            self.sentinel.stdin.flush()
+            self._pipe.write(word.encode() + b"\n")
+            self._pipe.flush()
 
     def stop(self, word: str = "bye") -> None:
         """The rank ends in order (bye) or after printing its own failure (spoke): nothing more to watch."""
         self._done.set()
         self.tell(word)
         with contextlib.suppress(OSError):
-            self.sentinel.stdin.close()
+            self._pipe.close()
         heartbeat.install(None)
         self.beat.close()
         with contextlib.suppress(OSError):
@@ -157,11 +159,12 @@ class Watchdog:
 def start(world: Any) -> Watchdog | None:
     """The process's watchdog among `world`'s ranks, started once (collective the first time: rank 0 names
     the run's folder); None for one process, or with $MINIDL_WATCHDOG_S=0."""
-    global _running
-    if _running is not None or world.size == 1:
+    global _running, _started
+    if _started or world.size == 1:
         return _running
-    timeout = timeout_from_env()
+    _started = True
     name = world.comm.bcast(f"run-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}" if world.main else None)
+    timeout = timeout_from_env()          # after the collective: ranks given other values stay in step
     if not timeout:
         return None
     folder = os.path.join(runs_folder(), name)
