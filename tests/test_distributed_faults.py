@@ -166,6 +166,27 @@ def test_the_slower_rank_is_found_from_its_work_per_step():
     assert watchdog.slower(before, tiny) is None                                      # not worth a word
 
 
+def test_ages_are_measured_on_this_hosts_clock_so_a_host_whose_clock_is_behind_is_not_stopped(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: clock[0])
+    observed, now = watchdog.Observed(), 5000.0       # rank 1's host's clock is 60 s behind ours
+    far = {0: rec(0, "waiting", since=4999.0, beat=5000.0), 1: rec(1, "step", since=4939.0, beat=4940.0)}
+    assert watchdog.judge(far, now, 5.0) is not None                        # its own times: "stopped"
+    assert watchdog.judge(observed(far, now), now, 5.0) is None              # first seen: new
+    for k in range(1, 30):                                                   # it beats on, its steps go on
+        clock[0] += 0.25
+        far[0] = dict(far[0], beat=5000.0 + 0.25 * k)                      # rank 0 waits, and beats
+        far[1] = dict(far[1], beat=4940.0 + 0.25 * k, step=10 + k, since=4940.0 + 0.25 * k)
+        assert watchdog.judge(observed(far, now + 0.25 * k), now + 0.25 * k, 5.0) is None
+    for k in range(1, 30):                                                   # its step stops; it still beats
+        clock[0] += 0.25
+        far[0] = dict(far[0], beat=5010.0 + 0.25 * k)
+        far[1] = dict(far[1], beat=4950.0 + 0.25 * k)
+        line = watchdog.judge(observed(far, now + 10 + 0.25 * k), now + 10 + 0.25 * k, 5.0)
+        assert (line is None) == (0.25 * k <= 5.0), k
+    assert line.startswith("minidl: rank 1 stopped answering during step 39 (forward, backward, update) 7 s ago")
+
+
 @pytest.mark.parametrize("value,seconds", [("", 5.0), ("0", 0.0), ("2.5", 2.5)])
 def test_the_timeout_comes_from_minidl_watchdog_s(monkeypatch, value, seconds):
     monkeypatch.setenv("MINIDL_WATCHDOG_S", value)

@@ -18,7 +18,8 @@ outright), and runs a daemon thread that reads every record it sees every POLL_S
 
 The timeout is $MINIDL_WATCHDOG_S (seconds, default 5; 0 turns the watchdog off), and at least
 HANG_STEPS of the rank's own usual steps, so a slow model's long steps are no hang. Slow phases (the
-first step, evaluation, a save) are never judged hung, only a heartbeat that stops.
+first step, evaluation, a save) are never judged hung, only a heartbeat that stops. Ages are taken on
+this host's clock (Observed): the hosts' clocks need not agree.
 """
 from __future__ import annotations
 
@@ -92,6 +93,26 @@ def slower(before: dict[int, dict[str, Any]], after: dict[int, dict[str, Any]]) 
     return None
 
 
+class Observed:
+    """The records' times on this host's clock: when this watchdog saw each rank's beat and phase change.
+    Hosts' clocks may disagree by more than the timeout (no NTP): a record's own wall times would then make
+    a live rank look stopped. A phase or beat first seen is taken as new."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[float, float, tuple[Any, ...], float]] = {}
+
+    def __call__(self, records: dict[int, dict[str, Any]], now: float) -> dict[int, dict[str, Any]]:
+        t, out = time.monotonic(), {}
+        for r, rec in records.items():
+            beat, phase = rec["beat"], (rec["step"], rec["phase"], rec["since"])
+            old = self.seen.get(r)
+            t_beat = old[1] if old and old[0] == beat else t
+            t_phase = old[3] if old and old[2] == phase else t
+            self.seen[r] = (beat, t_beat, phase, t_phase)
+            out[r] = dict(rec, beat=now - (t - t_beat), since=now - (t - t_phase))
+        return out
+
+
 class Watchdog:
     """This rank's heartbeat, sentinel and watching thread, in `folder` (one per run)."""
 
@@ -110,10 +131,11 @@ class Watchdog:
 
     def _run(self):
         window: dict[int, dict[str, Any]] | None = None
-        t_window, strikes, warned = time.monotonic(), 0, False
+        t_window, strikes, warned, observed = time.monotonic(), 0, False, Observed()
         while not self._done.wait(POLL_S):
             records = heartbeat.read(self.folder)
-            line = judge(records, time.time(), self.timeout)
+            now = time.time()
+            line = judge(observed(records, now), now, self.timeout)
             if line is not None:
                 self._end(line)
                 return
