@@ -38,7 +38,9 @@ from typing import Any, Iterator
 
 BEAT_S = 0.25
 RECORD_BYTES = 1024
-_PHASE, _BEAT, _WORK = struct.Struct("<qid"), struct.Struct("<d"), struct.Struct("<dq")   # step, phase, since; ...
+# the record: (step, phase's code, since) at 0, (beat,) at 24, (work_s, steps) at 32, then from 64 the JSON of
+# rank, pid, host and checkpoint, padded with spaces
+_PHASE, _BEAT, _WORK = struct.Struct("<qid"), struct.Struct("<d"), struct.Struct("<dq")
 _BEAT_AT, _WORK_AT, _TEXT_AT = 24, 32, 64
 
 # phase -> (how a line names it, kind)
@@ -67,7 +69,7 @@ class Heartbeat:
         self.path = os.path.join(folder, f"rank{rank}.rec")
         self.step, self.phase, self.since = 0, "starting", time.time()
         self.work_s, self.steps = 0.0, 0              # host work of the steps counted, and how many
-        self._t0: float | None = None                 # when the step under way began (monotonic)
+        self._t0: float | None = None                 # where the step under way is timed from (monotonic)
         self._waited, self._slow = 0.0, False          # its waits so far; whether a slow phase came in it
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
