@@ -145,6 +145,10 @@ def test_a_rank_long_in_a_timed_phase_while_another_waits_is_named_and_slow_phas
     # a model whose steps take 2 s: hung only past HANG_STEPS of them
     assert watchdog.judge({0: waiting, 1: rec(1, "step", since=80.0, work_s=20.0, steps=10)}, now, t) is None
     assert watchdog.judge({0: waiting, 1: rec(1, "step", since=50.0, work_s=20.0, steps=10)}, now, t)
+    # before any step is counted, the first step's time bounds the next: a CPU ResNet's 8 s steps are no hang
+    first = rec(1, "step", step=2, since=80.0, work_s=0.0, steps=0)
+    assert watchdog.judge({0: waiting, 1: dict(first, last_s=8.0)}, now, t) is None
+    assert watchdog.judge({0: waiting, 1: dict(first, last_s=0.01)}, now, t)
 
 
 def test_a_heartbeat_that_stops_is_a_rank_that_stopped_answering_in_any_phase():

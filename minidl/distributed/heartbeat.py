@@ -5,7 +5,7 @@ the others must say which rank and what it was doing. Each rank keeps one small 
 folder (watchdog.py makes it), `rank<r>.rec`, read back by `read` as
 
     {"rank": 1, "pid": 4242, "host": "node1", "step": 341, "phase": "step", "since": <wall s>,
-     "beat": <wall s>, "work_s": 3.61, "steps": 100, "checkpoint": ["ck.npz", 300]}
+     "beat": <wall s>, "work_s": 3.61, "steps": 100, "last_s": 0.036, "checkpoint": ["ck.npz", 300]}
 
 `beat`, rewritten every BEAT_S by a daemon thread, proves the process runs (the thread beats while
 the main thread sleeps, spins or waits on a dead file system); `phase` and `since` say what the main
@@ -16,7 +16,7 @@ there for long while others wait is hung), *slow* (the first step's compiling an
 evaluation, a checkpoint's save, loading data, outside fit: long by nature, never judged hung) and
 *waiting* (for the other ranks: never the culprit). `work_s` / `steps` is the host's own work per
 step (the step's time less its waits), over steps without a slow phase: a rank whose work is much
-larger than the others' is the one they wait for.
+larger than the others' is the one they wait for; `last_s` is the last step's, counted or not.
 
 The record is a memory map of the file (binary fields, then the JSON of the rarely changing ones):
 a phase is declared by writing a few bytes, no system call, cheap at every step of a fast model, and
@@ -38,9 +38,9 @@ from typing import Any, Iterator
 
 BEAT_S = 0.25
 RECORD_BYTES = 1024
-# the record: (step, phase's code, since) at 0, (beat,) at 24, (work_s, steps) at 32, then from 64 the JSON of
+# the record: (step, phase's code, since) at 0, (beat,) at 24, (work_s, steps, last_s) at 32, from 64 the JSON of
 # rank, pid, host and checkpoint, padded with spaces
-_PHASE, _BEAT, _WORK = struct.Struct("<qid"), struct.Struct("<d"), struct.Struct("<dq")
+_PHASE, _BEAT, _WORK = struct.Struct("<qid"), struct.Struct("<d"), struct.Struct("<dqd")
 _BEAT_AT, _WORK_AT, _TEXT_AT = 24, 32, 64
 
 # phase -> (how a line names it, kind)
@@ -69,6 +69,7 @@ class Heartbeat:
         self.path = os.path.join(folder, f"rank{rank}.rec")
         self.step, self.phase, self.since = 0, "starting", time.time()
         self.work_s, self.steps = 0.0, 0              # host work of the steps counted, and how many
+        self.last_s = 0.0                             # the last step's work, counted or not
         self._t0: float | None = None                 # where the step under way is timed from (monotonic)
         self._waited, self._slow = 0.0, False          # its waits so far; whether a slow phase came in it
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -109,10 +110,12 @@ class Heartbeat:
     def step_ends(self, step: int) -> None:
         """A step's work: from the end of the step before (its callbacks, the stop vote) to this one's end,
         less the waits for the other ranks, where no slow phase came (the first step, a save, evaluation)."""
-        if self._t0 is not None and not self._slow:
-            self.work_s += time.monotonic() - self._t0 - self._waited
-            self.steps += 1
-            _WORK.pack_into(self._map, _WORK_AT, self.work_s, self.steps)
+        if self._t0 is not None:
+            took = time.monotonic() - self._t0 - self._waited
+            if not self._slow:
+                self.work_s, self.steps = self.work_s + took, self.steps + 1
+            self.last_s = took          # a first step's too: before any step is counted, a bound for the next
+            _WORK.pack_into(self._map, _WORK_AT, self.work_s, self.steps, self.last_s)
         # a fit's first step stays slow until the next begins: the sync after it waits for the device's
         # compiling and the first collectives (a GPU's NCCL still connecting)
         self.set("first step" if self.phase == "first step" else "between steps", step)
@@ -208,13 +211,17 @@ def read(folder: str) -> dict[int, dict[str, Any]]:
             if name.startswith("rank") and name.endswith(".rec"):
                 with contextlib.suppress(OSError, ValueError, IndexError, struct.error):
                     with open(os.path.join(folder, name), "rb") as f:
-                        raw = f.read(RECORD_BYTES)
-                    rec = json.loads(raw[_TEXT_AT:].decode().strip())
-                    step, code, since = _PHASE.unpack_from(raw, 0)
-                    (beat,), (work_s, steps) = _BEAT.unpack_from(raw, _BEAT_AT), _WORK.unpack_from(raw, _WORK_AT)
-                    rec.update(step=step, phase=_NAMES[code], since=since, beat=beat, work_s=work_s, steps=steps)
+                        rec = _parse(f.read(RECORD_BYTES))
                     out[int(rec["rank"])] = rec
     return out
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    rec = json.loads(raw[_TEXT_AT:].decode().strip())
+    step, code, since = _PHASE.unpack_from(raw, 0)
+    (beat,), (work_s, steps, last_s) = _BEAT.unpack_from(raw, _BEAT_AT), _WORK.unpack_from(raw, _WORK_AT)
+    rec.update(step=step, phase=_NAMES[code], since=since, beat=beat, work_s=work_s, steps=steps, last_s=last_s)
+    return rec
 
 
 def where(rec: dict[str, Any]) -> str:

@@ -64,7 +64,7 @@ def judge(records: dict[int, dict[str, Any]], now: float, timeout: float) -> str
     for r, rec in sorted(records.items()):
         kind = heartbeat.PHASES.get(rec["phase"], ("", "timed"))[1]
         steps = rec.get("steps") or 0
-        usual = rec["work_s"] / steps if steps else 0.0
+        usual = rec["work_s"] / steps if steps else rec.get("last_s", 0.0)     # before any: the first step's
         limit = max(timeout, HANG_STEPS * usual)
         if now - rec["beat"] > timeout:
             age = now - rec["beat"]
