@@ -238,3 +238,23 @@ def test_a_sentinel_speaks_only_for_the_first_rank_that_died_without_a_word_and_
                               "of memory?); the run stops; no checkpoint was saved\n")
     assert heartbeat.claim(str(spoken))                  # a rank printed its own failure (World's abort line)
     assert sentinel.watch(str(spoken), 0, io.StringIO(""), err) == "after"
+    assert sentinel.watch(str(spoken), 1, io.StringIO("spoke\nbye\n"), err) == "spoke"     # it was rank 1
+    assert (spoken / "ended.1").exists() and err.getvalue().count("\n") == 1
+
+
+def test_the_run_folder_goes_once_every_rank_with_a_record_has_ended(tmp_path):
+    beat = heartbeat.Heartbeat(str(tmp_path), 4)           # a rank the launcher left running
+    try:
+        heartbeat.claim(str(tmp_path))
+        t0 = time.perf_counter()
+        sentinel.tidy(str(tmp_path), patience=0.5)
+        assert time.perf_counter() - t0 >= 0.5 and not tmp_path.exists()   # waited for it, then went
+    finally:
+        beat.close()
+    tmp_path.mkdir()
+    beat = heartbeat.Heartbeat(str(tmp_path), 4)
+    (tmp_path / "ended.4").write_text("0")
+    t0 = time.perf_counter()
+    sentinel.tidy(str(tmp_path), patience=30)
+    assert time.perf_counter() - t0 < 5 and not tmp_path.exists()
+    beat.close()

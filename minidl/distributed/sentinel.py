@@ -28,6 +28,7 @@ else:                               # run as a script: heartbeat.py lies beside 
     import heartbeat  # type: ignore[no-redef,import-not-found]
 
 SETTLE_S = 0.3         # the launcher kills the other ranks within milliseconds of the first death
+TIDY_S = 60.0          # the longest the run's folder waits for its ranks to end after the line
 
 
 def died_line(rank: int, records: dict) -> str:
@@ -37,25 +38,22 @@ def died_line(rank: int, records: dict) -> str:
 
 
 def watch(folder: str, rank: int, stdin=None, stderr=None) -> str:
-    """Wait for the rank's end; returns how it ended: 'bye', 'spoke', 'died' (this sentinel spoke) or 'after'
-    (it died after another rank, or after a rank spoke: quiet)."""
+    """Wait for the rank's end; returns how it ended: 'bye' (in order), 'spoke' (after printing its own
+    failure), 'died' (without a word: this sentinel printed the line) or 'after' (died after another
+    rank, or after a rank spoke: quiet)."""
     stdin, stderr = stdin or sys.stdin, stderr or sys.stderr
-    said = ""
+    spoke = False
     for line in stdin:
-        said = line.strip()
-        if said in ("bye", "spoke"):
-            return said
-    with contextlib.suppress(OSError):
-        with open(os.path.join(folder, f"ended.{rank}"), "w") as f:
-            f.write(repr(time.time()))
+        if line.strip() == "bye" and not spoke:
+            return "bye"
+        spoke = spoke or line.strip() == "spoke"
+        if spoke and line.strip() == "bye":
+            break
+    _note(folder, rank)
+    if spoke:
+        return "spoke"
     time.sleep(SETTLE_S)
-    ended = {}
-    with contextlib.suppress(OSError):
-        for name in os.listdir(folder):
-            if name.startswith("ended."):
-                with contextlib.suppress(OSError, ValueError):
-                    with open(os.path.join(folder, name)) as f:
-                        ended[int(name.split(".")[1])] = float(f.read())
+    ended = _ended(folder)
     first = min(ended, key=lambda r: (ended[r], r), default=rank)
     if first != rank or not heartbeat.claim(folder):
         return "after"
@@ -64,9 +62,31 @@ def watch(folder: str, rank: int, stdin=None, stderr=None) -> str:
     return "died"
 
 
-def _tidy(folder):
-    """The run is over: its folder goes (the printing sentinel's job, once the others have settled)."""
-    time.sleep(2 * SETTLE_S)
+def _note(folder, rank):
+    """ended.<rank>: when this sentinel saw its rank end."""
+    with contextlib.suppress(OSError):
+        with open(os.path.join(folder, f"ended.{rank}"), "w") as f:
+            f.write(repr(time.time()))
+
+
+def _ended(folder):
+    ended = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            if name.startswith("ended."):
+                with contextlib.suppress(OSError, ValueError):
+                    with open(os.path.join(folder, name)) as f:
+                        ended[int(name.split(".")[1])] = float(f.read())
+    return ended
+
+
+def tidy(folder: str, patience: float = TIDY_S) -> None:
+    """The run failed and its line is said: once every rank still holding a record has ended (at most
+    `patience` seconds), the folder goes. Until then the verdict stays, so no other line follows, and
+    the dead ranks' records stay, so a rank the launcher leaves running is still named and ended."""
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline and not set(heartbeat.read(folder)) <= set(_ended(folder)):
+        time.sleep(0.1)
     with contextlib.suppress(OSError):
         for name in os.listdir(folder):
             with contextlib.suppress(OSError):
@@ -76,6 +96,6 @@ def _tidy(folder):
 
 if __name__ == "__main__":
     folder, rank = sys.argv[1], int(sys.argv[2])
-    if watch(folder, rank) in ("died", "spoke"):   # the run failed, and its line is said: the folder goes
+    if watch(folder, rank) in ("died", "spoke"):   # the run failed, and its line is said
         os.close(2)                                # the launcher need not wait for the tidying
-        _tidy(folder)
+        tidy(folder)

@@ -40,6 +40,7 @@ POLL_S = 0.25
 HANG_STEPS = 20          # a rank is hung past this many of its usual steps too
 SLOW_RATIO, SLOW_MS = 1.5, 5.0   # a rank this many times slower than the others, and by this many ms a step
 WINDOW_S = 2.0
+ABORT_S = 3.0            # a rank that sees a failure another rank spoke for ends the job this much later
 
 _running: Watchdog | None = None
 _started = False                  # start() was called: its collective is behind us
@@ -150,11 +151,12 @@ class Watchdog:
                 window, t_window = records, time.monotonic()
 
     def _end(self, line):
-        if not heartbeat.claim(self.folder):
-            return                                  # another rank speaks for the run
-        print(line, file=sys.stderr, flush=True)
-        self.tell("spoke")
-        time.sleep(0.5)                             # the launcher forwards output on its own
+        if heartbeat.claim(self.folder):
+            print(line, file=sys.stderr, flush=True)
+            self.tell("spoke")
+            time.sleep(0.5)                         # the launcher forwards output on its own
+        else:                                       # another rank spoke and ends the job; if it has not
+            time.sleep(ABORT_S)                     # (a launcher that leaves ranks running), this rank does
         with contextlib.suppress(Exception):
             from mpi4py import MPI
             if self.world.comm is not None and MPI.Query_thread() == MPI.THREAD_MULTIPLE:
