@@ -157,8 +157,8 @@ ABORT_GRACE_S = 0.5
 
 
 def _abort(world, line, code):
-    watchdog.claim()               # this line is the run's: no sentinel or watchdog adds another
-    print(line, file=sys.stderr, flush=True)
+    if watchdog.claim():           # this line is the run's: no sentinel or watchdog adds another (nor it one)
+        print(line, file=sys.stderr, flush=True)
     time.sleep(ABORT_GRACE_S)      # the launcher forwards output on its own: an abort at once can lose the line
     world.comm.Abort(code if isinstance(code, int) else 1)
 

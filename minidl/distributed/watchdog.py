@@ -211,11 +211,14 @@ def runs_folder() -> str:
     return _lock_dir() or os.path.join(os.path.expanduser("~"), ".minidl-runs")
 
 
-def claim() -> None:
-    """This rank speaks for the run's failure (World's abort line, a traceback): no other line follows."""
-    if _running is not None:
-        heartbeat.claim(_running.folder)
-        _running.tell("spoke")
+def claim() -> bool:
+    """This rank speaks for the run's failure (World's abort line, a traceback), so no other line follows;
+    False where another rank spoke first (its line is the run's: this rank's failure follows from it)."""
+    if _running is None:
+        return True
+    first = heartbeat.claim(_running.folder) or not os.path.isdir(_running.folder)
+    _running.tell("spoke")
+    return first
 
 
 def stop() -> None:
