@@ -71,7 +71,7 @@ def test_two_gpus_a_rank_that_sleeps_for_ever_is_named_and_the_job_ends(tmp_path
 
 
 def test_two_gpus_a_rank_slower_each_step_is_named_once(tmp_path):
-    p, said, _ = faulty(tmp_path, "slow:30", 1, 5, "-n", "300", "-m", "100", "-b", "16", "-x", "100", "-y", "1")
+    p, said, _ = faulty(tmp_path, "slow:30", 1, 5, "-n", "600", "-m", "100", "-b", "16", "-x", "100", "-y", "1")
     print(said)
     assert p.returncode == 0, p.stderr[-3000:]
     assert len(said) == 1 and re.fullmatch(r"minidl: warning: rank 1 is \d+\.\dx slower than the others \(\d+ ms a "
