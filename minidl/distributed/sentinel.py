@@ -21,6 +21,7 @@ import contextlib
 import os
 import sys
 import time
+from typing import TextIO
 
 if __package__:
     from . import heartbeat
@@ -37,7 +38,7 @@ def died_line(rank: int, records: dict) -> str:
             f"of memory?); the run stops; {heartbeat.last_checkpoint(records)}")
 
 
-def watch(folder: str, rank: int, stdin=None, stderr=None) -> str:
+def watch(folder: str, rank: int, stdin: TextIO | None = None, stderr: TextIO | None = None) -> str:
     """Wait for the rank's end; returns how it ended: 'bye' (in order), 'spoke' (after printing its own
     failure), 'died' (without a word: this sentinel printed the line) or 'after' (died after another
     rank, or after a rank spoke: quiet)."""

@@ -13,8 +13,8 @@ outright), and runs a daemon thread that reads every record it sees every POLL_S
   6 s ago; the run stops; last good checkpoint: ck.npz at step 300`, from the first rank to see it
   (heartbeat.claim), and the job is aborted (exit status 1);
 - rank 0: a rank whose work per step (its step's time less its waits) is SLOW_RATIO times the others'
-  over two windows of WINDOW_S in a row: one warning, once: `minidl: warning: rank 1 is 3.1x slower
-  than the others (112 ms a step against 36)`.
+  over two windows of WINDOW_S in a row: one warning (warnings.warn; the command line's `warning: ...`
+  line), once: `rank 1 is 3.1x slower than the others (112 ms a step against 36)`.
 
 The timeout is $MINIDL_WATCHDOG_S (seconds, default 5; 0 turns the watchdog off), and at least
 HANG_STEPS of the rank's own usual steps, so a slow model's long steps are no hang. Slow phases (the
@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from typing import IO, Any
 
 from . import heartbeat
@@ -145,8 +146,8 @@ class Watchdog:
                 strikes = strikes + 1 if found else 0
                 if strikes == 2 and found:
                     r, ms, others = found
-                    print(f"minidl: warning: rank {r} is {ms / others:.1f}x slower than the others ({ms:.0f} ms a "
-                          f"step against {others:.0f})", file=sys.stderr, flush=True)
+                    warnings.warn(f"rank {r} is {ms / others:.1f}x slower than the others ({ms:.0f} ms a step "
+                                  f"against {others:.0f})", RuntimeWarning, stacklevel=1)    # what to act on
                     warned = True
                 window, t_window = records, time.monotonic()
 

@@ -244,7 +244,7 @@ class Trainer(Saving):
             self._agree_stop(run)
         if run.signal is None:                   # a request in the last steps
             self._agree_stop(run, final=True)
-        distributed.heartbeat.phase("idle")       # the ranks out of training: no step to judge hung
+        distributed.heartbeat.phase("idle")       # out of training (the last sync, saves): no step to judge hung
         run.emit("on_train_end")                 # after a stop request SaveOnStop saves and raises
         self.device.sync()
         t2, steps = time.perf_counter(), self.step - run.start
