@@ -118,12 +118,19 @@ def test_a_normal_run_with_slow_saves_and_evaluation_says_none_of_it(tmp_path):
     assert _run_folders() <= before
 
 
+WRONG = ("MINIDL_WATCHDOG_S must be the seconds a rank may keep the others waiting, a number in [0, 86400] "
+         "(0: no watchdog), got 'soon'")
+
+
 @needs_mpi
 def test_a_bad_watchdog_timeout_is_one_line_naming_the_variable(tmp_path):
+    """On the command line as a flag is (exit 2, before any data is read); in Python a ValueError."""
+    env = dict(ENV, MINIDL_WATCHDOG_S="soon")
+    p = subprocess.run(["mpiexec", "-n", "2", sys.executable, "-m", "minidl.train", "-n", "5", "--device", "cpu",
+                        "--data-dir", tmp_path], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.splitlines() == [f"error: {WRONG}"] and p.stdout == "", p.stderr
     p, _, _ = faulty(tmp_path, "none", 0, 0, tmp_path / "out.npz", how="api", env={"MINIDL_WATCHDOG_S": "soon"})
-    assert p.returncode != 0
-    assert "MINIDL_WATCHDOG_S must be the seconds a rank may keep the others waiting, a number in [0, 86400] " \
-           "(0: no watchdog), got 'soon'" in p.stderr
+    assert p.returncode != 0 and WRONG in p.stderr
 
 
 # -- the judging, without MPI ---------------------------------------------------------------------------

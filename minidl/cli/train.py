@@ -106,9 +106,20 @@ def parser() -> Parser:
     return training_parser()
 
 
+def _checked(p: Parser, args: argparse.Namespace) -> argparse.Namespace:
+    """The flags checked (check_args), and $MINIDL_WATCHDOG_S as a flag is: one line naming it, exit 2."""
+    args = check_args(p, args)
+    try:
+        distributed.watchdog.timeout_from_env()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
-    args = distributed.parse_agreed(p, argv, check_args)    # checked; under mpiexec the ranks agree, or exit 2
+    args = distributed.parse_agreed(p, argv, _checked)    # checked; under mpiexec the ranks agree, or exit 2
     return run_cli(distributed.init().guard(run), args)   # a failing rank ends every rank
 
 
