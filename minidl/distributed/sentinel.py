@@ -6,12 +6,14 @@ A rank killed outright (SIGKILL, the out-of-memory killer) runs no code, and the
 others at once (MPICH's Hydra: SIGKILL to every other rank within milliseconds, before any of them
 could notice): no rank is left to speak. So each rank starts this process in a session of its own,
 which the launcher's kill does not reach, sharing the rank's stderr. It reads its stdin: "bye" (the
-rank ends in order) or "spoke" (the rank printed its own failure) end it quietly; end of file
-without either means the rank died. It then notes the time in `ended.<rank>`, lets the others'
-sentinels do the same (SETTLE_S), and the sentinel of the rank that died first, if no rank has
-spoken for the run yet (heartbeat.claim), prints the one line: which rank, what it was doing (its
-last heartbeat), and the last good checkpoint. The launcher forwards output until every process
-holding the ranks' stderr has closed it, so the line is shown before the job ends.
+rank ends in order) ends it quietly; "spoke" (the rank printed its own failure) keeps it quiet too,
+and it tidies the run's folder after the rank's end; end of file without either means the rank
+died. It then notes the time in `ended.<rank>`, lets the others' sentinels do the same (SETTLE_S),
+and the sentinel of the rank that died first, if no rank has spoken for the run yet
+(heartbeat.claim), prints the one line: which rank, what it was doing (its last heartbeat), and the
+last good checkpoint. MPICH's launcher forwards output until every process holding the ranks' stderr
+has closed it, Open MPI's until it ends the others (1-2 s): either way the line is shown (0.3 s after
+the death). Whoever speaks tidies the run's folder once every rank holding a record there has ended.
 
 Started with the standard library only (no minidl, no NumPy: it costs a few MiB and starts at once).
 """
