@@ -16,8 +16,10 @@ from minidl.cli import output
 
 PKG = pathlib.Path(minidl.__file__).parent
 # print is a command line's output: the commands, the bar and preparing line of a run, and what every rank
-# of a command line prints while the ranks agree on its flags or just before the job is aborted.
-PRINTS = {"cli/", "training/progress.py", "distributed/agreement.py", "distributed/__init__.py"}
+# of a command line prints while the ranks agree on its flags or just before the job is aborted (the watchdog's
+# line naming a hung rank too: the job ends right after it, in Python as on the command line).
+PRINTS = {"cli/", "training/progress.py", "distributed/agreement.py", "distributed/__init__.py",
+          "distributed/watchdog.py"}
 
 
 def test_the_library_prints_nothing_outside_the_command_lines():

@@ -468,7 +468,8 @@ def test_sigterm_ends_ranks_waiting_for_a_rank_that_never_comes(tmp_path):
     (MPI's own wait spun in C, where no Python signal handler runs: the job went on for ever.)"""
     cmd = ["mpiexec", "-n", "2", sys.executable, str(WORKER), "lenet", tmp_path / "x", 8, 1000, "--stall", "0:3",
            "--pid-file"]
-    proc = subprocess.Popen(list(map(str, cmd)), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(ENV, MINIDL_WATCHDOG_S="0")      # the watchdog would name rank 0 first (test_distributed_faults.py)
+    proc = subprocess.Popen(list(map(str, cmd)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.perf_counter()
     while not all((tmp_path / f"x.{r}.pid").exists() for r in (0, 1)) and time.perf_counter() - t0 < 60:
         time.sleep(0.2)

@@ -28,6 +28,8 @@ def run(args: argparse.Namespace, out: Callable[..., Any] = print) -> Score:
 
     path = checkpoint_path(args)
     world = distributed.init()                   # one process, or rank r of N under mpiexec
+    distributed.watchdog.start(world)            # ranks watch each other from here (distributed/watchdog.py)
+    distributed.heartbeat.phase("loading data")
     out = out if world.main else (lambda *a: None)  # rank 0 prints
     stop_path = stops.claim_outputs(args, path) if world.main else path
     with stops.Signals() as signals:                  # SIGINT/SIGTERM/SIGHUP: nothing trained is lost
@@ -112,9 +114,20 @@ def parser() -> Parser:
     return training_parser()
 
 
+def _checked(p: Parser, args: argparse.Namespace) -> argparse.Namespace:
+    """The flags checked (check_args), and $MINIDL_WATCHDOG_S as a flag is: one line naming it, exit 2."""
+    args = check_args(p, args)
+    try:
+        distributed.watchdog.timeout_from_env()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
-    args = distributed.parse_agreed(p, argv, check_args)    # checked; under mpiexec the ranks agree, or exit 2
+    args = distributed.parse_agreed(p, argv, _checked)    # checked; under mpiexec the ranks agree, or exit 2
     return run_cli(distributed.init().guard(run), args)   # a failing rank ends every rank
 
 

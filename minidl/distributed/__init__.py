@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from .._types import Array
-from . import shard as sharding, waits
+from . import heartbeat, shard as sharding, waits, watchdog  # noqa: F401 (heartbeat: the phases the trainer declares)
 from .agreement import RanksDisagree, agree, parse_agreed  # noqa: F401 (the package's: before a run)
 from .buckets import GradientBuckets, bucket_mib_from_env, check_cap
 from .launch import Launch, launch_from_env, launched_by_mpi, not_joined, size_from_env  # noqa: F401 (before MPI)
@@ -77,7 +77,9 @@ class World:
 
     def reducer(self, device: Device, bucket_mib: float | None = None, grad_reduce: str = "fp32",
                 stop_asked: Callable[[], int | None] | None = None, shard: bool = False) -> Reducer | None:
-        """The Reducer of these ranks on `device`, or None for one process (nothing to reduce)."""
+        """The Reducer of these ranks on `device`, or None for one process (nothing to reduce); the ranks'
+        watchdog starts with the first (distributed.watchdog: a rank that dies, hangs or falls behind is named)."""
+        watchdog.start(self)
         return None if self.size == 1 else Reducer(self, device, bucket_mib, grad_reduce=grad_reduce,
                                                    stop_asked=stop_asked, shard=shard)
 
@@ -155,7 +157,8 @@ ABORT_GRACE_S = 0.5
 
 
 def _abort(world, line, code):
-    print(line, file=sys.stderr, flush=True)
+    if watchdog.claim():           # this line is the run's: no sentinel or watchdog adds another (nor it one)
+        print(line, file=sys.stderr, flush=True)
     time.sleep(ABORT_GRACE_S)      # the launcher forwards output on its own: an abort at once can lose the line
     world.comm.Abort(code if isinstance(code, int) else 1)
 

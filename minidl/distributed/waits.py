@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import heartbeat
+
 STOP_GRACE_S = 10.0     # a stop asked, and the others still not here: ranks out of step
 SPIN_S = 0.01           # polled without a pause, as MPI_Wait would
 PAUSE_S = 0.001         # then between polls
@@ -31,6 +33,11 @@ def wait_all(requests: Sequence[Any], asked: Callable[[], int | None] | None = N
     test = MPI.Request.Testall
     if test(requests):
         return
+    with heartbeat.waiting():                       # not this rank's work; the watchdog names whom it waits for
+        _poll(requests, test, asked, stuck)
+
+
+def _poll(requests, test, asked, stuck):
     t0 = time.monotonic()
     since = None                                    # when a stop was first seen asked
     while not test(requests):

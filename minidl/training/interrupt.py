@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from ..distributed import heartbeat
 from .hooks import TrainingInterrupted, TrainingStopped
 
 if TYPE_CHECKING:
@@ -18,11 +19,15 @@ Fit = TypeVar("Fit", bound=Callable[..., Any])
 
 
 def stops_on_ctrl_c(fit: Fit) -> Fit:
-    """Trainer.fit, with Ctrl-C a stop request while it runs (ctrl_c_stops)."""
+    """Trainer.fit, with Ctrl-C a stop request while it runs (ctrl_c_stops); however fit ends, its rank is
+    then out of training (distributed.heartbeat: no step of it left to judge hung while others wait)."""
     @functools.wraps(fit)
     def wrapped(trainer: Trains, *args: Any, **kwargs: Any) -> Any:
-        with ctrl_c_stops(trainer):
-            return fit(trainer, *args, **kwargs)
+        try:
+            with ctrl_c_stops(trainer):
+                return fit(trainer, *args, **kwargs)
+        finally:
+            heartbeat.phase("idle")
     return wrapped  # type: ignore[return-value]
 
 

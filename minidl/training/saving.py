@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..data.datasets import SHA256
 from .. import checkpoint as ckpt
+from ..distributed import heartbeat
 from .hooks import TrainingDiverged
 
 if TYPE_CHECKING:
@@ -83,13 +84,17 @@ class Saving:
                 "plan": self.plan, "rng": self.device.rng_state(), "loss_scale": self.loss_scale,
                 "dataset": self.dataset}
         meta = {k: v for k, v in meta.items() if v is not None}
-        return ckpt.save(path, self.model, self.optimizer, meta)
+        with heartbeat.during("saving"):           # slow by nature: the other ranks' watchdogs wait it out
+            saved = ckpt.save(path, self.model, self.optimizer, meta)
+        heartbeat.checkpointed(path, self.step)    # named if the run fails later
+        return saved
 
     def resume(self, path: str | os.PathLike) -> dict[str, Any]:
         """Restore weights, optimizer state, step and generator state from a checkpoint."""
         meta = ckpt.load(path, self.model, self.optimizer)
         self._step.forget_captures()       # captured steps hold the old step count
         self.step, self.seed = int(meta.get("step", 0)), int(meta.get("seed", self.seed))
+        heartbeat.checkpointed(path, self.step)
         self.plan = meta.get("plan", self.plan)
         if meta.get("dataset") in DATASETS:          # the data the run named: its later saves keep it
             self.dataset = meta["dataset"]

@@ -14,14 +14,13 @@ from .saving import Saving
 from .. import distributed
 from .._types import Array
 from ..backend import Device, DeviceError, get_device
-from .callbacks import TrainingDiverged, TrainingStopped  # noqa: F401 (re-exported: minidl.TrainingDiverged)
+from .callbacks import Callback, TrainingDiverged, TrainingStopped  # noqa: F401 (re-exported: minidl.TrainingDiverged)
 from .history import History, record
 from ..optim import schedules
 from ..data.sources import TrainLoaders, loader_for
 from ..metrics import Mean, Score
 from .step import TrainStep, check_optimizer
 if TYPE_CHECKING:
-    from .callbacks import Callback
     from ..distributed import World
     from ..graph.model import Model
     from ..losses import Loss
@@ -106,6 +105,7 @@ class Trainer(Saving):
     def _run_step(self, loader, per_epoch):
         """Step self.step + 1: one graph launch where captured, else eagerly; out of memory says what to do."""
         epoch, k = divmod(self.step, per_epoch)
+        distributed.heartbeat.step_begins(self.step + 1, first=self.step == self._since)   # ranks watch each other
         try:
             if self.graph:
                 self._step.replay(loader, epoch, k)
@@ -117,6 +117,7 @@ class Trainer(Saving):
                                   f"parameters) at batch size {loader.batch_size}: try a smaller -b") from None
             raise
         self.step += 1
+        distributed.heartbeat.step_ends(self.step)
 
     def _train_loader(self, x, y, batch_size, **how):
         """fit's loader (data/sources.py): the last fit's again where its arrays are unchanged, so its
@@ -211,8 +212,7 @@ class Trainer(Saving):
         result = Score(math.nan, math.nan)
         self.metrics.reset()
         self._step.reset_flag()
-        self._since = self.step
-        self._record_sums = [0.0, 0.0, 0]
+        self._since, self._record_sums = self.step, [0.0, 0.0, 0]
         show, logs = cb.Progress(), [cb.MetricsRecords(metrics_log)] if metrics_log is not None else []
         every = [cb.Checkpoints(checkpoint, save_every)] if save_every else []  # type: ignore[arg-type]
         hooks = [cb.TerminateOnNaN(save_to), *logs, show, *every, *callbacks, cb.SaveOnStop(checkpoint)]
@@ -229,12 +229,10 @@ class Trainer(Saving):
             if self.step == run.start + 1:       # one sync: the first step's compilation apart
                 self.device.sync()
                 t1, _ = time.perf_counter(), quiet()
-            interval = self.step % monitor == 0 or self.step == run.end
-            if interval:
+            if interval := self.step % monitor == 0 or self.step == run.end:
                 result = self._interval(run)
             run.emit("on_step_end")
-            epoch_end = self.step % per_epoch == 0 or loader.exhausted
-            if epoch_end:
+            if epoch_end := self.step % per_epoch == 0 or loader.exhausted:
                 run.emit("on_epoch_end", (self.step - 1) // per_epoch)
             if (self.step % validation_freq == 0 if validation_freq else epoch_end) or (
                     (self.step == run.end or run.stop) and self._record_sums[2]):
@@ -246,6 +244,7 @@ class Trainer(Saving):
             self._agree_stop(run)
         if run.signal is None:                   # a request in the last steps
             self._agree_stop(run, final=True)
+        distributed.heartbeat.phase("idle")       # out of training (the last sync, saves): no step to judge hung
         run.emit("on_train_end")                 # after a stop request SaveOnStop saves and raises
         self.device.sync()
         t2, steps = time.perf_counter(), self.step - run.start
@@ -289,6 +288,7 @@ class Trainer(Saving):
         for what, v in (("steps", steps), ("batch_size", batch_size)):     # steps=None: the whole set
             if v is not None and (isinstance(v, bool) or not isinstance(v, Integral) or v <= 0):
                 raise ValueError(f"evaluate: {what} must be a positive int, got {v!r}")
+        distributed.heartbeat.phase("evaluation")
         loader = loader_for(x, y, self.model, self.device, where="evaluate", batch_size=batch_size, training=False,
                             seed=self.seed, rank=self.world.rank, world=self.world.size, data_format=data_format,
                             fits=self._check_fits)
