@@ -153,7 +153,9 @@ class Watchdog:
 
     def _end(self, line):
         if heartbeat.claim(self.folder):
-            print(line, file=sys.stderr, flush=True)
+            from tqdm import tqdm                   # a progress bar drawn by this rank is cleared first:
+            tqdm.write(line, file=sys.stderr)       # the line starts a line of its own
+            sys.stderr.flush()
             self.tell("spoke")
             time.sleep(0.5)                         # the launcher forwards output on its own
         else:                                       # another rank spoke and ends the job; if it has not

@@ -42,7 +42,8 @@ def test_two_gpus_measure_the_step_with_and_without_collectives_and_the_collecti
     cmd = launcher + ["-n", "2", sys.executable, dist_worker.__file__, "minidl", "lenet-b256", "--steps",
                       "5", "--warmup", "3", "--precision", "bf16", "--grad-reduce", wire,
                       "--variants", "reduce", "none", "shard"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE", "0"))
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))     # the device's too (cuDNN FE)
+    env = dict(os.environ, PYTHONPATH=path, NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE", "0"))
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     with_, without, shard = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
