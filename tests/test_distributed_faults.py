@@ -266,3 +266,10 @@ def test_the_run_folder_goes_once_every_rank_with_a_record_has_ended(tmp_path):
     sentinel.tidy(str(tmp_path), patience=30)
     assert time.perf_counter() - t0 < 5 and not tmp_path.exists()
     beat.close()
+
+
+def test_the_failure_line_starts_a_line_of_its_own_on_a_terminal():
+    from minidl.distributed import heartbeat
+    # a terminal may hold rank 0's unended bar (another process under a launcher that merges the output)
+    assert heartbeat.failure_line("minidl: rank 1 died", isatty=True) == "\nminidl: rank 1 died"
+    assert heartbeat.failure_line("minidl: rank 1 died", isatty=False) == "minidl: rank 1 died"

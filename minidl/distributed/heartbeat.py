@@ -203,6 +203,12 @@ def checkpointed(path: Any, step: int) -> None:
 
 
 # -- reading the records (the watchdog, the sentinel) ----------------------------------------------
+def failure_line(line: str, isatty: bool) -> str:
+    """The run's one failure line as written: after a newline on a terminal, where rank 0's progress bar
+    (another process's, under a launcher that merges the ranks' output) may have left its line unended."""
+    return ("\n" if isatty else "") + line
+
+
 def read(folder: str) -> dict[int, dict[str, Any]]:
     """Every rank's record in `folder` that reads whole: {rank: record} (the fields of the module's docstring)."""
     out = {}
