@@ -268,7 +268,7 @@ def test_the_run_folder_goes_once_every_rank_with_a_record_has_ended(tmp_path):
     beat.close()
 
 
-def test_the_failure_line_starts_a_line_of_its_own_on_a_terminal():
+def test_the_failure_line_starts_a_line_of_its_own_where_a_bar_may_be_drawn():
     from minidl.distributed import heartbeat
     # a terminal may hold rank 0's unended bar (another process under a launcher that merges the output)
     assert heartbeat.failure_line("minidl: rank 1 died", isatty=True) == "\nminidl: rank 1 died"

@@ -203,10 +203,13 @@ def checkpointed(path: Any, step: int) -> None:
 
 
 # -- reading the records (the watchdog, the sentinel) ----------------------------------------------
-def failure_line(line: str, isatty: bool) -> str:
-    """The run's one failure line as written: after a newline on a terminal, where rank 0's progress bar
-    (another process's, under a launcher that merges the ranks' output) may have left its line unended."""
-    return ("\n" if isatty else "") + line
+def failure_line(line: str, isatty: bool | None = None) -> str:
+    """The run's one failure line as written: after a newline where rank 0 may draw a progress bar (the
+    Trainer draws one where stdout is a terminal: under Open MPI, a pty, while stderr is a pipe), which
+    may have left its line unended, in another process under a launcher that merges the ranks' output."""
+    import sys
+    bar = sys.stdout.isatty() if isatty is None else isatty
+    return ("\n" if bar else "") + line
 
 
 def read(folder: str) -> dict[int, dict[str, Any]]:

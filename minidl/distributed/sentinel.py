@@ -60,7 +60,7 @@ def watch(folder: str, rank: int, stdin: TextIO | None = None, stderr: TextIO | 
     first = min(ended, key=lambda r: (ended[r], r), default=rank)
     if first != rank or not heartbeat.claim(folder):
         return "after"
-    stderr.write(heartbeat.failure_line(died_line(rank, heartbeat.read(folder)), stderr.isatty()) + "\n")
+    stderr.write(heartbeat.failure_line(died_line(rank, heartbeat.read(folder))) + "\n")
     stderr.flush()
     return "died"
 

@@ -154,7 +154,7 @@ class Watchdog:
     def _end(self, line):
         if heartbeat.claim(self.folder):
             from tqdm import tqdm                   # a bar drawn by this rank is cleared first, one by another
-            tqdm.write(heartbeat.failure_line(line, sys.stderr.isatty()), file=sys.stderr)    # rank ended
+            tqdm.write(heartbeat.failure_line(line), file=sys.stderr)    # rank ended
             sys.stderr.flush()
             self.tell("spoke")
             time.sleep(0.5)                         # the launcher forwards output on its own
