@@ -15,7 +15,8 @@ DTypeLike = Union[np.dtype, str, type]
 # the first entry from the rest, and shape arithmetic reads the others)
 BatchShape = tuple[Any, ...]
 IntOrPair = Union[int, Sequence[int]]   # a window size, stride or padding: an int or a pair of ints
-# a kernel family (minidl/kernels/contract.py): a backend's module, or its half-storage wrapper
-Kernels = Any
+# one kernel family (minidl/kernels/contract.py): a backend's module, or its half-storage wrapper (all
+# of them, typed: minidl.kernels.families.Kernels)
+KernelFamily = Any
 # an initializer (minidl.init): f(rng, shape, fan_in, fan_out) -> float64 host array
 Initializer = Callable[[np.random.Generator, tuple[int, ...], int, int], np.ndarray]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 if TYPE_CHECKING:
-    from .._types import Array, DTypeLike, Kernels
+    from .._types import Array, DTypeLike, KernelFamily
     from ..backend import Device
     from ..graph.model import Model
     from ..layers.node import Node
@@ -87,7 +87,7 @@ def value_ids(model: Model) -> dict[int, int]:
     return vid
 
 
-def plan(model: Model, dk: Kernels | None) -> tuple[list[Step], Step | None]:
+def plan(model: Model, dk: KernelFamily | None) -> tuple[list[Step], Step | None]:
     """(steps at any batch size, the chain step for small batches or None) of an inference model.
 
     dk: the device's direct kernel family, or None to run one layer per step. A rule fuses nodes only
@@ -214,7 +214,7 @@ def _chain_step(dk, model, steps, outputs):
     return step
 
 
-def direct_family(device: Device, dtype: DTypeLike | None = None) -> Kernels | None:
+def direct_family(device: Device, dtype: DTypeLike | None = None) -> KernelFamily | None:
     """The device's direct kernel family where it computes in `dtype` (default: the device's; the
     family's DTYPES: float32), else None."""
     family = device.kernels.direct if device.has("direct") else None

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .. import init as _init
-from .._types import Array, BatchShape, Initializer, Kernels
+from .._types import Array, BatchShape, Initializer, KernelFamily
 from ..backend import DtypeError
 from . import registry as _registry
 from .args import _fans, _fmt, pair, positive_pair  # noqa: F401  # the layer families import them from here
@@ -245,7 +245,7 @@ class Layer:
         return None
 
     # -- helpers for subclasses -----------------------------------------------------------
-    def kernel_families(self, device: Device, *names: str) -> tuple[Kernels, ...]:
+    def kernel_families(self, device: Device, *names: str) -> tuple[KernelFamily, ...]:
         """The device's kernel families `names` (device.kernels.<name>), once each has said it computes in
         the device's dtype (Device.dtype_problem); else one error naming this layer, raised at build."""
         why = device.dtype_problem(names)

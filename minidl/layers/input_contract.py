@@ -8,7 +8,7 @@ declares, what a Loader feeding its training lowering applies (the lowering drop
 
 A concern of the model, so it lives with the layers that declare it, below every room that feeds
 a model images: the data loaders (`data/loader.py`, `data/sources.py`), the graph's predict,
-forward and evaluate (`graph/api.py`) and the compiled model (`inference/model.py`).
+forward and evaluate (`graph/model.py`, `graph/network.py`) and the compiled model (`inference/model.py`).
 """
 from __future__ import annotations
 
