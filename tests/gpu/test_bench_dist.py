@@ -19,15 +19,12 @@ pytest.importorskip("cudnn")
 pytest.importorskip("mpi4py.MPI")
 
 from benchmarks import dist_worker  # noqa: E402
+from tests.helpers import several_gpus  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _gpus():
-    try:
-        return cp.cuda.runtime.getDeviceCount()
-    except Exception:  # noqa: BLE001  no driver
-        return 0
+_gpus = several_gpus.gpu_count
 
 
 @pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")

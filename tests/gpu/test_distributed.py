@@ -12,7 +12,6 @@ flags end at once, exit 2, naming the difference.
 """
 import os
 import pathlib
-import shlex
 import subprocess
 import sys
 
@@ -28,6 +27,7 @@ from minidl import distributed, models, optim  # noqa: E402
 from minidl.kernels.gpu.collectives import ReductionStream  # noqa: E402
 from minidl.metrics import Mean  # noqa: E402
 from minidl.training.step import TrainStep  # noqa: E402
+from tests.helpers import several_gpus  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")      # NVLink SHARP off, as on the machines we run on
@@ -119,15 +119,9 @@ def test_a_one_rank_nccl_reducer_leaves_training_as_it_was(graph):
     trainer.reducer.coll.close()
 
 
-def _launcher():
-    return shlex.split(os.environ.get("MINIDL_MPIEXEC", "mpiexec"))
 
-
-def _gpus():
-    try:
-        return cp.cuda.runtime.getDeviceCount()
-    except Exception:                  # noqa: BLE001  no driver: conftest skips this file's tests anyway
-        return 0
+_gpus = several_gpus.gpu_count
+_launcher = several_gpus.launcher
 
 
 def _worker_runs(tmp_path, runs):

@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+from tests.helpers import several_gpus
 
 cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
@@ -26,11 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAULTS = ROOT / "tests" / "helpers" / "faults.py"
 
 
-def _gpus():
-    try:
-        return cp.cuda.runtime.getDeviceCount()
-    except Exception:                  # noqa: BLE001  no driver: conftest skips this file's tests anyway
-        return 0
+_gpus = several_gpus.gpu_count
 
 
 pytestmark = [pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs"),

@@ -13,7 +13,6 @@ and NCCL's reduce-scatter and all-gather alone, in place, plain and through a bf
 """
 import os
 import pathlib
-import shlex
 import subprocess
 import sys
 
@@ -26,6 +25,7 @@ MPI = pytest.importorskip("mpi4py.MPI")
 
 import minidl as dl  # noqa: E402
 from minidl import distributed, models, optim  # noqa: E402
+from tests.helpers import several_gpus  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "helpers" / "shard_worker.py"
@@ -64,15 +64,9 @@ def test_a_one_rank_sharding_nccl_reducer_trains_as_one_process(graph):
     trainer.reducer.coll.close()
 
 
-def _launcher():
-    return shlex.split(os.environ.get("MINIDL_MPIEXEC", "mpiexec"))
 
-
-def _gpus():
-    try:
-        return cp.cuda.runtime.getDeviceCount()
-    except Exception:                  # noqa: BLE001  no driver: conftest skips this file's tests anyway
-        return 0
+_gpus = several_gpus.gpu_count
+_launcher = several_gpus.launcher
 
 
 def _runs(tmp_path, runs):
