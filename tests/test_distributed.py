@@ -3,10 +3,8 @@
 in the update, every per-image draw keyed by the global batch); stops agreed without a host round trip per step
 and resumed exactly; failures end every rank."""
 import contextlib
-import importlib.util
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import re
@@ -19,13 +17,11 @@ import pytest
 import minidl as dl
 from minidl import distributed, models
 from minidl.data.loader import Loader
+from tests.helpers.mpi_ranks import MPI_MISSING, needs_mpi
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "dist_worker.py"
 DATA = os.environ.get("MINIDL_DATA")
-MPI_MISSING = ("mpiexec is not on PATH" if shutil.which("mpiexec") is None else
-               "mpi4py is not installed" if importlib.util.find_spec("mpi4py") is None else None)
-needs_mpi = pytest.mark.skipif(MPI_MISSING is not None, reason=f"{MPI_MISSING} (pip install 'minidl[dist]')")
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
 
 

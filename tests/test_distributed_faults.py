@@ -2,12 +2,10 @@
 and the last good checkpoint, within 10 s, exit status non-zero, every rank ended; a rank slower than the
 others one warning; a normal run none of these. Faults are injected by tests/helpers/faults.py (a callback
 every fit gets), under MPICH's mpiexec, 2 ranks on the CPU; the judging itself is tested without MPI."""
-import importlib.util
 import io
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -15,13 +13,11 @@ import time
 import pytest
 
 from minidl.distributed import heartbeat, sentinel, watchdog
+from tests.helpers.mpi_ranks import needs_mpi
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAULTS = ROOT / "tests" / "helpers" / "faults.py"
 DATA = os.environ.get("MINIDL_DATA")
-MPI_MISSING = ("mpiexec is not on PATH" if shutil.which("mpiexec") is None else
-               "mpi4py is not installed" if importlib.util.find_spec("mpi4py") is None else None)
-needs_mpi = pytest.mark.skipif(MPI_MISSING is not None, reason=f"{MPI_MISSING} (pip install 'minidl[dist]')")
 needs_data = pytest.mark.skipif(not DATA, reason="MINIDL_DATA (real MNIST) is not set")
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
 TRAIN = ["-n", "100000", "-m", "10", "-b", "8", "--device", "cpu", "--save-every", "20"]

@@ -19,12 +19,12 @@ pytest.importorskip("cudnn")
 pytest.importorskip("mpi4py.MPI")
 
 from benchmarks import dist_worker  # noqa: E402
-from tests.helpers import several_gpus  # noqa: E402
+from tests.helpers import mpi_ranks  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-_gpus = several_gpus.gpu_count
+_gpus = mpi_ranks.gpu_count
 
 
 @pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")

@@ -27,7 +27,7 @@ from minidl import distributed, models, optim  # noqa: E402
 from minidl.kernels.gpu.collectives import ReductionStream  # noqa: E402
 from minidl.metrics import Mean  # noqa: E402
 from minidl.training.step import TrainStep  # noqa: E402
-from tests.helpers import several_gpus  # noqa: E402
+from tests.helpers import mpi_ranks  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")      # NVLink SHARP off, as on the machines we run on
@@ -120,8 +120,8 @@ def test_a_one_rank_nccl_reducer_leaves_training_as_it_was(graph):
 
 
 
-_gpus = several_gpus.gpu_count
-_launcher = several_gpus.launcher
+_gpus = mpi_ranks.gpu_count
+_launcher = mpi_ranks.launcher
 
 
 def _worker_runs(tmp_path, runs):

@@ -17,7 +17,7 @@ import sys
 import time
 
 import pytest
-from tests.helpers import several_gpus
+from tests.helpers import mpi_ranks
 
 cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAULTS = ROOT / "tests" / "helpers" / "faults.py"
 
 
-_gpus = several_gpus.gpu_count
+_gpus = mpi_ranks.gpu_count
 
 
 pytestmark = [pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs"),

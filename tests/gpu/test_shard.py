@@ -25,7 +25,7 @@ MPI = pytest.importorskip("mpi4py.MPI")
 
 import minidl as dl  # noqa: E402
 from minidl import distributed, models, optim  # noqa: E402
-from tests.helpers import several_gpus  # noqa: E402
+from tests.helpers import mpi_ranks  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "helpers" / "shard_worker.py"
@@ -65,8 +65,8 @@ def test_a_one_rank_sharding_nccl_reducer_trains_as_one_process(graph):
 
 
 
-_gpus = several_gpus.gpu_count
-_launcher = several_gpus.launcher
+_gpus = mpi_ranks.gpu_count
+_launcher = mpi_ranks.launcher
 
 
 def _runs(tmp_path, runs):
