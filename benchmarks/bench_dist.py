@@ -29,7 +29,10 @@ prints that alone, without GPUs. --steps (default 100), or --quick (50 steps, 5 
 bf16_compress_hook). --transport nvlink net: `net` puts NCCL on its network transport
 (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: sockets over loopback), a stand-in for ranks on two hosts;
 --two-hosts adds that stand-in for ResNet-50 bf16 on 2 ranks with both wires, minidl beside DDP
-(--net-steps steps). --json FILE appends one line per result; --from-json FILE prints the tables of
+(--net-steps steps). --lone adds, at each N > 1, the N ranks training alone at once, each its own
+run on its own GPU with no communicator: what sharing one host costs before a byte is sent.
+--clocks samples the GPUs' SM clock, power and throttle reasons (nvidia-smi) over each timed run.
+--json FILE appends one line per result; --from-json FILE prints the tables of
 results gathered on machines of several sizes, without GPUs; --plot draws images/s against N.
 Without usable GPUs (or an MPI launcher) it says so in one line and exits 2.
 """
@@ -50,7 +53,7 @@ from dataclasses import dataclass
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = ROOT / "benchmarks" / "dist_worker.py"
 sys.path.insert(0, str(ROOT))
-from benchmarks import scaling  # noqa: E402
+from benchmarks import gpu_clocks, scaling  # noqa: E402
 from benchmarks.dist_worker import CASES, NO_SHARD, has_shard_optimizer  # noqa: E402
 
 WARMUP, QUICK_WARMUP = 10, 5
@@ -118,7 +121,7 @@ def plan(args, gpus):
     steps = args.steps or (QUICK_STEPS if args.quick else STEPS)
     warmup = QUICK_WARMUP if args.quick else WARMUP
     ranks = [n for n in (args.ranks or default_ranks(gpus)) if n <= gpus]
-    extra = ("shard",) if args.shard_optimizer else ()
+    extra = ("shard",) * args.shard_optimizer + ("lone",) * args.lone
     out = []
 
     def add(framework, case, precision, n, wire, transport, n_steps, extra=extra):
@@ -208,6 +211,10 @@ def _parser():
                    help="the dtype gradients travel in (default fp32); the step without collectives is always measured")
     p.add_argument("--shard-optimizer", action="store_true",
                    help="also minidl's sharded optimizer (Trainer shard_optimizer=True) at each N > 1")
+    p.add_argument("--lone", action="store_true",
+                   help="also, at each N > 1, N processes training alone on their GPUs at once (no communicator)")
+    p.add_argument("--clocks", action="store_true",
+                   help="sample the GPUs' SM clock, power and throttle reasons (nvidia-smi) over each timed run")
     p.add_argument("--transport", nargs="+", choices=("nvlink", "net"), default=["nvlink"],
                    help="net: NCCL over sockets, the stand-in for two hosts (default nvlink)")
     p.add_argument("--two-hosts", action="store_true",
@@ -234,7 +241,12 @@ def main(argv=None):
     if args.ranks and min(args.ranks) < 1:
         p.error(f"--ranks must be >= 1, got {min(args.ranks)}")
     if args.from_json:
-        return _report(scaling.read(args.from_json), args.plot)
+        rows = scaling.read(args.from_json)
+        lone = [r for r in rows if r.get("lone")]
+        results = [r for r in rows if not r.get("lone")]
+        if lone:
+            print(lone_table(results, lone))
+        return _report(results, args.plot)
     from minidl import distributed
     if distributed.launched_by_mpi():
         print("bench_dist: run it without mpirun/mpiexec: it launches each case's ranks itself (--launcher)",
@@ -270,7 +282,7 @@ def _run(args, launches, launcher, gpus):
     print(f"{len(launches)} launches on {gpus} GPUs, about {estimate_s(launches) / 60:.1f} min (empty caches)")
     print(f"{'case':<15}{'prec':<6}{'wire':<6}{'link':<7}{'N':>3}  {'framework':<26}{'images/s':>12}{'ms/step':>10}"
           f"{'alone ms':>10}{'RS+AG ms':>10}{'wire MiB':>10}{'s':>6}")
-    results, t_all = [], time.perf_counter()
+    results, lone, t_all = [], [], time.perf_counter()
     for launch in launches:
         cmd = launcher + ["-n", str(launch.n), sys.executable, str(WORKER), launch.framework, launch.case,
                           "--steps", str(launch.steps), "--warmup", str(launch.warmup), "--precision",
@@ -278,18 +290,26 @@ def _run(args, launches, launcher, gpus):
                           "--variants", *launch.variants]
         link_env = dict(env, NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1") if launch.transport == "net" else env
         t0 = time.perf_counter()
-        rows, why = _launch(cmd, link_env, args.timeout)
+        with gpu_clocks.Sampler() if args.clocks else contextlib.nullcontext() as sampler:
+            rows, why = _launch(cmd, link_env, args.timeout)
         for row in rows:
             if "skipped" in row:
                 print(f"{launch.head()}{launch.framework:<10} {row['variant']}: {row['skipped']}")
                 continue
-            results.append(dict(row, case=launch.case, precision=launch.precision, ranks=launch.n,
-                                framework=launch.framework, grad_reduce=launch.wire, transport=launch.transport))
-            r = results[-1]
+            r = dict(row, case=launch.case, precision=launch.precision, ranks=launch.n,
+                     framework=launch.framework, grad_reduce=launch.wire, transport=launch.transport)
+            if sampler is not None and r.get("window"):
+                r["clocks"] = gpu_clocks.summary(sampler.samples, r["window"], launch.n)
+            (lone if r.get("lone") else results).append(r)
             fmt = lambda k, f: "-" if r.get(k) is None else format(r[k], f)     # noqa: E731
-            print(f"{launch.head()}{scaling.label(r):<26}{r['images_s']:>12,.0f}{r['ms_step']:>10.3f}"
+            name = f"minidl alone x{launch.n}" if r.get("lone") else scaling.label(r)
+            print(f"{launch.head()}{name:<26}{r['images_s']:>12,.0f}{r['ms_step']:>10.3f}"
                   f"{fmt('allreduce_ms', '.3f'):>10}{fmt('rs_ag_ms', '.3f'):>10}{fmt('wire_mib', '.1f'):>10}"
                   f"{fmt('seconds', '.0f'):>6}", flush=True)
+            if r.get("ms_ranks"):
+                print(f"{launch.head()}{'':<26}each rank alone: {' '.join(f'{ms:.3f}' for ms in r['ms_ranks'])} ms")
+            if r.get("clocks"):
+                print(f"{launch.head()}{'':<26}{_clock_cell(r['clocks'])}")
             for note in ("alone_error", "alone_how"):
                 if note in r and r[note] not in ("graph", "host"):
                     print(f"{launch.head()}{scaling.label(r):<26}collectives alone: {r[note]}")
@@ -300,7 +320,35 @@ def _run(args, launches, launcher, gpus):
         print(f"{launch.head()}{launch.framework:<10} {'failed: ' + why if why else 'done'} in {took:.0f} s "
               f"(estimated {launch.estimate_s():.0f})", flush=True)
     print(f"all launches: {time.perf_counter() - t_all:.0f} s (estimated {estimate_s(launches):.0f} on empty caches)")
+    if lone:
+        print(lone_table(results, lone))
     return _report(results, args.plot)
+
+
+def _clock_cell(c):
+    return (f"GPUs over the timed steps: SM {c['sm_mhz']:.0f} MHz, <= {c['power_w']:.0f} W, <= {c['temp_c']:.0f} C, "
+            f"throttle reasons {c['reasons']} ({c['samples']} samples)")
+
+
+def lone_table(results, lone):
+    """Markdown rows: N processes each training alone on its GPU at once, against one GPU's step of
+    the same launch plan and the ranks' steps without and with collectives: what N GPUs in one host
+    cost before any rank meets another."""
+    one = {(r["case"], r["precision"]): r["ms_step"] for r in results
+           if r["ranks"] == 1 and r["framework"] == "minidl" and r["transport"] == "nvlink"}
+    rows = [scaling.normalise(r) for r in results]
+    step = {(r["case"], r["precision"], r["ranks"], r["collectives"]): r["ms_step"] for r in rows
+            if r["framework"] == "minidl" and r["transport"] == "nvlink" and not r["shard"]
+            and r["grad_reduce"] == "fp32"}
+    lines = ["| case | precision | N | 1 GPU ms | N alone at once ms (slowest) | ranks without collectives ms | "
+             "ranks with them ms |", "|---|---|---|---|---|---|---|"]
+    for r in lone:
+        key = (r["case"], r["precision"])
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"       # noqa: E731
+        lines.append(f"| {r['case']} | {r['precision']} | {r['ranks']} | {fmt(one.get(key))} | "
+                     f"{fmt(r['ms_step'])} ({fmt(max(r.get('ms_ranks') or [r['ms_step']]))}) | "
+                     f"{fmt(step.get((*key, r['ranks'], False)))} | {fmt(step.get((*key, r['ranks'], True)))} |")
+    return "\n".join(lines)
 
 
 def _report(results, plot_path):

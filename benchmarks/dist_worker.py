@@ -4,8 +4,10 @@
 
 minidl: one Trainer after the other in this process, one per variant (`reduce`: the step with its
 collectives; `none`: with them skipped; `shard`: Trainer(shard_optimizer=True), skipped with one
-line where the Trainer has no such keyword), each timed over the same batches, and after the first
-the collectives alone (`collectives_alone`). PyTorch DDP: its eager step and its all-reduce alone.
+line where the Trainer has no such keyword; `lone`: every rank a process of its own training alone
+on its GPU, all at once, which is what N GPUs in one host cost before any rank meets another), each
+timed over the same batches, and after the first the collectives alone (`collectives_alone`).
+PyTorch DDP: its eager step and its all-reduce alone.
 Rank 0 prints one JSON line per result as it is measured, so a later failure keeps the earlier ones.
 """
 import argparse
@@ -26,10 +28,11 @@ REPS = 20                       # replays of the collectives alone
 
 
 def _timed(fit, sync, barrier, steps, warmup):
-    """Seconds of `steps` steps: fit(steps) less a fit of one step, times steps / (steps - 1), so what a
-    call of fit costs once (minidl: its data's fingerprint, a CRC of the training set, tens of ms)
-    is not spread over the steps (2026-11-27's 4-GPU call timed fit(steps) whole: LeNet-5's 50-step
-    figures carried it)."""
+    """(seconds of `steps` steps, the wall-clock window of the timed fit): fit(steps) less a fit of
+    one step, times steps / (steps - 1), so what a call of fit costs once (minidl: its data's
+    fingerprint, a CRC of the training set, tens of ms) is not spread over the steps (2026-11-27's
+    4-GPU call timed fit(steps) whole: LeNet-5's 50-step figures carried it). The window (unix
+    seconds) is what bench_dist --clocks reads the GPUs' clocks over."""
     def once(n):
         sync()
         barrier()
@@ -39,7 +42,9 @@ def _timed(fit, sync, barrier, steps, warmup):
         return time.perf_counter() - t0
     fit(warmup)
     one = once(1)
-    return (once(steps) - one) * steps / max(steps - 1, 1)
+    start = time.time()
+    s = (once(steps) - one) * steps / max(steps - 1, 1)
+    return s, (start, time.time())
 
 
 def has_shard_optimizer():
@@ -139,15 +144,16 @@ def _minidl_variant(case, steps, warmup, world, train, precision, wire, variant,
     t0 = time.perf_counter()
     model = models.get(case["model"], depth=case["depth"], device=dev, seed=0)
     kw = {"momentum": 0.9} if case["optimizer"] == "momentum" else {}
+    from minidl.distributed import World
     trainer = dl.Trainer(model, optim.get(case["optimizer"], lr=case["lr"], **kw), progress=False,
-                         log=lambda s: None, world=world, precision=precision, grad_reduce=wire,
-                         **({"shard_optimizer": True} if variant == "shard" else {}))
+                         log=lambda s: None, world=World() if variant == "lone" else world, precision=precision,
+                         grad_reduce=wire, **({"shard_optimizer": True} if variant == "shard" else {}))
     if variant == "none" and trainer.reducer:
         _skip_collectives(trainer.reducer)
-    s = _timed(lambda n: trainer.fit(train, more_steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
-               world.comm.Barrier if world.comm else lambda: None, steps, warmup)
-    row = {"images_s": steps * case["batch"] * world.size / s, "ms_step": 1e3 * s / steps,
-           "collectives": variant != "none", "shard": variant == "shard",
+    s, window = _timed(lambda n: trainer.fit(train, more_steps=n, batch_size=case["batch"], monitor=10 ** 9),
+                       dev.sync, world.comm.Barrier if world.comm else lambda: None, steps, warmup)
+    row = {"images_s": steps * case["batch"] * world.size / s, "ms_step": 1e3 * s / steps, "window": window,
+           "collectives": variant not in ("none", "lone"), "shard": variant == "shard", "lone": variant == "lone",
            "buckets": len(trainer.reducer.buckets.buckets) if trainer.reducer and variant != "shard" else None,
            "wire_mib": model.grads.size * (2 if wire == "bf16" else 4) / 2 ** 20}
     if variant == "reduce" and trainer.reducer:
@@ -155,6 +161,8 @@ def _minidl_variant(case, steps, warmup, world, train, precision, wire, variant,
             row.update(collectives_alone(trainer.reducer, dev, world, wire))
         except Exception as e:  # noqa: BLE001  the step's figures stand without them
             row["alone_error"] = f"{type(e).__name__}: {e}"[:200]
+    if variant == "lone" and world.comm:               # each rank timed its own run: all of them
+        row["ms_ranks"] = world.comm.gather(row["ms_step"], root=0)
     _release(trainer)
     row["seconds"] = time.perf_counter() - t0
     return row
@@ -191,7 +199,7 @@ def torch_worker(case, steps, warmup, world, train, precision, wire, variants, d
             loss.backward()
             opt.step()
             done[0] += 1
-    s = _timed(fit, torch.cuda.synchronize, tdist.barrier, steps, warmup)
+    s, window = _timed(fit, torch.cuda.synchronize, tdist.barrier, steps, warmup)
     buf = torch.zeros(sum(p.numel() for p in model.parameters()), device="cuda",
                       dtype=torch.bfloat16 if wire == "bf16" else torch.float32)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -202,7 +210,8 @@ def torch_worker(case, steps, warmup, world, train, precision, wire, variants, d
     end.record()
     torch.cuda.synchronize()
     tdist.destroy_process_group()
-    emit({"images_s": steps * case["batch"] * world.size / s, "ms_step": 1e3 * s / steps, "collectives": True,
+    emit({"images_s": steps * case["batch"] * world.size / s, "ms_step": 1e3 * s / steps, "window": window,
+          "collectives": True,
           "shard": False, "allreduce_ms": start.elapsed_time(end) / REPS, "alone_how": "eager", "buckets": None,
           "wire_mib": buf.numel() * buf.element_size() / 2 ** 20, "seconds": time.perf_counter() - t0})
 
@@ -229,7 +238,7 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--grad-reduce", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--variants", nargs="+", choices=("reduce", "none", "shard"), default=["reduce"])
+    p.add_argument("--variants", nargs="+", choices=("reduce", "none", "shard", "lone"), default=["reduce"])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: the tests' runs")
     return worker(p.parse_args(argv))
 

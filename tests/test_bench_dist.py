@@ -114,12 +114,16 @@ ENV = {**os.environ, "PYTHONPATH": str(bench_dist.ROOT), "OPENBLAS_NUM_THREADS":
 def test_a_minidl_worker_measures_the_step_with_and_without_collectives_and_the_collectives_alone():
     _mnist_or_skip()
     cmd = ["mpiexec", "-n", "2", sys.executable, dist_worker.__file__, "minidl", "lenet-b256", "--steps",
-           "2", "--warmup", "1", "--precision", "fp32", "--device", "cpu", "--variants", "reduce", "none", "shard"]
+           "2", "--warmup", "1", "--precision", "fp32", "--device", "cpu", "--variants", "reduce", "none", "shard",
+           "lone"]
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     rows = [json.loads(line) for line in p.stdout.splitlines()]     # rank 0 alone prints
-    assert len(rows) == 3
-    with_, without, shard = rows
+    assert len(rows) == 4
+    with_, without, shard, lone = rows
+    assert lone["lone"] and not lone["collectives"] and lone["buckets"] is None     # no Reducer: a run of its own
+    assert len(lone["ms_ranks"]) == 2 and lone["ms_step"] == lone["ms_ranks"][0] and min(lone["ms_ranks"]) > 0
+    assert all(r["window"][0] < r["window"][1] for r in (with_, without, lone))
     assert with_["collectives"] and not with_["shard"] and with_["buckets"] == 1
     import minidl as dl
     arena = dl.models.get("lenet", device=dl.get_device("cpu")).grads.size      # LeNet-5's gradient arena
@@ -176,3 +180,26 @@ def test_a_launch_past_its_time_is_stopped_and_keeps_what_it_printed(tmp_path):
     rows, why = bench_dist._launch([sys.executable, "-c", "import sys; print('oops: an error', file=sys.stderr); "
                                     "sys.exit(3)"], ENV, timeout=10)
     assert rows == [] and why == "exit 3: oops: an error"
+
+
+def test_the_gpus_clocks_are_read_over_the_timed_window_alone():
+    from benchmarks import gpu_clocks
+    rows = [gpu_clocks.parse(line) for line in (
+        "2026/11/27 18:30:01.000, 0, 1980, 650.5, 60, 0x0000000000000000",
+        "2026/11/27 18:30:01.500, 1, 1755, 700.1, 71, 0x0000000000000004",     # SW power cap
+        "2026/11/27 18:30:01.500, 2, 1200, 300.0, 50, 0x0000000000000008",     # a GPU the launch did not use
+        "2026/11/27 18:30:05.000, 0, 345, 90.0, 40, 0x0000000000000001")]      # idle, after the window
+    assert gpu_clocks.parse("Field 'x' is not a valid field to query.") is None
+    t0 = rows[0][0]
+    s = gpu_clocks.summary(rows, (t0, t0 + 1), gpus=2)
+    assert s == {"sm_mhz": (1980 + 1755) / 2, "power_w": 700.1, "temp_c": 71.0, "reasons": "0x4", "samples": 2}
+    assert gpu_clocks.summary(rows, (t0 + 10, t0 + 11), gpus=2) is None
+
+
+def test_the_lone_table_sets_n_gpus_at_once_beside_one_gpu_and_the_ranks():
+    results = [dict(case="resnet50-b256", precision="bf16", framework="minidl", ranks=n, collectives=c,
+                    ms_step=ms, grad_reduce="fp32", transport="nvlink", images_s=1.0)
+               for n, c, ms in ((1, True, 3.3), (4, True, 3.8), (4, False, 3.7))]
+    lone = [dict(results[0], ranks=4, collectives=False, lone=True, ms_step=3.65, ms_ranks=[3.65, 3.6, 3.72, 3.7])]
+    line = bench_dist.lone_table(results, lone).splitlines()[-1]
+    assert line == "| resnet50-b256 | bf16 | 4 | 3.300 | 3.650 (3.720) | 3.700 | 3.800 |"
