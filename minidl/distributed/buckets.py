@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..graph.model import Model
     from ..layers.base import Layer
 
-CAP_MIB = 8.0        # per bucket: ~12 all-reduces for ResNet-50's 97 MiB, one for LeNet-5's 0.24 MiB
+CAP_MIB = 25.0       # per bucket: 4 all-reduces for ResNet-50's 97 MiB, one for LeNet-5's 0.24 MiB (docs/distributed.md)
 MAX_MIB = 65536.0    # 64 GiB: beyond any GPU's gradient arena, so a larger value is a typo
 
 
