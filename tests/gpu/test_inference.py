@@ -70,6 +70,18 @@ def test_replays_with_new_inputs_give_new_outputs(no_tf32, compiled):
     np.testing.assert_array_equal(host(gpu, gpu.predict(buf)), y1)
 
 
+def test_nhwc_and_nchw_images_replay_to_the_same_outputs(no_tf32, compiled):
+    """Compiled predict takes (N, H, W), NCHW and NHWC as Model.predict does, from the host and from
+    the device: the same buffer, the same graph, the same outputs bit for bit, and the CPU's."""
+    cpu, gpu = compiled["lenet5"]
+    x = batch(6, seed=21)
+    want = host(gpu, gpu.predict(x)).copy()
+    assert_close(want, cpu.predict(x), TOL["lenet5"])
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    for images in (x[:, 0], nhwc, cp.asarray(nhwc), cp.asarray(x[:, 0])):
+        np.testing.assert_array_equal(host(gpu, gpu.predict(images)), want)
+
+
 @pytest.mark.parametrize("tf32", [False, True])
 def test_batch_1000_replay_equals_eager_and_cpu(compiled, tf32):
     """What `python -m minidl.infer` runs: batch 1000, TF32 on by default (a fresh model: graphs are
