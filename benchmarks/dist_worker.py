@@ -27,24 +27,21 @@ CASES = {"resnet50-b256": dict(model="resnet", depth=50, batch=256, optimizer="m
 REPS = 20                       # replays of the collectives alone
 
 
-def _timed(fit, sync, barrier, steps, warmup):
-    """(seconds of `steps` steps, the wall-clock window of the timed fit): fit(steps) less a fit of
-    one step, times steps / (steps - 1), so what a call of fit costs once (minidl: its data's
-    fingerprint, a CRC of the training set, tens of ms) is not spread over the steps (2026-11-27's
-    4-GPU call timed fit(steps) whole: LeNet-5's 50-step figures carried it). The window (unix
-    seconds) is what bench_dist --clocks reads the GPUs' clocks over."""
-    def once(n):
-        sync()
-        barrier()
-        t0 = time.perf_counter()
-        fit(n)
-        sync()
-        return time.perf_counter() - t0
+def _timed(fit, sync, barrier, steps, warmup, steady_ms=None):
+    """(seconds of `steps` steps, the wall-clock window of the timed fit). `steady_ms()`, where given,
+    is the fit's own figure of a step after its first (minidl's Trainer.timing): what a call of fit
+    costs once (its data's fingerprint, the ranks' agreement, the first step's sync) stays out. Else
+    fit(steps) whole (PyTorch's loop has no such cost). fit(steps) less a fit of one step, tried on
+    2026-11-27, went negative on two GPUs at 5 steps: the fixed cost's jitter is larger than a few
+    of LeNet-5's steps. The window (unix seconds) is what bench_dist --clocks reads the clocks over."""
     fit(warmup)
-    one = once(1)
-    start = time.time()
-    s = (once(steps) - one) * steps / max(steps - 1, 1)
-    return s, (start, time.time())
+    sync()
+    barrier()
+    start, t0 = time.time(), time.perf_counter()
+    fit(steps)
+    sync()
+    s = time.perf_counter() - t0
+    return (steady_ms() * steps / 1e3 if steady_ms else s), (start, time.time())
 
 
 def has_shard_optimizer():
@@ -151,7 +148,8 @@ def _minidl_variant(case, steps, warmup, world, train, precision, wire, variant,
     if variant == "none" and trainer.reducer:
         _skip_collectives(trainer.reducer)
     s, window = _timed(lambda n: trainer.fit(train, more_steps=n, batch_size=case["batch"], monitor=10 ** 9),
-                       dev.sync, world.comm.Barrier if world.comm else lambda: None, steps, warmup)
+                       dev.sync, world.comm.Barrier if world.comm else lambda: None, steps, warmup,
+                       steady_ms=lambda: trainer.timing["steady_ms"])
     row = {"images_s": steps * case["batch"] * world.size / s, "ms_step": 1e3 * s / steps, "window": window,
            "collectives": variant not in ("none", "lone"), "shard": variant == "shard", "lone": variant == "lone",
            "buckets": len(trainer.reducer.buckets.buckets) if trainer.reducer and variant != "shard" else None,

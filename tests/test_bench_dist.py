@@ -203,3 +203,14 @@ def test_the_lone_table_sets_n_gpus_at_once_beside_one_gpu_and_the_ranks():
     lone = [dict(results[0], ranks=4, collectives=False, lone=True, ms_step=3.65, ms_ranks=[3.65, 3.6, 3.72, 3.7])]
     line = bench_dist.lone_table(results, lone).splitlines()[-1]
     assert line == "| resnet50-b256 | bf16 | 4 | 3.300 | 3.650 (3.720) | 3.700 | 3.800 |"
+
+
+def test_a_fits_fixed_cost_stays_out_of_its_steps():
+    """minidl's figure is the fit's own steady step (Trainer.timing): a fixed cost per call of fit (the
+    data's fingerprint, tens of ms) is not spread over the steps; PyTorch's loop is timed whole."""
+    import time as clock
+    fit = lambda n: clock.sleep(0.03 + 0.001 * n)          # noqa: E731  30 ms a call, 1 ms a step
+    s, (t0, t1) = dist_worker._timed(fit, lambda: None, lambda: None, 10, 1, steady_ms=lambda: 1.0)
+    assert s == pytest.approx(0.010) and t1 - t0 >= 0.04
+    whole, _ = dist_worker._timed(fit, lambda: None, lambda: None, 10, 1)
+    assert whole >= 0.04
