@@ -333,7 +333,9 @@ def _clock_cell(c):
 def lone_table(results, lone):
     """Markdown rows: N processes each training alone on its GPU at once, against one GPU's step of
     the same launch plan and the ranks' steps without and with collectives: what N GPUs in one host
-    cost before any rank meets another."""
+    cost before any rank meets another. The speed-up of N alone is the ranks' against the lone step
+    of their own launch: a process's step moves with its history (docs/results.md, 2026-11-27
+    evening: 5.8% in bf16), so one GPU's launch is not always the fair baseline."""
     one = {(r["case"], r["precision"]): r["ms_step"] for r in results
            if r["ranks"] == 1 and r["framework"] == "minidl" and r["transport"] == "nvlink"}
     rows = [scaling.normalise(r) for r in results]
@@ -341,13 +343,15 @@ def lone_table(results, lone):
             if r["framework"] == "minidl" and r["transport"] == "nvlink" and not r["shard"]
             and r["grad_reduce"] == "fp32"}
     lines = ["| case | precision | N | 1 GPU ms | N alone at once ms (slowest) | ranks without collectives ms | "
-             "ranks with them ms |", "|---|---|---|---|---|---|---|"]
+             "ranks with them ms | speed-up of N alone |", "|---|---|---|---|---|---|---|---|"]
     for r in lone:
         key = (r["case"], r["precision"])
         fmt = lambda v: "-" if v is None else f"{v:.3f}"       # noqa: E731
+        with_ = step.get((*key, r["ranks"], True))
+        speedup = "-" if with_ is None else f"{r['ranks'] * r['ms_step'] / with_:.2f}x"
         lines.append(f"| {r['case']} | {r['precision']} | {r['ranks']} | {fmt(one.get(key))} | "
                      f"{fmt(r['ms_step'])} ({fmt(max(r.get('ms_ranks') or [r['ms_step']]))}) | "
-                     f"{fmt(step.get((*key, r['ranks'], False)))} | {fmt(step.get((*key, r['ranks'], True)))} |")
+                     f"{fmt(step.get((*key, r['ranks'], False)))} | {fmt(with_)} | {speedup} |")
     return "\n".join(lines)
 
 

@@ -202,7 +202,7 @@ def test_the_lone_table_sets_n_gpus_at_once_beside_one_gpu_and_the_ranks():
                for n, c, ms in ((1, True, 3.3), (4, True, 3.8), (4, False, 3.7))]
     lone = [dict(results[0], ranks=4, collectives=False, lone=True, ms_step=3.65, ms_ranks=[3.65, 3.6, 3.72, 3.7])]
     line = bench_dist.lone_table(results, lone).splitlines()[-1]
-    assert line == "| resnet50-b256 | bf16 | 4 | 3.300 | 3.650 (3.720) | 3.700 | 3.800 |"
+    assert line == "| resnet50-b256 | bf16 | 4 | 3.300 | 3.650 (3.720) | 3.700 | 3.800 | 3.84x |"
 
 
 def test_a_fits_fixed_cost_stays_out_of_its_steps():
