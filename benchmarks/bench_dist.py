@@ -222,7 +222,8 @@ def _parser():
     p.add_argument("--net-steps", type=int, help=f"timed steps over the network (default {NET_STEPS})")
     p.add_argument("--launcher", default=os.environ.get("MINIDL_MPIEXEC", "mpiexec"),
                    help="the MPI launcher command, without -n (default $MINIDL_MPIEXEC or mpiexec)")
-    p.add_argument("--bucket-mib", type=float, help="minidl's gradient bucket size (default 8)")
+    p.add_argument("--bucket-mib", type=float, help="minidl's gradient bucket size (default 25)")
+    p.add_argument("--bucket-tail-mib", type=float, help="minidl's last bucket's cap (default 0: as it falls)")
     p.add_argument("--timeout", type=float, default=120, help="seconds a launch may take (default 120)")
     p.add_argument("--plan", action="store_true", help="print the launches and the time they should take, run nothing")
     p.add_argument("--json", help="also append one JSON line per result to this file")
@@ -279,6 +280,8 @@ def _run(args, launches, launcher, gpus):
     env = dict(os.environ, PYTHONPATH=path, NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE", "0"))
     if args.bucket_mib is not None:
         env["MINIDL_BUCKET_MIB"] = str(args.bucket_mib)
+    if args.bucket_tail_mib is not None:
+        env["MINIDL_BUCKET_TAIL_MIB"] = str(args.bucket_tail_mib)
     print(f"{len(launches)} launches on {gpus} GPUs, about {estimate_s(launches) / 60:.1f} min (empty caches)")
     print(f"{'case':<15}{'prec':<6}{'wire':<6}{'link':<7}{'N':>3}  {'framework':<26}{'images/s':>12}{'ms/step':>10}"
           f"{'alone ms':>10}{'RS+AG ms':>10}{'wire MiB':>10}{'s':>6}")

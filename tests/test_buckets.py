@@ -41,6 +41,41 @@ def test_buckets_tile_the_arena_in_backward_order(name, depth, cap_mib):
         assert len(plan) > 2
 
 
+@pytest.mark.parametrize("tail_mib", [0.01, 0.2, 1.0])
+def test_a_tail_cap_splits_the_last_bucket_to_the_layers_backward_finishes_last(tail_mib):
+    """The last bucket is final only when backward ends: under a tail cap its final layers, up to the
+    cap (at least one), go in a bucket of their own; the other buckets are as before."""
+    _, net = _net("resnet", 18)
+    cap, tail = int(2 * 2 ** 20), int(tail_mib * 2 ** 20)
+    plain, split = buckets.plan(net, cap), buckets.plan(net, cap, tail)
+    assert split[:-2] == plain[:-1] and len(split) == len(plain) + 1
+    bulk, last = split[-2:]
+    assert (last.lo, bulk.hi) == (plain[-1].lo, plain[-1].hi)      # the same range, cut in two
+    assert bulk.layers + last.layers == plain[-1].layers and bulk.layers and last.layers
+    assert last.hi == bulk.lo and last.lo == 0                      # the arena's head: the stem's
+    size = {layer.name: sum(p.size for p in layer.params.values() if p.weight) * 4 for layer in net.layers}
+    assert (last.hi - last.lo) * 4 <= tail or len(last.layers) == 1
+    if len(bulk.layers) > 1:                      # as much as the cap takes: one layer more would not fit
+        assert (last.hi - last.lo) * 4 + size[bulk.layers[-1]] > tail
+    assert buckets.plan(net, cap, int(1e9)) == plain                # a cap above the last bucket: no split
+
+
+def test_a_tail_cap_leaves_a_one_layer_bucket_and_lenet_alone():
+    _, net = _net("lenet")
+    whole = buckets.plan(net, int(buckets.CAP_MIB * 2 ** 20))
+    assert len(whole) == 1 and buckets.plan(net, int(buckets.CAP_MIB * 2 ** 20), 1) != whole   # split to one layer
+    one = buckets.plan(net, 1)                                       # a bucket a layer: nothing to split
+    assert buckets.plan(net, 1, 1) == one
+
+
+@pytest.mark.parametrize("value,want", [("", 0.0), ("0", 0.0), ("2", 2.0), ("0.5", 0.5)])
+def test_the_tail_cap_comes_from_the_environment(value, want):
+    assert buckets.tail_mib_from_env({"MINIDL_BUCKET_TAIL_MIB": value}) == want
+    assert buckets.tail_mib_from_env({}) == buckets.TAIL_MIB == 0.0
+    with pytest.raises(ValueError, match=r"^MINIDL_BUCKET_TAIL_MIB must be .* got 'abc'$"):
+        buckets.tail_mib_from_env({"MINIDL_BUCKET_TAIL_MIB": "abc"})
+
+
 @pytest.mark.parametrize("name,depth", [("lenet", None), ("resnet", 18)])
 def test_each_bucket_starts_once_a_step_when_its_gradients_are_final(name, depth):
     model, net = _net(name, depth)
@@ -146,3 +181,12 @@ def test_the_reducer_refuses_a_bad_bucket_size_naming_it(value):
     world, device = distributed.World(0, 2), dl.get_device("cpu")
     with pytest.raises(ValueError, match="^bucket_mib must be a bucket size in MiB"):
         distributed.Reducer(world, device, bucket_mib=value, communicator=_SecondRankAlike())
+
+
+def test_the_reducer_cuts_the_tail_the_environment_asks_for(monkeypatch):
+    _, net = _net("resnet", 18)
+    world, device = distributed.World(0, 2), dl.get_device("cpu")
+    plain = distributed.Reducer(world, device, bucket_mib=2, communicator=_SecondRankAlike()).watch(net).buckets
+    monkeypatch.setenv("MINIDL_BUCKET_TAIL_MIB", "0.2")
+    tail = distributed.Reducer(world, device, bucket_mib=2, communicator=_SecondRankAlike()).watch(net).buckets
+    assert tail == buckets.plan(net, 2 << 20, int(0.2 * 2 ** 20)) and len(tail) == len(plain) + 1

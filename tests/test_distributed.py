@@ -80,7 +80,8 @@ def test_the_run_description_holds_the_flags_and_the_minidl_values_a_host_may_no
 
 # -- under mpiexec ---------------------------------------------------------------------------------
 @needs_mpi
-@pytest.mark.parametrize("optimizer,buckets", [("adam", None), ("momentum", None), ("momentum", 0.05)])
+@pytest.mark.parametrize("optimizer,buckets", [("adam", None), ("momentum", None), ("momentum", 0.05),
+                                               ("momentum", "tail")])
 def test_two_ranks_at_b16_end_with_the_weights_of_one_process_at_b32(tmp_path, optimizer, buckets):
     # float32: the two runs sum their gradients in another order, so they differ by ~1e-7 from the
     # first step on; a max-pool window whose two largest values lie closer than that (1 ulp apart:
@@ -88,7 +89,9 @@ def test_two_ranks_at_b16_end_with_the_weights_of_one_process_at_b32(tmp_path, o
     # and from there they drift apart by chaos (1e-2 within 20 steps). In float64 the runs stay
     # equal to rounding: the strict check runs there.
     flag = ["--momentum", "--float64"] if optimizer == "momentum" else []
-    flag += ["--bucket-mib", buckets] if buckets else []       # LeNet-5's 0.24 MiB in one bucket, or in 2
+    # LeNet-5's 0.24 MiB in one bucket, or in 2; "tail": the last of them split, its final layers apart
+    flag += (["--bucket-mib", 0.05, "--tail-mib", 0.01] if buckets == "tail"
+             else ["--bucket-mib", buckets] if buckets else [])
     one, two = launch(0, WORKER, "lenet", tmp_path / "one.npz", 32, 50, *flag), \
         launch(2, WORKER, "lenet", tmp_path / "two.npz", 16, 50, *flag)
     assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
@@ -439,6 +442,13 @@ def test_a_bad_bucket_size_is_one_line_naming_the_variable_and_exit_2(value, n):
     assert p.returncode == 2 and p.stdout == "", p.stderr
     line = f"error: MINIDL_BUCKET_MIB must be a bucket size in MiB, a number in (0, 65536], got '{value}'"
     assert p.stderr.splitlines() == [line]
+
+
+def test_a_bad_tail_cap_is_one_line_naming_the_variable_and_exit_2():
+    p = subprocess.run(TRAIN, env=dict(ENV, MINIDL_BUCKET_TAIL_MIB="-1"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    assert p.stderr.splitlines() == ["error: MINIDL_BUCKET_TAIL_MIB must be a bucket size in MiB, a number in "
+                                     "(0, 65536], got '-1'"]
 
 
 @needs_mpi

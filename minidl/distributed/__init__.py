@@ -26,7 +26,7 @@ import numpy as np
 from .._types import Array
 from . import heartbeat, shard as sharding, waits, watchdog  # noqa: F401 (heartbeat: the phases the trainer declares)
 from .agreement import RanksDisagree, agree, parse_agreed  # noqa: F401 (the package's: before a run)
-from .buckets import GradientBuckets, bucket_mib_from_env, check_cap
+from .buckets import GradientBuckets, bucket_mib_from_env, check_cap, tail_mib_from_env
 from .launch import Launch, launch_from_env, launched_by_mpi, not_joined, size_from_env  # noqa: F401 (before MPI)
 
 if TYPE_CHECKING:
@@ -222,6 +222,7 @@ class Reducer:
         if not isinstance(shard, bool):
             raise TypeError(f"shard_optimizer must be True or False, got {shard!r}")
         self.bucket_mib = bucket_mib_from_env() if bucket_mib is None else check_cap(bucket_mib)
+        self.tail_mib = tail_mib_from_env()
         self.world, self.device, self.grad_scale = world, device, 1.0 / world.size
         self.grad_reduce, self.stop_asked = grad_reduce, stop_asked
         self.coll = communicator or device.communicator(world.comm)
@@ -237,7 +238,7 @@ class Reducer:
         def start(view, lo):                     # a precision policy's copies: cast this range first
             net.gather(lo, lo + view.size)
             self.shard.reduce(view, lo, wires.get(lo)) if self.shard else self.coll.start(view, "sum", wires.get(lo))
-        self.buckets = GradientBuckets(net, start, self.bucket_mib)
+        self.buckets = GradientBuckets(net, start, self.bucket_mib, self.tail_mib)
         if self.sharded:                         # this rank's chunk of each bucket: what its optimizer updates
             self.shard = sharding.Shard(self.world, self.coll, self.buckets.buckets, net.flat, self.device.xp)
         if self.grad_reduce == "bf16":           # one bfloat16 twin of the arena, cut as the buckets are

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .buckets import bucket_mib_from_env
+from .buckets import bucket_mib_from_env, tail_mib_from_env
 
 # MINIDL_* values that may differ per host and change no number of the run: where the data, caches
 # and compiles live, how the GPU kernels are tuned and compiled, the reduction stream's priority.
@@ -145,16 +145,17 @@ def _end(world, status, text):
 
 
 def _bucket_problem():
-    """What is wrong with $MINIDL_BUCKET_MIB (one line naming it), or None."""
+    """What is wrong with $MINIDL_BUCKET_MIB or $MINIDL_BUCKET_TAIL_MIB (one line naming it), or None."""
     try:
         bucket_mib_from_env()
+        tail_mib_from_env()
     except ValueError as e:
         return str(e)
     return None
 
 
 def _check_bucket_env():
-    """$MINIDL_BUCKET_MIB is checked as a flag is: one line naming it, exit status 2."""
+    """$MINIDL_BUCKET_MIB and $MINIDL_BUCKET_TAIL_MIB are checked as flags are: one line naming it, exit 2."""
     problem = _bucket_problem()
     if problem:
         print(f"error: {problem}", file=sys.stderr)

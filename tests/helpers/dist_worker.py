@@ -20,9 +20,9 @@ step S; --count: count the host's MPI calls (the npz gets `blocking`, `nonblocki
 --seed-per-rank: rank r builds its model, device and Trainer with seed r (the Trainer makes them
 rank 0's); --stall R:S: rank R sleeps 10 minutes after step S (the others wait for it in a
 collective), and SIGTERM asks the trainer to stop, as the command line's handler does;
---device cuda: one GPU per rank (TF32 off); --bucket-mib M: the reducer's bucket size; --eager: no
-CUDA graph; --watchdog S: a rank still running after S seconds prints every thread's Python stack
-and exits (faulthandler), so a hang ends with where each rank waits.
+--device cuda: one GPU per rank (TF32 off); --bucket-mib M: the reducer's bucket size (--tail-mib T:
+its last's); --eager: no CUDA graph; --watchdog S: a rank still running after S seconds prints
+every thread's Python stack and exits (faulthandler), so a hang ends with where each rank waits.
 """
 import argparse
 import collections
@@ -93,6 +93,7 @@ def parse(argv):
     p.add_argument("--count", action="store_true")
     p.add_argument("--device", default="cpu")
     p.add_argument("--bucket-mib", type=float)
+    p.add_argument("--tail-mib", type=float, help="the last bucket's cap ($MINIDL_BUCKET_TAIL_MIB)")
     p.add_argument("--eager", action="store_true")
     p.add_argument("--watchdog", type=float)
     p.add_argument("--shift", type=int, default=0)
@@ -121,6 +122,8 @@ def main(*argv):
     device.set_tf32(False)
     if args.bucket_mib is not None:
         os.environ["MINIDL_BUCKET_MIB"] = str(args.bucket_mib)
+    if args.tail_mib is not None:
+        os.environ["MINIDL_BUCKET_TAIL_MIB"] = str(args.tail_mib)
     train = data()
     if args.mode == "fail":
         trainer = dl.Trainer(models.get("lenet", device=device, seed=0), optim.Adam(lr=1e-3), world=world)
