@@ -1,8 +1,7 @@
 """bench_dist's minidl worker on two GPUs (skipped with fewer): in one launch, the step with its
 collectives, the step with them skipped, the sharded optimizer's step (where the Trainer has it), each
-rank training alone,
-and the collectives alone captured in a CUDA graph (all-reduce over the wire's bytes in the step's
-buckets; reduce-scatter + all-gather), for a float32 and a bfloat16 wire.
+rank training alone, and the collectives alone captured in a CUDA graph (all-reduce over the wire's
+bytes in the step's buckets; reduce-scatter + all-gather), for a float32 and a bfloat16 wire.
 
     NCCL_NVLS_ENABLE=0 MINIDL_MPIEXEC="mpirun --allow-run-as-root" python -m pytest -q tests/gpu/test_bench_dist.py
 """
