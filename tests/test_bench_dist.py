@@ -214,3 +214,11 @@ def test_a_fits_fixed_cost_stays_out_of_its_steps():
     assert s == pytest.approx(0.010) and t1 - t0 >= 0.04
     whole, _ = dist_worker._timed(fit, lambda: None, lambda: None, 10, 1)
     assert whole >= 0.04
+
+
+def test_without_nvidia_smi_the_clocks_are_no_rows_and_no_error(monkeypatch):
+    from benchmarks import gpu_clocks
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with gpu_clocks.Sampler(period_ms=10) as s:
+        pass
+    assert s.samples == []
