@@ -68,12 +68,17 @@ def test_a_tail_cap_leaves_a_one_layer_bucket_and_lenet_alone():
     assert buckets.plan(net, 1, 1) == one
 
 
-@pytest.mark.parametrize("value,want", [("", 0.0), ("0", 0.0), ("2", 2.0), ("0.5", 0.5)])
+@pytest.mark.parametrize("value,want", [("", 0.0), ("0", 0.0), ("0.00", 0.0), ("2", 2.0), ("0.5", 0.5)])
 def test_the_tail_cap_comes_from_the_environment(value, want):
     assert buckets.tail_mib_from_env({"MINIDL_BUCKET_TAIL_MIB": value}) == want
     assert buckets.tail_mib_from_env({}) == buckets.TAIL_MIB == 0.0
-    with pytest.raises(ValueError, match=r"^MINIDL_BUCKET_TAIL_MIB must be .* got 'abc'$"):
-        buckets.tail_mib_from_env({"MINIDL_BUCKET_TAIL_MIB": "abc"})
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1e9", "nan"])
+def test_a_bad_tail_cap_is_one_error_naming_the_variable_and_its_value(value):
+    want = rf"^MINIDL_BUCKET_TAIL_MIB must be 0 \(off\) or a bucket size .* got '{value}'$"
+    with pytest.raises(ValueError, match=want):
+        buckets.tail_mib_from_env({"MINIDL_BUCKET_TAIL_MIB": value})
 
 
 @pytest.mark.parametrize("name,depth", [("lenet", None), ("resnet", 18)])

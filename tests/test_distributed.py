@@ -447,8 +447,8 @@ def test_a_bad_bucket_size_is_one_line_naming_the_variable_and_exit_2(value, n):
 def test_a_bad_tail_cap_is_one_line_naming_the_variable_and_exit_2():
     p = subprocess.run(TRAIN, env=dict(ENV, MINIDL_BUCKET_TAIL_MIB="-1"), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stdout == "", p.stderr
-    assert p.stderr.splitlines() == ["error: MINIDL_BUCKET_TAIL_MIB must be a bucket size in MiB, a number in "
-                                     "(0, 65536], got '-1'"]
+    assert p.stderr.splitlines() == ["error: MINIDL_BUCKET_TAIL_MIB must be 0 (off) or a bucket size in MiB, a "
+                                     "number in (0, 65536], got '-1'"]
 
 
 @needs_mpi

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ..graph.model import Model
     from ..layers.base import Layer
 
-CAP_MIB = 25.0       # per bucket: 4 all-reduces for ResNet-50's 97 MiB, one for LeNet-5's 0.24 MiB (distributed.md)
+CAP_MIB = 25.0       # per bucket: 4 all-reduces for ResNet-50's 89.7 MiB, one for LeNet-5's 0.24 MiB (distributed.md)
 MAX_MIB = 65536.0    # 64 GiB: beyond any GPU's gradient arena, so a larger value is a typo
 TAIL_MIB = 0.0       # the last bucket's cap (0: as greedy cutting leaves it)
 
@@ -61,9 +61,13 @@ def tail_mib_from_env(environ: Mapping[str, str] | None = None) -> float:
     """$MINIDL_BUCKET_TAIL_MIB checked (ValueError naming it): 0 (or unset, empty) leaves the last
     bucket as it falls, else a cap as check_cap takes it."""
     value = (os.environ if environ is None else environ).get("MINIDL_BUCKET_TAIL_MIB", "")
-    if not value.strip() or value.strip() in ("0", "0.0"):
-        return TAIL_MIB
-    return check_cap(value, "MINIDL_BUCKET_TAIL_MIB")
+    try:
+        if not value.strip() or float(value) == 0:
+            return TAIL_MIB
+        return check_cap(value)
+    except ValueError:
+        raise ValueError(f"MINIDL_BUCKET_TAIL_MIB must be 0 (off) or a bucket size in MiB, a number in "
+                         f"(0, {MAX_MIB:g}], got {value!r}") from None
 
 
 class Bucket(NamedTuple):
