@@ -280,3 +280,26 @@ def test_a_training_step_lets_each_value_go_after_its_last_reader():
     assert held[False] - held[True] > 3 * one_activation, held      # the activations no longer stay
     for k, w in weights[False].items():
         np.testing.assert_array_equal(weights[True][k], w, err_msg=k)
+
+
+def test_fit_timing_leaves_what_comes_before_the_first_step_out():
+    """Trainer.timing: `total_s` from the first step on (a slow on_train_begin, the data's loader and its
+    fingerprint left out), `first_s` the first step, `steady_ms` a step after it: what benchmarks read
+    (benchmarks/dist_worker.py) to time steps without a fit's fixed cost."""
+    import time
+
+    class SlowStart(dl.Callback):
+        def on_train_begin(self, run):
+            time.sleep(1.0)
+
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (64, 28, 28), dtype=np.uint8), rng.integers(0, 10, 64)
+    trainer = dl.Trainer(models.lenet5(), optim.SGD(lr=0.01), device="cpu", seed=0, progress=False,
+                         log=lambda s: None)
+    t0 = time.perf_counter()
+    trainer.fit(x, y, steps=6, batch_size=8, callbacks=[SlowStart()])
+    wall = time.perf_counter() - t0
+    t = trainer.timing
+    assert t["steps"] == 6 and wall >= 1.0 and t["total_s"] < wall - 0.9
+    assert t["steady_ms"] == pytest.approx((t["total_s"] - t["first_s"]) / 5 * 1e3)
+    assert 0 < t["steady_ms"] < 150                   # a LeNet-5 step at b8 on one core: a few ms, not 1 s / 5
