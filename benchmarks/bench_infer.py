@@ -77,7 +77,7 @@ def bench_infer(names, out=print, runs=1000, seed=0, precision="fp32"):
     return the figures."""
     import minidl as dl
     from minidl import inference, models
-    from tests.helpers import randomize_weights
+    from minidl.testing import randomize_weights
     torch = half = None
     if importlib.util.find_spec("torch") is not None:
         import torch

@@ -1,6 +1,6 @@
 """python benchmarks/step_kernels.py [--rows lenet-b32 lenet-b256] [--precisions fp32 bf16] [--reps N]: a bench row's
 captured training step (benchmarks/bench_train.py's cases: model, batch, optimizer; random 28x28 images) three ways
-in one process: `before` (the operations issue 42's fusions replaced, tests/helpers/old_step_ops.py patched in),
+in one process: `before` (the operations issue 42's fusions replaced, benchmarks/old_step_ops.py patched in),
 `books` (the books and the batch gather fused, the dense forward as before: cuBLAS and an add) and `after` (all of
 it). Printed: the CUDA graph's nodes by type (cuGraphGetNodes, no profiler) and the median time of one replay (CUDA
 events around N back-to-back replays, 5 rounds; N 500 for LeNet-5's rows, 50 for ResNet-50's). The three ways run
@@ -29,8 +29,8 @@ def measure(row: str, precision: str, reps: int, way: str) -> tuple[dict, float]
 
     import minidl as dl
     from minidl import models, optim
-    from tests.helpers.graph_nodes import graph_nodes
-    from tests.helpers.old_step_ops import patch_old
+    from benchmarks.graph_nodes import graph_nodes
+    from benchmarks.old_step_ops import patch_old
     case = TRAIN_CASES[row]
     gc.collect()                                          # the previous way's graphs and buffers go now
     dev = dl.get_device("cuda", seed=0)

@@ -232,6 +232,16 @@ def test_gpu_kernels_import_no_cpu_kernels():
                 assert not any("kernels.cpu" in a.name for a in node.names), (rel, node.lineno)
 
 
+def test_benchmarks_import_nothing_from_the_tests():
+    """The tools run one way: tests -> benchmarks -> minidl. A helper both need lives in benchmarks/
+    (graph_nodes, old_step_ops) or in minidl.testing (randomize_weights), never in tests/."""
+    found = [f"{path.name}:{node.lineno}" for path in sorted((PKG.parent / "benchmarks").glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tests")
+             or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "tests" for a in node.names))]
+    assert not found, found
+
+
 def test_layers_import_no_kernels():
     """A layer reaches kernels through device.kernels only (Layer.kernel_families)."""
     for path in sorted((PKG / "layers").glob("*.py")):

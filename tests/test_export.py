@@ -10,7 +10,7 @@ from minidl.cli import export
 from minidl import inference, layers as L, models, optim
 from minidl.data import mnist
 from minidl.data.loader import MNIST_MEAN, MNIST_STD
-from tests.helpers import randomize_weights
+from minidl.testing import randomize_weights
 from tests.test_files import CAN_TMPFS, CAN_UNPRIVILEGE, as_user, on_full_disk
 
 N_IMAGES = 2000

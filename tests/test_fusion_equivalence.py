@@ -14,7 +14,8 @@ import pytest
 import minidl as dl
 from minidl import inference, layers as L, precision
 from minidl.inference import schedule
-from tests.helpers import fusion_nets, randomize_weights
+from minidl.testing import randomize_weights
+from tests.helpers import fusion_nets
 
 SEEDS = range(64)
 

@@ -12,7 +12,7 @@ from minidl import checkpoint
 from minidl import inference, layers as L, models, optim
 from minidl.data import write_idx
 from minidl.inference import ArtifactError
-from tests.helpers import randomize_weights
+from minidl.testing import randomize_weights
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RTOL = 1e-5     # max |compiled - model| / max |model|: float32 rounding of the folded weights

@@ -212,7 +212,7 @@ def _custom(seed=0):
 @pytest.mark.parametrize("make", [_custom, lambda: models.lenet5(seed=4)], ids=["custom", "zoo"])
 def test_every_entry_point_gives_the_same_outputs_for_the_same_uint8_images(make):
     from minidl import inference
-    from tests.helpers import randomize_weights
+    from minidl.testing import randomize_weights
     model = randomize_weights(make())
     u8 = _uint8(12, (28, 28), seed=5)[0]                             # (N, H, W), as fit takes them
     unit = u8.astype(np.float32)[:, None] / 255                      # the preprocessed input: [0, 1]

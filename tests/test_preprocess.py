@@ -10,7 +10,7 @@ from minidl.backend import Device
 from minidl.data import DataError, Loader
 from minidl.data import loader as data_loader
 from minidl.graph import Graph, Model, Sequential, passes
-from tests.helpers import randomize_weights
+from minidl.testing import randomize_weights
 from tests.helpers.gradcheck import gradcheck
 
 

@@ -8,7 +8,7 @@ cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 
 from minidl.kernels.gpu import dense  # noqa: E402
-from tests.helpers.old_step_ops import old_dense_fprop  # noqa: E402
+from benchmarks.old_step_ops import old_dense_fprop  # noqa: E402
 
 
 def arrays(N, C, K, dtype=np.float32, bias_offset=0, seed=0):

@@ -9,7 +9,7 @@ import minidl as dl  # noqa: E402
 from minidl import inference, models  # noqa: E402
 from minidl.inference import schedule  # noqa: E402
 from minidl.backend import CaptureError, CapturedCall  # noqa: E402
-from tests.helpers import randomize_weights  # noqa: E402
+from minidl.testing import randomize_weights  # noqa: E402
 
 # max |GPU - CPU| / max |CPU|, FP32 with TF32 off: cuDNN's engines (implicit GEMM, Winograd, FFT)
 # sum in other orders than im2col; ResNet-18 stacks 21 convs, so it gets more room.

@@ -11,7 +11,7 @@ pytest.importorskip("cudnn")
 import minidl as dl  # noqa: E402
 from minidl import inference, models, optim  # noqa: E402
 from minidl.inference import schedule  # noqa: E402
-from tests.helpers import randomize_weights  # noqa: E402
+from minidl.testing import randomize_weights  # noqa: E402
 
 # max |GPU - CPU| / max |CPU|: fp32 with TF32 off (tests/gpu/test_inference.py's figures); bf16: the
 # convolutions' inputs and weights rounded to 8 bits of mantissa, float32 sums

@@ -12,7 +12,7 @@ from minidl import inference, models  # noqa: E402
 from minidl.kernels.cpu import conv as cpu  # noqa: E402
 from minidl.kernels.gpu import _cublaslt, _util, conv, engines  # noqa: E402
 from minidl.precision import dtype_of  # noqa: E402
-from tests.helpers import randomize_weights  # noqa: E402
+from minidl.testing import randomize_weights  # noqa: E402
 
 
 def host(m, y):

@@ -8,7 +8,7 @@ cp = pytest.importorskip("cupy")
 pytest.importorskip("cudnn")
 
 from minidl.kernels.gpu import softmax  # noqa: E402
-from tests.helpers.old_step_ops import old_books  # noqa: E402
+from benchmarks.old_step_ops import old_books  # noqa: E402
 
 
 def books():

@@ -9,8 +9,8 @@ pytest.importorskip("cudnn")
 
 import minidl as dl  # noqa: E402
 from minidl import models, optim  # noqa: E402
-from tests.helpers.graph_nodes import graph_nodes  # noqa: E402
-from tests.helpers.old_step_ops import patch_old  # noqa: E402
+from benchmarks.graph_nodes import graph_nodes  # noqa: E402
+from benchmarks.old_step_ops import patch_old  # noqa: E402
 
 
 def train(batch, steps=6):

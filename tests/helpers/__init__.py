@@ -1,13 +1,10 @@
-"""Helpers shared by the tests (and the benchmarks), never shipped in the package.
+"""Helpers shared by the tests, never shipped in the package (the benchmarks import none of them).
 
     from tests.helpers import reference                        # naive loop forwards (float64)
     from minidl.testing import check_gradients, check_model_gradients    # the public gradient checker
     from tests.helpers.gradcheck import gradcheck, check_model            # its names in the tests
-    from tests.helpers import randomize_weights                # non-trivial BN statistics and biases
+    from minidl.testing import randomize_weights               # non-trivial BN statistics and biases
 
 `tests/conftest.py` puts the repository root on sys.path (pytest runs with --import-mode=importlib,
 which adds nothing there itself), so `tests.helpers` imports from any test file.
 """
-from .weights import randomize_weights
-
-__all__ = ["randomize_weights"]

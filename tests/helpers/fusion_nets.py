@@ -17,7 +17,7 @@ import numpy as np
 import minidl as dl
 from minidl import layers as L
 
-from .weights import randomize_weights
+from minidl.testing import randomize_weights
 
 # every fused call the schedule makes, and every rewrite of the inference passes: each must run on some net
 SCHEDULE_RULES = ("conv_pool", "normalize+conv_pool", "mlp", "add_relu", "chain", "chain+normalize",

@@ -1,8 +1,17 @@
-"""Weights for tests and benchmarks that exercise every parameter (not the fresh-init zeros and ones)."""
+"""Weights that exercise every parameter of a model (not a fresh model's zero biases and BN ones and
+zeros): what a test of an inference path, a fusion or an export needs, so a wrong BatchNorm fold or a
+dropped bias changes the output."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+if TYPE_CHECKING:
+    from ..graph.model import Model
 
-def randomize_weights(model, seed=0):
+
+def randomize_weights(model: Model, seed: int = 0) -> Model:
     """Non-trivial BN statistics, gamma, beta and biases on a freshly initialised minidl model; returns it."""
     rng = np.random.default_rng(seed)
     w = model.get_weights()
@@ -12,6 +21,6 @@ def randomize_weights(model, seed=0):
     for k, v in w.items():
         f = draw.get(k.rsplit("/", 1)[1])
         if f is not None:
-            w[k] = f(v.shape)
+            w[k] = np.asarray(f(v.shape), dtype=v.dtype)
     model.set_weights(w)
     return model
