@@ -3,11 +3,21 @@ each, the dense layers' bias in the GEMM's epilogue): the operations, one launch
 benchmarks/step_kernels.py to compare against (patched in as the families' functions)."""
 from __future__ import annotations
 
+import numpy as np
+
+
+def _xp(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+    return cupy
+
 
 def old_books(loss_sum, correct, finite, steps, loss_total, correct_total):
-    """softmax.loss_tally as five CuPy launches: isfinite, logical_and, three in-place adds."""
-    import cupy as cp
-    cp.logical_and(finite, cp.isfinite(loss_sum), out=finite)
+    """softmax.loss_tally as five operations (on the GPU five CuPy launches): isfinite, logical_and,
+    three in-place adds; on NumPy arrays too (tests/test_step_books.py holds the CPU kernel to it)."""
+    xp = _xp(finite)
+    xp.logical_and(finite, xp.isfinite(loss_sum), out=finite)
     if steps is not None:
         steps += finite
     loss_total += loss_sum

@@ -9,15 +9,7 @@ from minidl import layers as L, optim
 from minidl.kernels.cpu import augment, softmax
 from minidl.metrics import Mean
 from minidl.training.step import TrainStep
-
-
-def _old_books(loss_sum, correct, finite, steps, loss_total, correct_total):
-    """What training/step.py and metrics.py ran before loss_tally, one operation each."""
-    np.logical_and(finite, np.isfinite(loss_sum), out=finite)
-    if steps is not None:
-        steps += finite
-    loss_total += loss_sum
-    correct_total += correct
+from benchmarks.old_step_ops import old_books   # what training/step.py and metrics.py ran before loss_tally
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -28,7 +20,7 @@ def test_loss_tally_keeps_the_books_as_the_separate_operations_did(dtype, counte
     books = [[np.ones((), bool), np.zeros((), np.int64), np.zeros((), np.float64), np.zeros((), np.int64)]
              for _ in range(2)]
     for loss, hit in zip(losses, hits):
-        for fn, (finite, steps, total, correct) in zip((softmax.loss_tally, _old_books), books):
+        for fn, (finite, steps, total, correct) in zip((softmax.loss_tally, old_books), books):
             fn(np.asarray(loss, dtype), np.asarray(hit, np.int64), finite, steps if counted else None, total,
                correct)
         for got, want in zip(*books):
