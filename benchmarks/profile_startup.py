@@ -74,7 +74,7 @@ def child(argv, result_path, top):
         print(f"profile_startup: needs CuPy and a usable CUDA GPU: {why}", file=sys.stderr)
         return 2
     import cupy
-    from minidl.kernels.gpu import _cuda, capture, cudnn_graphs as cudnn, engines, plan_cache
+    from minidl.kernels.gpu import _cuda, capture, cudnn_graphs as cudnn, engines, plan_cache, timing
     r = {"imports": time.perf_counter() - t0}
     p = warmup.parser()
     args = train.check_args(p, p.parse_args(argv))
@@ -95,7 +95,7 @@ def child(argv, result_path, top):
     tm.wrap(plan_cache, "save", "plan_save")                 # a plan serialised and queued for its file
     tm.wrap(engines, "choose", "engine_choice")
     tm.wrap(engines, "fastest", "engine_choice_fastest")
-    tm.wrap(engines, "_time_captured", "timing_runs")
+    tm.wrap(timing, "time_queued", "timing_runs")
     tm.wrap(capture.CapturedCall, "_capture", "capture")
     for m in FE_METHODS:
         if hasattr(cudnn._fe.pygraph, m):

@@ -38,7 +38,7 @@ from typing import Any
 
 import cupy as cp
 
-from . import _cuda
+from . import _cuda, timing
 from ... import files
 
 TIMED_RUNS = 10
@@ -139,44 +139,14 @@ def _time(g, pack, index, workspace_ptr, handle):
     def run():
         g.execute_plan_at_index(pack, workspace_ptr, index=index, handle=handle())   # handle() binds the stream
     try:
-        return _time_captured(run)
+        return timing.time_queued(run, TIMED_RUNS)
     finally:
         handle()                                     # bound back to the current stream
 
 
-def _time_captured(fn):
-    """Milliseconds of one fn(), or None where it fails to run or be captured.
-
-    The runs are recorded as one CUDA graph on a stream of their own and replayed: launched from
-    Python one by one, a call costs more host time (~12 us for a cuDNN execute) than many of these
-    kernels take on the GPU, and the timing would measure the host. What cannot be captured is no
-    candidate anyway: a training step is captured whole. One untimed run comes first (it builds,
-    compiles and chooses what it needs outside the capture).
-    """
-    stream = cp.cuda.Stream(non_blocking=True)
-    try:
-        with stream:
-            fn()
-            stream.begin_capture()
-            try:
-                for _ in range(TIMED_RUNS):
-                    fn()
-            finally:
-                graph = stream.end_capture()
-            graph.launch(stream)
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record(stream)
-            graph.launch(stream)
-            stop.record(stream)
-            stop.synchronize()
-    except Exception:                   # noqa: BLE001  what fails to run is not a candidate
-        return None
-    return cp.cuda.get_elapsed_time(start, stop) / TIMED_RUNS
-
-
 def fastest(key: Hashable, candidates: dict[str, Callable[[], object]]) -> str:
     """The name of the fastest of `candidates` ({name: fn}, fn() one run writing fixed arrays), each
-    timed once as a captured graph and remembered on disk under this GPU and `key` (which names the
+    timed once (timing.time_queued) and remembered on disk under this GPU and `key` (which names the
     libraries' versions where they matter); the first name without autotuning, or while the stream
     is capturing (no timing then)."""
     names = list(candidates)
@@ -195,7 +165,7 @@ def fastest(key: Hashable, candidates: dict[str, Callable[[], object]]) -> str:
             return names[0]
         cp.cuda.get_current_stream().synchronize()     # timing runs on its own stream: nothing pending
         t = time.perf_counter()
-        times = {n: _time_captured(fn) for n, fn in candidates.items()}
+        times = {n: timing.time_queued(fn, TIMED_RUNS) for n, fn in candidates.items()}
         _cuda.progress.add(timed=1, timing_s=time.perf_counter() - t)
         ok = [n for n in names if times[n] is not None]
         table[disk_key] = min(ok, key=times.get) if ok else names[0]     # type: ignore[arg-type]  # ok: timed

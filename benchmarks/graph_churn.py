@@ -1,0 +1,95 @@
+"""python benchmarks/graph_churn.py ACTIVITY [-n 1100] [--precision bf16]: a captured ResNet-50 b256
+training step replayed before and after the process does ACTIVITY n times.
+
+Why: a process that had chosen its cuDNN engines by timing them (each candidate then captured as a
+CUDA graph on a stream of its own) replayed its training step 5.6% slower for the rest of its life
+(docs/results.md). The activities take that apart: `streams` (a stream made, used once and destroyed),
+`side-once` (one kernel, once, on a second stream), `main-eager` and `null-eager` (a kernel launched on
+minidl's stream, on the legacy stream),
+`graphs` (a graph captured on one stream, launched and destroyed), `graphs-kept` (the same, kept
+alive), `events` (two events made, recorded and destroyed), `capture-only` (a graph recorded and
+destroyed, never instantiated), `queued` (kernels/gpu/timing.py's timing of a candidate), `none`.
+One line of JSON: the step's GPU time before and after (the best of 3 x 100 replays).
+"""
+import argparse
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+ACTIVITIES = ("none", "streams", "side-once", "main-eager", "null-eager", "graphs", "graphs-kept", "events",
+              "capture-only", "queued")
+
+
+def churn(activity, n, cp):
+    from minidl.kernels.gpu import timing
+    x = cp.zeros(1 << 16, cp.float32)
+
+    def tiny():
+        x.__iadd__(1)
+
+    one = cp.cuda.Stream(non_blocking=True)
+    kept = []
+    for _ in range(n):
+        if activity == "streams":
+            s = cp.cuda.Stream(non_blocking=True)
+            with s:
+                tiny()
+            s.synchronize()
+        elif activity == "side-once":
+            if not kept:
+                with one:
+                    tiny()
+                one.synchronize()
+                kept.append(one)
+        elif activity == "main-eager":
+            tiny()
+        elif activity == "null-eager":
+            with cp.cuda.Stream.null:
+                tiny()
+        elif activity in ("graphs", "graphs-kept"):
+            with one:
+                one.begin_capture()
+                tiny()
+                g = one.end_capture()
+                g.launch(one)
+            if activity == "graphs-kept":
+                kept.append(g)
+        elif activity == "events":
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record(one), b.record(one)
+            b.synchronize()
+        elif activity == "capture-only":
+            timing._capture_once(tiny, one)
+        elif activity == "queued":
+            timing.time_queued(tiny, 10)
+    cp.cuda.Device().synchronize()
+    return kept
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python benchmarks/graph_churn.py", description=__doc__.splitlines()[0])
+    p.add_argument("activity", choices=ACTIVITIES)
+    p.add_argument("-n", type=int, default=1100, help="times the activity is done (default 1100)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    args = p.parse_args(argv)
+    import cupy as cp
+    import minidl as dl
+    from benchmarks.placement import one_trainer
+    dev = dl.get_device("cuda")
+    _, (trainer, call) = one_trainer(dl, dev, dl.data.load("mnist", "train"), args.precision, 20)
+
+    def best_ms():
+        return round(min(dev.elapsed_ms(call.replay, 100) for _ in range(3)), 4)
+
+    before = best_ms()
+    kept = churn(args.activity, args.n, cp)
+    after = best_ms()
+    print(json.dumps({"activity": args.activity, "n": args.n, "precision": args.precision,
+                      "step_ms_before": before, "step_ms_after": after, "kept": len(kept)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Timing a candidate kernel on the GPU alone, for engines.py's choices.
+
+Launched from Python one by one, a call costs more host time (~12 us for a cuDNN execute) than many
+candidates take on the GPU, so a timing that waited on the host would measure the host. The runs are
+queued behind memsets that hold the stream back until the host has queued them all, and two events
+around them time the GPU alone. Nothing is made or destroyed per candidate, and no stream but the
+caller's runs anything.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import cupy as cp
+
+from .stream import compute_stream
+
+HOLD_BYTES = 16 << 20               # one memset of this holds a stream back a few microseconds
+MAX_MEMSETS = 1024
+
+
+class _Clock:
+    """A device's two events and the buffer whose memsets hold the stream back: made once, never
+    destroyed. The runs go on the caller's stream: a process in which another stream had run kernels
+    of its own (as timing each candidate on a stream of its own did) replayed every CUDA graph, the
+    training step's included, slower for the rest of its life (docs/results.md)."""
+
+    def __init__(self):
+        self.start, self.stop = cp.cuda.Event(), cp.cuda.Event()
+        self.hold = cp.empty(HOLD_BYTES, cp.uint8)
+        self.memsets = 32               # grows until the host queues the runs before the GPU gets to them
+
+
+_clocks: dict[int, _Clock] = {}
+
+
+def _capture_once(fn, stream):
+    """Record one fn() as a CUDA graph, and raise where it cannot be: such a candidate is none, since a
+    training step is captured whole. The graph is destroyed, never instantiated."""
+    cp.cuda.runtime.streamBeginCapture(stream.ptr, cp.cuda.runtime.streamCaptureModeRelaxed)
+    try:
+        fn()
+    finally:
+        graph = cp.cuda.runtime.streamEndCapture(stream.ptr)
+        cp.cuda.runtime.graphDestroy(graph)
+
+
+def time_queued(fn: Callable[[], object], runs: int) -> float | None:
+    """Milliseconds of one fn() (the mean of `runs`) on the current stream (minidl's where that is the
+    legacy one), or None where it fails to run or be captured.
+
+    One untimed run comes first (it builds, compiles and chooses what it needs). Where the GPU got to
+    the first event before the host had queued the last run, the memsets double and the runs are
+    timed again."""
+    dev = cp.cuda.runtime.getDevice()
+    clock = _clocks.get(dev) or _clocks.setdefault(dev, _Clock())
+    stream, start, stop = cp.cuda.get_current_stream(), clock.start, clock.stop
+    if not stream.ptr:                  # the legacy stream cannot capture: minidl's own, made current
+        stream = compute_stream()
+    try:
+        fn()
+        _capture_once(fn, stream)
+        while True:
+            for _ in range(clock.memsets):
+                cp.cuda.runtime.memsetAsync(clock.hold.data.ptr, 0, HOLD_BYTES, stream.ptr)
+            start.record(stream)
+            for _ in range(runs):
+                fn()
+            stop.record(stream)
+            queued_in_time = not start.done
+            stop.synchronize()
+            if queued_in_time or clock.memsets >= MAX_MEMSETS:
+                break
+            clock.memsets *= 2
+    except Exception:                   # noqa: BLE001  what fails to run is not a candidate
+        with contextlib.suppress(Exception):
+            stream.synchronize()
+        return None
+    return cp.cuda.get_elapsed_time(start, stop) / runs
