@@ -44,6 +44,17 @@ def _timed(fit, sync, barrier, steps, warmup, steady_ms=None):
     return (steady_ms() * steps / 1e3 if steady_ms else s), (start, time.time())
 
 
+def graph_ms(trainer, dev, reps=50):
+    """The captured step's GPU time, replayed `reps` times back to back (every rank replays alike, so its
+    collectives match), or None where the step was not captured: the step without the host's part
+    (the loop, the heartbeat, the data's indices), to set beside the fit's steady figure."""
+    captured = getattr(getattr(trainer, "_step", None), "_captured", None)
+    if dev.name != "cuda" or not captured:
+        return None
+    _, call = next(iter(captured.values()))
+    return dev.elapsed_ms(call.replay, reps)
+
+
 def has_shard_optimizer():
     """Whether minidl's Trainer takes shard_optimizer (the sharded optimizer, ZeRO stage 1)."""
     import minidl as dl
@@ -154,6 +165,7 @@ def _minidl_variant(case, steps, warmup, world, train, precision, wire, variant,
            "collectives": variant not in ("none", "lone"), "shard": variant == "shard", "lone": variant == "lone",
            "buckets": len(trainer.reducer.buckets.buckets) if trainer.reducer and variant != "shard" else None,
            "wire_mib": model.grads.size * (2 if wire == "bf16" else 4) / 2 ** 20}
+    row["graph_ms"] = graph_ms(trainer, dev)
     if variant == "reduce" and trainer.reducer:
         try:
             row.update(collectives_alone(trainer.reducer, dev, world, wire))

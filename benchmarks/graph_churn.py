@@ -8,7 +8,8 @@ CUDA graph on a stream of its own) replayed its training step 5.6% slower for th
 minidl's stream, on the legacy stream),
 `graphs` (a graph captured on one stream, launched and destroyed), `graphs-kept` (the same, kept
 alive), `events` (two events made, recorded and destroyed), `capture-only` (a graph recorded and
-destroyed, never instantiated), `queued` (kernels/gpu/timing.py's timing of a candidate), `none`.
+destroyed, never instantiated), `queued` (kernels/gpu/timing.py's timing of a candidate), `nccl-init`
+(a one-rank NCCL communicator made), `nccl` (and an all-reduce on a second stream), `none`.
 One line of JSON: the step's GPU time before and after (the best of 3 x 100 replays).
 """
 import argparse
@@ -19,7 +20,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 ACTIVITIES = ("none", "streams", "side-once", "main-eager", "null-eager", "graphs", "graphs-kept", "events",
-              "capture-only", "queued")
+              "capture-only", "queued", "nccl-init", "nccl")
 
 
 def churn(activity, n, cp):
@@ -64,6 +65,13 @@ def churn(activity, n, cp):
             timing._capture_once(tiny, one)
         elif activity == "queued":
             timing.time_queued(tiny, 10)
+        elif activity.startswith("nccl"):
+            if not kept:
+                from cupy.cuda import nccl
+                kept.append(nccl.NcclCommunicator(1, nccl.get_unique_id(), 0))
+            if activity == "nccl":
+                kept[0].allReduce(x.data.ptr, x.data.ptr, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, one.ptr)
+                one.synchronize()
     cp.cuda.Device().synchronize()
     return kept
 

@@ -178,6 +178,8 @@ _tasks: list[tuple[int, int, Any]] = []      # (priority, order, task): each poo
 _tasks_lock, _order = threading.Lock(), itertools.count()
 _rehearsals: list[threading.Event] = []      # set as each `ahead` rehearsal ends
 _workers: list[Any] = []                      # the compile worker processes (subprocess.Popen), if started
+_rehearsal_streams: dict[int, Any] = {}       # GPU -> the stream `ahead` rehearsals run on
+_rehearsal_lock = threading.Lock()
 AHEAD, MODULE = 0, 1                          # priorities: rehearsals first (each is short)
 WORKER_WAIT_S = 120                           # the longest the pool waits for a compile worker
 
@@ -232,8 +234,10 @@ def _background(m, dev):
 
 def ahead(fn):
     """Run fn() on the compile pool before the Modules queued there, on the pool's GPU and on a stream
-    of its own; an error is dropped (the real call meets it again). Nothing without the pool, nor
-    where compile workers run (they rehearse gpu/ahead.py's list themselves)."""
+    of the rehearsals' own (one a GPU, kept: a process that has made and destroyed a few streams that
+    ran kernels replays its CUDA graphs slower, kernels/gpu/timing.py); an error is dropped (the real
+    call meets it again). Nothing without the pool, nor where compile workers run (they rehearse
+    gpu/ahead.py's list themselves)."""
     if not _pool or _workers:
         return
     done = threading.Event()
@@ -242,7 +246,9 @@ def ahead(fn):
     def rehearse(dev):
         try:
             with cp.cuda.Device(dev):
-                stream = cp.cuda.Stream(non_blocking=True)
+                with _rehearsal_lock:       # one stream a GPU for every rehearsal, never destroyed
+                    stream = _rehearsal_streams.get(dev) or _rehearsal_streams.setdefault(
+                        dev, cp.cuda.Stream(non_blocking=True))
                 with stream:
                     fn()
                 stream.synchronize()

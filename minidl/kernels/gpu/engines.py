@@ -163,7 +163,7 @@ def fastest(key: Hashable, candidates: dict[str, Callable[[], object]]) -> str:
     if table.get(disk_key) not in candidates:
         if cp.cuda.get_current_stream().is_capturing():
             return names[0]
-        cp.cuda.get_current_stream().synchronize()     # timing runs on its own stream: nothing pending
+        cp.cuda.get_current_stream().synchronize()     # nothing pending in what is timed
         t = time.perf_counter()
         times = {n: timing.time_queued(fn, TIMED_RUNS) for n, fn in candidates.items()}
         _cuda.progress.add(timed=1, timing_s=time.perf_counter() - t)
@@ -231,7 +231,7 @@ def choose(g: Any, key: str, pack: dict[int, int], handle: Callable[[], Any], wo
     cap = max(WORKSPACE_CAP, plans[built[0]][1])
     built = [i for i in built if plans[i][1] <= cap]
     ptr = workspace(max(plans[i][1] for i in built))
-    cp.cuda.get_current_stream().synchronize()     # timing runs on its own stream: nothing pending
+    cp.cuda.get_current_stream().synchronize()     # nothing pending in what is timed
     t = time.perf_counter()
     times = {i: _time(g, pack, i, ptr, handle) for i in built}
     _cuda.progress.add(timed=1, timing_s=time.perf_counter() - t)

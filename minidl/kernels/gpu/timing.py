@@ -21,9 +21,10 @@ MAX_MEMSETS = 1024
 
 class _Clock:
     """A device's two events and the buffer whose memsets hold the stream back: made once, never
-    destroyed. The runs go on the caller's stream: a process in which another stream had run kernels
-    of its own (as timing each candidate on a stream of its own did) replayed every CUDA graph, the
-    training step's included, slower for the rest of its life (docs/results.md)."""
+    destroyed. The runs go on the caller's stream: a process in which kernels had run on streams since
+    destroyed (ten sufficed; timing each candidate on a stream of its own made one a candidate) or on
+    the legacy stream replayed every CUDA graph, the training step's included, slower for the rest
+    of its life (docs/results.md, benchmarks/graph_churn.py)."""
 
     def __init__(self):
         self.start, self.stop = cp.cuda.Event(), cp.cuda.Event()

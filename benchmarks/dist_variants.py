@@ -1,0 +1,74 @@
+"""mpiexec -n N python benchmarks/dist_variants.py [CASE] [PRECISION] [VARIANTS]: dist_worker.py's
+minidl Trainers one after another in a plain script, each rank's fit step beside its captured step's
+GPU time.
+
+Why: on 2 H100s (2026-11-27, night) the same two-rank ResNet-50 bf16 step replayed in 3.274 ms in
+dist_worker.py's processes and in 2.930 in this script's, each rank alone 3.072 against 2.905: the
+worker's processes are in the slowed state docs/results.md describes, this script's are not, and
+which step of the worker's puts them there is not known. VARIANTS (comma-separated, default
+lone,reduce,lone,none,lone): `lone` trains alone (no communicator), `reduce` with the collectives,
+`none` with them skipped. One JSON line a variant: each rank's steady step (`ms`), its host's median
+step (`host_step_median_ms`), one replay's launch and the graph's GPU time replayed back to back.
+"""
+import gc
+import json
+import pathlib
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from benchmarks import dist_worker as W
+import minidl as dl
+from minidl import distributed, models, optim
+from minidl.distributed import World
+
+STEPS, WARMUP = 200, 5
+
+
+def one(variant, case, precision, world, dev, train):
+    model = models.get(case["model"], depth=case["depth"], device=dev, seed=0)
+    kw = {"momentum": 0.9} if case["optimizer"] == "momentum" else {}
+    tr = dl.Trainer(model, optim.get(case["optimizer"], lr=case["lr"], **kw), progress=False, log=lambda s: None,
+                    world=World() if variant == "lone" else world, precision=precision)
+    if variant == "none" and tr.reducer:
+        W._skip_collectives(tr.reducer)
+    host, run_step = [], tr._run_step
+
+    def timed_step(*a):
+        t = time.perf_counter()
+        run_step(*a)
+        host.append(time.perf_counter() - t)
+    tr._run_step = timed_step
+    s, _ = W._timed(lambda n: tr.fit(train, more_steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
+                    world.comm.Barrier, STEPS, WARMUP, steady_ms=lambda: tr.timing["steady_ms"])
+    _, call = next(iter(tr._step._captured.values()))
+    dev.sync()
+    t = time.perf_counter()
+    call.replay()
+    launch_ms = 1e3 * (time.perf_counter() - t)
+    gpu_ms = dev.elapsed_ms(call.replay, 50)
+    h = sorted(host[-STEPS:])
+    rows = world.comm.gather((1e3 * s / STEPS, 1e3 * h[len(h) // 2], launch_ms, gpu_ms), root=0)
+    if world.main:
+        keys = ("ms", "host_step_median_ms", "launch_ms", "graph_gpu_ms")
+        print(json.dumps({"variant": variant, **{k: [round(r[i], 4) for r in rows] for i, k in enumerate(keys)}}),
+              flush=True)
+    W._release(tr)
+
+
+def main(argv=sys.argv[1:]):
+    world = distributed.init()
+    dev = dl.get_device("cuda", gpu=world.local_rank)
+    train = dl.data.load("mnist", "train")
+    case = W.CASES[argv[0] if argv else "resnet50-b256"]
+    precision = argv[1] if len(argv) > 1 else "bf16"
+    for variant in (argv[2] if len(argv) > 2 else "lone,reduce,lone,none,lone").split(","):
+        one(variant, case, precision, world, dev, train)
+        gc.collect()
+        dev.free_memory()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
