@@ -1,6 +1,6 @@
-"""mpiexec -n N python benchmarks/dist_variants.py [CASE] [PRECISION] [VARIANTS]: dist_worker.py's
-minidl Trainers one after another in a plain script, each rank's fit step beside its captured step's
-GPU time.
+"""mpiexec -n N python benchmarks/dist_variants.py [CASE] [PRECISION] [VARIANTS] [--data-first]
+[--no-host-timer]: dist_worker.py's minidl Trainers one after another in a plain script, each rank's
+fit step beside its captured step's GPU time.
 
 Why: on 2 H100s (2026-11-27, night) the same two-rank ResNet-50 bf16 step replayed in 3.274 ms in
 dist_worker.py's processes and in 2.930 in this script's, each rank alone 3.072 against 2.905: the
@@ -9,7 +9,11 @@ which step of the worker's puts them there is not known. VARIANTS (comma-separat
 lone,reduce,lone,none,lone): `lone` trains alone (no communicator), `reduce` with the collectives,
 `none` with them skipped. One JSON line a variant: each rank's steady step (`ms`), its host's median
 step (`host_step_median_ms`), one replay's launch and the graph's GPU time replayed back to back.
+The two ways this script's processes differ from the worker's, each made like the worker's by a flag
+to find which one matters: --data-first loads the data set before the GPU's Device is made (the
+worker's order), --no-host-timer leaves the Trainer's step loop unwrapped.
 """
+import argparse
 import gc
 import json
 import pathlib
@@ -26,7 +30,7 @@ from minidl.distributed import World
 STEPS, WARMUP = 200, 5
 
 
-def one(variant, case, precision, world, dev, train):
+def one(variant, case, precision, world, dev, train, host_timer=True):
     model = models.get(case["model"], depth=case["depth"], device=dev, seed=0)
     kw = {"momentum": 0.9} if case["optimizer"] == "momentum" else {}
     tr = dl.Trainer(model, optim.get(case["optimizer"], lr=case["lr"], **kw), progress=False, log=lambda s: None,
@@ -39,7 +43,8 @@ def one(variant, case, precision, world, dev, train):
         t = time.perf_counter()
         run_step(*a)
         host.append(time.perf_counter() - t)
-    tr._run_step = timed_step
+    if host_timer:
+        tr._run_step = timed_step
     s, _ = W._timed(lambda n: tr.fit(train, more_steps=n, batch_size=case["batch"], monitor=10 ** 9), dev.sync,
                     world.comm.Barrier, STEPS, WARMUP, steady_ms=lambda: tr.timing["steady_ms"])
     _, call = next(iter(tr._step._captured.values()))
@@ -48,7 +53,7 @@ def one(variant, case, precision, world, dev, train):
     call.replay()
     launch_ms = 1e3 * (time.perf_counter() - t)
     gpu_ms = dev.elapsed_ms(call.replay, 50)
-    h = sorted(host[-STEPS:])
+    h = sorted(host[-STEPS:]) or [float("nan")]
     rows = world.comm.gather((1e3 * s / STEPS, 1e3 * h[len(h) // 2], launch_ms, gpu_ms), root=0)
     if world.main:
         keys = ("ms", "host_step_median_ms", "launch_ms", "graph_gpu_ms")
@@ -57,14 +62,21 @@ def one(variant, case, precision, world, dev, train):
     W._release(tr)
 
 
-def main(argv=sys.argv[1:]):
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="dist_variants.py", description=__doc__.splitlines()[0])
+    p.add_argument("case", nargs="?", default="resnet50-b256", choices=sorted(W.CASES))
+    p.add_argument("precision", nargs="?", default="bf16", choices=("fp32", "bf16"))
+    p.add_argument("variants", nargs="?", default="lone,reduce,lone,none,lone")
+    p.add_argument("--data-first", action="store_true", help="load the data before making the Device")
+    p.add_argument("--no-host-timer", action="store_true", help="leave the Trainer's step loop unwrapped")
+    args = p.parse_args(argv)
     world = distributed.init()
+    train = dl.data.load("mnist", "train") if args.data_first else None
     dev = dl.get_device("cuda", gpu=world.local_rank)
-    train = dl.data.load("mnist", "train")
-    case = W.CASES[argv[0] if argv else "resnet50-b256"]
-    precision = argv[1] if len(argv) > 1 else "bf16"
-    for variant in (argv[2] if len(argv) > 2 else "lone,reduce,lone,none,lone").split(","):
-        one(variant, case, precision, world, dev, train)
+    if train is None:
+        train = dl.data.load("mnist", "train")
+    for variant in args.variants.split(","):
+        one(variant, W.CASES[args.case], args.precision, world, dev, train, host_timer=not args.no_host_timer)
         gc.collect()
         dev.free_memory()
     return 0
