@@ -1,5 +1,5 @@
 """mpiexec -n N python benchmarks/dist_variants.py [CASE] [PRECISION] [VARIANTS] [--data-first]
-[--no-host-timer]: dist_worker.py's minidl Trainers one after another in a plain script, each rank's
+[--no-host-timer] [--guard]: dist_worker.py's minidl Trainers one after another in a plain script, each rank's
 fit step beside its captured step's GPU time.
 
 Why: on 2 H100s (2026-11-27, night) the same two-rank ResNet-50 bf16 step replayed in 3.274 ms in
@@ -9,9 +9,10 @@ which step of the worker's puts them there is not known. VARIANTS (comma-separat
 lone,reduce,lone,none,lone): `lone` trains alone (no communicator), `reduce` with the collectives,
 `none` with them skipped. One JSON line a variant: each rank's steady step (`ms`), its host's median
 step (`host_step_median_ms`), one replay's launch and the graph's GPU time replayed back to back.
-The two ways this script's processes differ from the worker's, each made like the worker's by a flag
-to find which one matters: --data-first loads the data set before the GPU's Device is made (the
-worker's order), --no-host-timer leaves the Trainer's step loop unwrapped.
+The ways this script's processes differ from the worker's, each made like the worker's by a flag to
+find which one matters: --data-first loads the data set before the GPU's Device is made (the
+worker's order), --no-host-timer leaves the Trainer's step loop unwrapped, --guard runs the Trainers
+inside World.guard (as the worker does where N > 1; its one-GPU launch, unguarded, was not slowed).
 """
 import argparse
 import gc
@@ -69,8 +70,13 @@ def main(argv=None):
     p.add_argument("variants", nargs="?", default="lone,reduce,lone,none,lone")
     p.add_argument("--data-first", action="store_true", help="load the data before making the Device")
     p.add_argument("--no-host-timer", action="store_true", help="leave the Trainer's step loop unwrapped")
+    p.add_argument("--guard", action="store_true", help="run the Trainers inside World.guard")
     args = p.parse_args(argv)
     world = distributed.init()
+    return (world.guard(run) if args.guard else run)(args, world)
+
+
+def run(args, world):
     train = dl.data.load("mnist", "train") if args.data_first else None
     dev = dl.get_device("cuda", gpu=world.local_rank)
     if train is None:
