@@ -1,15 +1,15 @@
 """python benchmarks/graph_churn.py ACTIVITY [-n 1100] [--precision bf16]: a captured ResNet-50 b256
 training step replayed before and after the process does ACTIVITY n times.
 
-Why: a process that had chosen its cuDNN engines by timing them (each candidate then captured as a
-CUDA graph on a stream of its own) replayed its training step 5.6% slower for the rest of its life
+Why: a process that had chosen its cuDNN engines by timing them (each candidate then captured as a CUDA
+graph on a stream of its own) replayed its training step 5.6% slower for the rest of its life
 (docs/results.md). The activities take that apart: `streams` (a stream made, used once and destroyed),
 `side-once` (one kernel, once, on a second stream), `main-eager` and `null-eager` (a kernel launched on
-minidl's stream, on the legacy stream),
-`graphs` (a graph captured on one stream, launched and destroyed), `graphs-kept` (the same, kept
-alive), `events` (two events made, recorded and destroyed), `capture-only` (a graph recorded and
-destroyed, never instantiated), `queued` (kernels/gpu/timing.py's timing of a candidate), `nccl-init`
-(a one-rank NCCL communicator made), `nccl` (and an all-reduce on a second stream), `none`.
+minidl's stream, on the legacy stream), `graphs` (a graph captured on one stream, launched and
+destroyed), `graphs-kept` (the same, kept alive), `events` (two events made, recorded and destroyed),
+`capture-only` (a graph recorded and destroyed, never instantiated), `queued` (kernels/gpu/timing.py's
+timing of a candidate), `nccl-init` (a one-rank NCCL communicator made), `nccl` (and an all-reduce on a
+second stream), `none`.
 One line of JSON: the step's GPU time before and after (the best of 3 x 100 replays).
 """
 import argparse
