@@ -194,11 +194,20 @@ def prefetch():
     if _pool or not _flag("MINIDL_PARALLEL_COMPILE", "1"):
         return
     workers = max(1, min(8, (os.cpu_count() or 2) - 1))
-    _pool.append(concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="minidl-compile",
-                                                       initializer=affinity.unbind))   # not an MPI rank's one core
     _pool_device.append(cp.cuda.runtime.getDevice())
+    _pool.append(concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="minidl-compile",
+                                                       initializer=_pool_thread, initargs=(_pool_device[0],)))
     for m in _registry:
         _submit(m)
+
+
+def _pool_thread(dev):
+    """A pool thread starts on the pool's GPU and on any core. A new thread's current GPU is GPU 0, and
+    leaving `with Device(dev)` there makes GPU 0 current again, which since CUDA 12 makes a context on
+    it: every rank on another GPU held one on GPU 0 (docs/distributed.md). An MPI launcher may have
+    bound the rank to one core, which its threads inherit."""
+    cp.cuda.runtime.setDevice(dev)
+    affinity.unbind()
 
 
 def _queue(priority, task):

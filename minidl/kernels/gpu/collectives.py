@@ -12,8 +12,8 @@ stream and the second joins it back: the captured step holds the work of both st
 graph. Every rank issues the same collectives in the same order, all on one stream per phase.
 
 The reduction stream has the device's highest priority, so the GPU may give the all-reduce's
-blocks the SMs that backward's kernels free rather than queue it behind them; at ResNet-50's sizes
-that measured the same as the default priority ($MINIDL_REDUCE_PRIORITY=normal; docs/distributed.md).
+blocks the SMs that backward's kernels free rather than queue it behind them ($MINIDL_REDUCE_PRIORITY
+=normal: the default priority, for comparison; what it measures is in docs/distributed.md).
 A `wire` array of a narrower dtype (bfloat16) makes a reduction travel in it: the bucket is rounded
 into it, summed there, and widened back, halving the bytes sent.
 
@@ -58,7 +58,7 @@ class ReductionStream:
     stream and joined back to it. Subclasses give `_reduce(a, op, stream)`, the collective itself."""
 
     def __init__(self):
-        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.stream = cp.cuda.Stream(non_blocking=True, priority=_priority())
         self._forks = []                 # one event per reduction in flight, reused step after step
         self._join = cp.cuda.Event(disable_timing=True)
         self._in_flight = 0
@@ -121,11 +121,11 @@ class Communicator(ReductionStream):
         the ranks at their first collective, and both together took 1-3 s of a cold start, which the
         model's build and the first step's compiles now cover (docs/cold-start.md)."""
         try:
-            with cp.cuda.Device(dev):
-                self.comm = nccl.NcclCommunicator(size, uid, rank)
-                one = cp.zeros(1, cp.float32)
-                self.comm.allReduce(one.data.ptr, one.data.ptr, 1, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, self.stream.ptr)
-                self.stream.synchronize()
+            cp.cuda.runtime.setDevice(dev)          # not `with Device(dev)`, whose exit would make this
+            self.comm = nccl.NcclCommunicator(size, uid, rank)     # thread's GPU 0 current: a context there
+            one = cp.zeros(1, cp.float32)
+            self.comm.allReduce(one.data.ptr, one.data.ptr, 1, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, self.stream.ptr)
+            self.stream.synchronize()
         except BaseException as e:                  # noqa: BLE001  raised where the communicator is first used
             self._setup_error = e
 
