@@ -121,11 +121,13 @@ def plan(args, gpus):
     steps = args.steps or (QUICK_STEPS if args.quick else STEPS)
     warmup = QUICK_WARMUP if args.quick else WARMUP
     ranks = [n for n in (args.ranks or default_ranks(gpus)) if n <= gpus]
-    extra = ("shard",) * args.shard_optimizer + ("lone",) * args.lone
+    first, extra = ("lone",) * args.lone, ("shard",) * args.shard_optimizer
     out = []
 
-    def add(framework, case, precision, n, wire, transport, n_steps, extra=extra):
-        variants = ("reduce",) if framework != "minidl" or n == 1 else ("reduce", "none", *extra)
+    def add(framework, case, precision, n, wire, transport, n_steps, first=first, extra=extra):
+        # `lone` first: a process that has made a Trainer with collectives replays every step after
+        # it slower (docs/distributed.md), and the ranks alone are the baseline the others stand beside
+        variants = ("reduce",) if framework != "minidl" or n == 1 else (*first, "reduce", "none", *extra)
         out.append(Launch(framework, case, precision, n, wire, transport, variants, n_steps, warmup))
     for case in args.cases:
         for precision in args.precision:
@@ -140,7 +142,7 @@ def plan(args, gpus):
         net_steps = args.net_steps or (QUICK_NET_STEPS if args.quick else NET_STEPS)
         for wire in ("fp32", "bf16"):
             for framework in args.frameworks:
-                add(framework, "resnet50-b256", "bf16", 2, wire, "net", net_steps, extra=())
+                add(framework, "resnet50-b256", "bf16", 2, wire, "net", net_steps, first=(), extra=())
     return out
 
 

@@ -13,6 +13,9 @@ The ways this script's processes differ from the worker's, each made like the wo
 find which one matters: --data-first loads the data set before the GPU's Device is made (the
 worker's order), --no-host-timer leaves the Trainer's step loop unwrapped, --guard runs the Trainers
 inside World.guard (as the worker does where N > 1; its one-GPU launch, unguarded, was not slowed).
+After a `lone` variant its captured step stays as a canary: the next variant replays it once that
+Trainer is built (its communicator connected) and once it has trained, before it is released
+(`canary_built_ms`, `canary_trained_ms`), which tells which of them slows the process.
 """
 import argparse
 import gc
@@ -31,13 +34,19 @@ from minidl.distributed import World
 STEPS, WARMUP = 200, 5
 
 
-def one(variant, case, precision, world, dev, train, host_timer=True):
+def one(variant, case, precision, world, dev, train, host_timer=True, canary=None):
+    """The variant's row (rank 0 prints it) -> (its Trainer, its captured call)."""
     model = models.get(case["model"], depth=case["depth"], device=dev, seed=0)
     kw = {"momentum": 0.9} if case["optimizer"] == "momentum" else {}
     tr = dl.Trainer(model, optim.get(case["optimizer"], lr=case["lr"], **kw), progress=False, log=lambda s: None,
                     world=World() if variant == "lone" else world, precision=precision)
     if variant == "none" and tr.reducer:
         W._skip_collectives(tr.reducer)
+    stages = {}
+    if canary is not None:
+        if tr.reducer:
+            tr.reducer.coll._ready()                   # its NCCL communicator connected
+        stages["canary_built_ms"] = dev.elapsed_ms(canary.replay, 50)
     host, run_step = [], tr._run_step
 
     def timed_step(*a):
@@ -54,13 +63,16 @@ def one(variant, case, precision, world, dev, train, host_timer=True):
     call.replay()
     launch_ms = 1e3 * (time.perf_counter() - t)
     gpu_ms = dev.elapsed_ms(call.replay, 50)
+    if canary is not None:
+        stages["canary_trained_ms"] = dev.elapsed_ms(canary.replay, 50)
     h = sorted(host[-STEPS:]) or [float("nan")]
-    rows = world.comm.gather((1e3 * s / STEPS, 1e3 * h[len(h) // 2], launch_ms, gpu_ms), root=0)
+    rows = world.comm.gather((1e3 * s / STEPS, 1e3 * h[len(h) // 2], launch_ms, gpu_ms, *stages.values()), root=0)
     if world.main:
-        keys = ("ms", "host_step_median_ms", "launch_ms", "graph_gpu_ms")
+        keys = ("ms", "host_step_median_ms", "launch_ms", "graph_gpu_ms", *stages)
         print(json.dumps({"variant": variant, **{k: [round(r[i], 4) for r in rows] for i, k in enumerate(keys)}}),
               flush=True)
-    W._release(tr)
+    W._release(tr)                                    # NCCL: every captured graph of the process goes too
+    return tr, call
 
 
 def main(argv=None):
@@ -81,8 +93,14 @@ def run(args, world):
     dev = dl.get_device("cuda", gpu=world.local_rank)
     if train is None:
         train = dl.data.load("mnist", "train")
+    kept = canary = None
     for variant in args.variants.split(","):
-        one(variant, W.CASES[args.case], args.precision, world, dev, train, host_timer=not args.no_host_timer)
+        tr, call = one(variant, W.CASES[args.case], args.precision, world, dev, train,
+                       host_timer=not args.no_host_timer, canary=canary)
+        # the last lone Trainer stays, its step the canary (the graph writes the Trainer's arrays); the
+        # release of a Trainer with NCCL destroyed every graph of the process
+        kept, canary = (tr, call) if variant == "lone" else (None, None)
+        del tr, call
         gc.collect()
         dev.free_memory()
     return 0

@@ -9,8 +9,11 @@ minidl's stream, on the legacy stream), `graphs` (a graph captured on one stream
 destroyed), `graphs-kept` (the same, kept alive), `events` (two events made, recorded and destroyed),
 `capture-only` (a graph recorded and destroyed, never instantiated), `queued` (kernels/gpu/timing.py's
 timing of a candidate), `nccl-init` (a one-rank NCCL communicator made), `nccl` (and an all-reduce on a
-second stream), `none`.
-One line of JSON: the step's GPU time before and after (the best of 3 x 100 replays).
+second stream), `none`. Under an MPI launcher of N ranks, each rank on its GPU, the ranks' own: `ranks-init`
+(an N-rank NCCL communicator made, one all-reduce), `ranks` (n all-reduces), `ranks-destroy` (made, one
+all-reduce, destroyed), `minidl-comm` (minidl's Communicator made, one all-reduce), `peer` (peer
+access to every other GPU enabled, no NCCL).
+One line of JSON: the step's GPU time before and after (the best of 3 x 100 replays), every rank's.
 """
 import argparse
 import json
@@ -20,10 +23,11 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 ACTIVITIES = ("none", "streams", "side-once", "main-eager", "null-eager", "graphs", "graphs-kept", "events",
-              "capture-only", "queued", "nccl-init", "nccl")
+              "capture-only", "queued", "nccl-init", "nccl", "ranks-init", "ranks", "ranks-destroy", "minidl-comm",
+              "peer")
 
 
-def churn(activity, n, cp):
+def churn(activity, n, cp, world):
     from minidl.kernels.gpu import timing
     x = cp.zeros(1 << 16, cp.float32)
 
@@ -65,6 +69,27 @@ def churn(activity, n, cp):
             timing._capture_once(tiny, one)
         elif activity == "queued":
             timing.time_queued(tiny, 10)
+        elif activity.startswith("ranks"):
+            from cupy.cuda import nccl
+            if not kept:
+                uid = world.comm.bcast(nccl.get_unique_id() if world.main else None, root=0)
+                kept.append(nccl.NcclCommunicator(world.size, uid, world.rank))
+            kept[0].allReduce(x.data.ptr, x.data.ptr, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, one.ptr)
+            one.synchronize()
+            if activity == "ranks-destroy":
+                kept.pop().destroy()
+            if activity != "ranks":
+                break
+        elif activity == "minidl-comm":          # kept: its close() would release the step's graph too
+            from minidl.kernels.gpu.collectives import Communicator
+            kept.append(Communicator(world.comm))
+            kept[0].allreduce(x, "sum")
+            break
+        elif activity == "peer":
+            for d in range(cp.cuda.runtime.getDeviceCount()):
+                if d != cp.cuda.Device().id:
+                    cp.cuda.runtime.deviceEnablePeerAccess(d)
+            break
         elif activity.startswith("nccl"):
             if not kept:
                 from cupy.cuda import nccl
@@ -73,7 +98,7 @@ def churn(activity, n, cp):
                 kept[0].allReduce(x.data.ptr, x.data.ptr, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, one.ptr)
                 one.synchronize()
     cp.cuda.Device().synchronize()
-    return kept
+    return kept + [one]
 
 
 def main(argv=None):
@@ -85,17 +110,22 @@ def main(argv=None):
     import cupy as cp
     import minidl as dl
     from benchmarks.placement import one_trainer
-    dev = dl.get_device("cuda")
+    from minidl import distributed
+    world = distributed.init()
+    dev = dl.get_device("cuda", gpu=world.local_rank if world.size > 1 else None)
     _, (trainer, call) = one_trainer(dl, dev, dl.data.load("mnist", "train"), args.precision, 20)
 
     def best_ms():
         return round(min(dev.elapsed_ms(call.replay, 100) for _ in range(3)), 4)
 
     before = best_ms()
-    kept = churn(args.activity, args.n, cp)
+    kept = churn(args.activity, args.n, cp, world)
     after = best_ms()
-    print(json.dumps({"activity": args.activity, "n": args.n, "precision": args.precision,
-                      "step_ms_before": before, "step_ms_after": after, "kept": len(kept)}), flush=True)
+    ranks = world.comm.gather((before, after), root=0) if world.comm else [(before, after)]
+    if world.main:
+        print(json.dumps({"activity": args.activity, "n": args.n, "precision": args.precision, "ranks": world.size,
+                          "step_ms_before": [b for b, _ in ranks], "step_ms_after": [a for _, a in ranks],
+                          "kept": len(kept)}), flush=True)
     return 0
 
 

@@ -52,6 +52,16 @@ def test_one_command_plans_the_whole_four_gpu_table():
     assert {x.steps for x in nvlink} == {100} and {x.warmup for x in launches} == {10}
 
 
+def test_the_ranks_alone_run_first_in_their_launch_and_not_over_sockets():
+    """A process that has made a Trainer with collectives replays later steps slower: the ranks alone,
+    the baseline, come before it."""
+    launches = _plan(["--lone", "--shard-optimizer", "--two-hosts", "--cases", "lenet-b256", "--precision", "fp32"])
+    mine = {(x.n, x.transport, x.wire): x.variants for x in launches if x.framework == "minidl"}
+    assert mine[(4, "nvlink", "fp32")] == ("lone", "reduce", "none", "shard")
+    assert mine[(1, "nvlink", "fp32")] == ("reduce",)
+    assert all("lone" not in x.variants for x in launches if x.transport == "net")
+
+
 def test_quick_steps_ranks_past_the_gpus_and_one_gpu_measured_once():
     launches = _plan(["--quick", "--ranks", "1", "2", "8", "--grad-reduce", "fp32", "bf16", "--transport", "nvlink",
                       "net", "--cases", "lenet-b256", "--precision", "fp32", "--frameworks", "minidl"], gpus=2)

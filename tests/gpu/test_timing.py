@@ -63,3 +63,24 @@ def test_two_events_and_one_buffer_a_device_however_many_calls_and_the_callers_s
     assert timing._clocks[cp.cuda.runtime.getDevice()] is clock
     assert (clock.start, clock.stop, clock.hold) == made
     assert seen == {mine.ptr}
+
+
+def test_under_the_legacy_stream_the_runs_go_on_minidls_stream():
+    """The legacy stream cannot capture: fn runs on minidl's compute stream, where the memsets and the
+    events are, and short calls are still timed without the host."""
+    from minidl.kernels.gpu.stream import compute_stream
+    x, seen = cp.zeros(1, cp.float32), set()
+
+    def twenty_adds():
+        seen.add(cp.cuda.get_current_stream().ptr)
+        for _ in range(20):
+            x.__iadd__(1)
+
+    with cp.cuda.Stream.null:
+        ms = timing.time_queued(twenty_adds, 2)
+        start = time.perf_counter()
+        twenty_adds()
+        cp.cuda.get_current_stream().synchronize()
+        host_ms = 1e3 * (time.perf_counter() - start)
+    assert seen == {compute_stream().ptr, cp.cuda.Stream.null.ptr}    # the timed runs; the host's own run
+    assert ms is not None and ms < host_ms / 2
