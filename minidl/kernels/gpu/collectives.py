@@ -123,7 +123,8 @@ class Communicator(ReductionStream):
         try:
             cp.cuda.runtime.setDevice(dev)          # not `with Device(dev)`, whose exit would make this
             self.comm = nccl.NcclCommunicator(size, uid, rank)     # thread's GPU 0 current: a context there
-            one = cp.zeros(1, cp.float32)
+            with self.stream:                       # not this thread's legacy stream (docs/results.md)
+                one = cp.zeros(1, cp.float32)
             self.comm.allReduce(one.data.ptr, one.data.ptr, 1, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, self.stream.ptr)
             self.stream.synchronize()
         except BaseException as e:                  # noqa: BLE001  raised where the communicator is first used
