@@ -9,6 +9,7 @@ modules in the background (`gpu/_cuda.prefetch`, with worker processes on empty 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import types
 from typing import Any, Callable
@@ -130,9 +131,16 @@ class CUDA(Backend):
 
 
 def _use_gpu(cp, gpu):
+    """Make GPU `gpu` (a rank's local rank) current. Where the launcher gave each rank a GPU of its own
+    (CUDA_VISIBLE_DEVICES naming one, as Slurm's --gpus-per-task=1 does), that one, whatever the
+    local rank; else a local rank past the GPUs it sees is refused."""
     count = cp.cuda.runtime.getDeviceCount()
+    given = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if count == 1 and len(given) == 1:
+        gpu = 0
     if not 0 <= gpu < count:
-        raise DeviceError(f"GPU {gpu} was asked for (one per rank on a host), but {count} are visible")
+        raise DeviceError(f"GPU {gpu} was asked for (one per rank on a host), but {count} are visible: "
+                          "show every rank its host's GPUs, or each rank one of its own (CUDA_VISIBLE_DEVICES)")
     cp.cuda.Device(gpu).use()
 
 
