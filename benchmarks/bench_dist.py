@@ -342,14 +342,14 @@ def lone_table(results, lone):
     of their own launch: a process's step moves with its history (docs/results.md, 2026-11-27
     night), so one GPU's launch is not always the fair baseline. The last column is each process's
     captured step replayed alone on the GPU (dist_worker's graph_ms: one GPU / with collectives /
-    alone), which shows a process slowed that way without the host's part."""
+    without / alone), which shows a process slowed that way without the host's part."""
     def pick(rows, **match):
         found = [r for r in rows if r["framework"] == "minidl" and r["transport"] == "nvlink" and not r["shard"]
                  and r["grad_reduce"] == "fp32" and all(r[k] == v for k, v in match.items())]
         return found[0] if found else {}
     rows = [scaling.normalise(r) for r in results]
     lines = ["| case | precision | N | 1 GPU ms | N alone at once ms (slowest) | ranks without collectives ms | "
-             "ranks with them ms | speed-up of N alone | on the GPU: 1 / with / alone ms |",
+             "ranks with them ms | speed-up of N alone | on the GPU: 1 / with / without / alone ms |",
              "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"       # noqa: E731
     for r in lone:
@@ -357,7 +357,7 @@ def lone_table(results, lone):
         one, with_ = pick(rows, ranks=1, **key), pick(rows, ranks=r["ranks"], collectives=True, **key)
         without = pick(rows, ranks=r["ranks"], collectives=False, **key)
         speedup = "-" if not with_ else f"{r['ranks'] * r['ms_step'] / with_['ms_step']:.2f}x"
-        gpu = " / ".join(fmt(x.get("graph_ms")) for x in (one, with_, r))
+        gpu = " / ".join(fmt(x.get("graph_ms")) for x in (one, with_, without, r))
         lines.append(f"| {r['case']} | {r['precision']} | {r['ranks']} | {fmt(one.get('ms_step'))} | "
                      f"{fmt(r['ms_step'])} ({fmt(max(r.get('ms_ranks') or [r['ms_step']]))}) | "
                      f"{fmt(without.get('ms_step'))} | {fmt(with_.get('ms_step'))} | {speedup} | {gpu} |")
