@@ -274,12 +274,6 @@ class Reducer:
         self.coll.start(flag, "and")
         self.coll.wait()
 
-    def sum_grads(self) -> None:
-        """The whole gradient arena summed over the ranks, bucket by bucket, outside a step (benchmarks)."""
-        self.buckets.begin()
-        self.buckets.flush()
-        self.coll.wait()
-
     def average(self, a: Array) -> None:
         """a <- mean over the ranks of a (per-rank BatchNorm statistics become common ones)."""
         self.coll.allreduce(a, "sum")
