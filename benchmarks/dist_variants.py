@@ -13,9 +13,10 @@ The ways this script's processes differ from the worker's, each made like the wo
 find which one matters: --data-first loads the data set before the GPU's Device is made (the
 worker's order), --no-host-timer leaves the Trainer's step loop unwrapped, --guard runs the Trainers
 inside World.guard (as the worker does where N > 1; its one-GPU launch, unguarded, was not slowed).
-After a `lone` variant its captured step stays as a canary: the next variant replays it once that
-Trainer is built (its communicator connected) and once it has trained, before it is released
-(`canary_built_ms`, `canary_trained_ms`), which tells which of them slows the process.
+The first `lone` variant's captured step stays as a canary: every later variant replays it once its
+Trainer is built (the process's communicator connected) and once it has trained (`canary_built_ms`,
+`canary_trained_ms`), which tells which of them slows the process. The communicator is the
+process's (World.communicator), kept from Trainer to Trainer and destroyed at exit.
 """
 import argparse
 import gc
@@ -40,8 +41,7 @@ def one(variant, case, precision, world, dev, train, host_timer=True, canary=Non
     kw = {"momentum": 0.9} if case["optimizer"] == "momentum" else {}
     tr = dl.Trainer(model, optim.get(case["optimizer"], lr=case["lr"], **kw), progress=False, log=lambda s: None,
                     world=World() if variant == "lone" else world, precision=precision)
-    if variant == "none" and tr.reducer:
-        W._skip_collectives(tr.reducer)
+    undo = W._skip_collectives(tr.reducer) if variant == "none" and tr.reducer else (lambda: None)
     stages = {}
     if canary is not None:
         if tr.reducer:
@@ -71,7 +71,7 @@ def one(variant, case, precision, world, dev, train, host_timer=True, canary=Non
         keys = ("ms", "host_step_median_ms", "launch_ms", "graph_gpu_ms", *stages)
         print(json.dumps({"variant": variant, **{k: [round(r[i], 4) for r in rows] for i, k in enumerate(keys)}}),
               flush=True)
-    W._release(tr)                                    # NCCL: every captured graph of the process goes too
+    undo()
     return tr, call
 
 
@@ -93,13 +93,13 @@ def run(args, world):
     dev = dl.get_device("cuda", gpu=world.local_rank)
     if train is None:
         train = dl.data.load("mnist", "train")
-    kept = canary = None
+    kept, canary = [], None
     for variant in args.variants.split(","):
         tr, call = one(variant, W.CASES[args.case], args.precision, world, dev, train,
                        host_timer=not args.no_host_timer, canary=canary)
-        # the last lone Trainer stays, its step the canary (the graph writes the Trainer's arrays); the
-        # release of a Trainer with NCCL destroyed every graph of the process
-        kept, canary = (tr, call) if variant == "lone" else (None, None)
+        if canary is None and variant == "lone":      # the first lone Trainer stays, its step the canary
+            kept.append(tr)                           # (the graph writes the Trainer's arrays)
+            canary = call
         del tr, call
         gc.collect()
         dev.free_memory()

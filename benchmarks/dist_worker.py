@@ -65,13 +65,13 @@ NO_SHARD = "minidl's Trainer has no shard_optimizer keyword: the sharded-optimiz
 
 
 def _skip_collectives(reducer):
-    """The reducer's collectives do nothing from now on; the rest of the step (its second stream's
-    fork and join, the bf16 wire's casts on the GPU) stays."""
+    """The reducer's collectives do nothing until the returned undo() is called; the rest of the step
+    (its second stream's fork and join, the bf16 wire's casts on the GPU) stays. The communicator is
+    the process's (World.communicator): the next Trainer gets it back whole."""
     coll = reducer.coll
-    if hasattr(coll, "_reduce"):                  # NCCL: the collective itself
-        coll._reduce = lambda a, op, stream: None
-    else:                                         # MPI (the CPU): nothing started
-        coll.start = lambda a, op, wire=None: None
+    name = "_reduce" if hasattr(coll, "_reduce") else "start"      # NCCL: the collective; MPI: nothing started
+    setattr(coll, name, lambda *a, **k: None)
+    return lambda: delattr(coll, name)
 
 
 def collectives_alone(reducer, device, world, wire, reps=REPS):
@@ -122,14 +122,6 @@ def collectives_alone(reducer, device, world, wire, reps=REPS):
     return out
 
 
-def _release(trainer):
-    """Destroy the trainer's communicator (NCCL: the captured graphs first), so that the next Trainer
-    of this launch connects its own as the first did."""
-    coll = getattr(getattr(trainer, "reducer", None), "coll", None)
-    if coll is not None and hasattr(coll, "close"):
-        coll.close()
-
-
 def minidl_worker(case, steps, warmup, world, train, precision, wire, variants, device="cuda", emit=print):
     """Each variant's result, emitted as it is measured (a later failure keeps the earlier ones)."""
     import minidl as dl
@@ -146,7 +138,8 @@ def minidl_worker(case, steps, warmup, world, train, precision, wire, variants, 
 
 def _minidl_variant(case, steps, warmup, world, train, precision, wire, variant, dev):
     """One Trainer's result: its step (with or without collectives, or sharded) and, for the step
-    with collectives, the collectives alone; its communicator destroyed after."""
+    with collectives, the collectives alone. The communicator is the process's, kept for the next
+    (it is destroyed at exit: a destroyed one left the process replaying its graphs slower)."""
     import minidl as dl
     from minidl import models, optim
     t0 = time.perf_counter()
@@ -156,8 +149,7 @@ def _minidl_variant(case, steps, warmup, world, train, precision, wire, variant,
     trainer = dl.Trainer(model, optim.get(case["optimizer"], lr=case["lr"], **kw), progress=False,
                          log=lambda s: None, world=World() if variant == "lone" else world, precision=precision,
                          grad_reduce=wire, **({"shard_optimizer": True} if variant == "shard" else {}))
-    if variant == "none" and trainer.reducer:
-        _skip_collectives(trainer.reducer)
+    undo = _skip_collectives(trainer.reducer) if variant == "none" and trainer.reducer else (lambda: None)
     s, window = _timed(lambda n: trainer.fit(train, more_steps=n, batch_size=case["batch"], monitor=10 ** 9),
                        dev.sync, world.comm.Barrier if world.comm else lambda: None, steps, warmup,
                        steady_ms=lambda: trainer.timing["steady_ms"])
@@ -173,7 +165,7 @@ def _minidl_variant(case, steps, warmup, world, train, precision, wire, variant,
             row["alone_error"] = f"{type(e).__name__}: {e}"[:200]
     if variant == "lone" and world.comm:               # each rank timed its own run: all of them
         row["ms_ranks"] = world.comm.gather(row["ms_step"], root=0)
-    _release(trainer)
+    undo()
     row["seconds"] = time.perf_counter() - t0
     return row
 

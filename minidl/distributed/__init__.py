@@ -6,8 +6,8 @@ MPI starts the ranks and carries control; mpi4py is imported only when the envir
 MPI launcher started this process as one of several (PMI_RANK, OMPI_COMM_WORLD_RANK, ...), so one
 process alone runs exactly as before. Rank r trains on slice r of each global batch of N*b (the
 Loader's `rank`/`world`) on the GPU of its local rank. A `Reducer` sums the flat gradient arena
-over the ranks in buckets while backward runs (minidl.distributed.buckets) through the device's communicator
-(`device.communicator`: MPI on the CPU, NCCL on the GPU), and the optimizer's update multiplies by
+over the ranks in buckets while backward runs (minidl.distributed.buckets) through the World's communicator
+on the device, one a process (`World.communicator`: MPI on the CPU, NCCL on the GPU), and the update multiplies by
 1/N (its grad_scale): N ranks at b then train like one process at N*b (sharded: shard.py). Stop requests are agreed
 one step late, with no blocking collective per step (World.agree_stop).
 
@@ -46,6 +46,7 @@ class World:
     def __init__(self, rank: int = 0, size: int = 1, local_rank: int = 0, comm: Any = None, host: Any = None) -> None:
         self.rank, self.size, self.local_rank, self.comm, self.host = rank, size, local_rank, comm, host
         self._vote: tuple[Any, Array, Array] | None = None     # the stop vote in flight: (MPI request, sent, received)
+        self._colls: dict[str, Any] = {}                       # backend name -> its communicator, made once
 
     @property
     def main(self) -> bool:
@@ -82,6 +83,17 @@ class World:
         watchdog.start(self)
         return None if self.size == 1 else Reducer(self, device, bucket_mib, grad_reduce=grad_reduce,
                                                    stop_asked=stop_asked, shard=shard)
+
+    def communicator(self, device: Device) -> Any:
+        """The collectives of these ranks over `device`'s arrays (device.communicator), made at the first
+        call, which every rank makes alike, and kept for the process: every Reducer of the process uses
+        it, as every DDP model of a PyTorch process uses its process group. One made per Reducer
+        connected the ranks again for each Trainer (NCCL: 1-3 s) and kept every one of them, with its
+        buffers, until the process ended. A communicator closed since (`closed`) is made again."""
+        coll = self._colls.get(device.name)
+        if coll is None or getattr(coll, "closed", False):
+            coll = self._colls[device.name] = device.communicator(self.comm)
+        return coll
 
     def wait_all(self, requests: list[Any], asked: Callable[[], int | None] | None = None) -> None:
         """Complete MPI `requests`, hearing signals meanwhile (distributed.waits): `asked()` gives a
@@ -195,7 +207,7 @@ def _mpi_world():
 
 class Reducer:
     """Collectives among the ranks over `device`'s arrays, in place (captured steps keep the buffers),
-    through `device.communicator` (MPI on the CPU, NCCL on the GPU).
+    through the World's communicator on the device (MPI on the CPU, NCCL on the GPU).
 
     In a training step (TrainStep): `watch(net)` once plans the buckets of net's gradient arena;
     each step `begin()` gives Model.backward its hook, which starts summing a bucket over the ranks
@@ -207,9 +219,10 @@ class Reducer:
     `grad_scale` = 1/N is the optimizer's. Outside steps: `average(a)` (BatchNorm's running
     statistics before evaluation and saving), `sum_metrics(metrics)` (a Mean's sums and count).
     bucket_mib: bucket size (default $MINIDL_BUCKET_MIB, else buckets.CAP_MIB); communicator: the
-    device's, made here unless given. grad_reduce: "fp32" sums the float32 gradients as they are;
-    "bf16" sends them as bfloat16 (rounded, summed in bfloat16 by NCCL, widened back: half the bytes,
-    PyTorch DDP's bf16_compress_hook), each gradient then carrying bfloat16's 8-bit mantissa.
+    World's on this device (World.communicator) unless given. grad_reduce: "fp32" sums the float32
+    gradients as they are; "bf16" sends them as bfloat16 (rounded, summed in bfloat16 by NCCL, widened
+    back: half the bytes, PyTorch DDP's bf16_compress_hook), each gradient then carrying bfloat16's
+    8-bit mantissa.
     stop_asked: gives the stop request a signal handler recorded (a signal number) or None; a wait on the host
     that goes on STOP_GRACE_S past one ends the job (waits.py). shard: ZeRO stage 1, buckets reduce-scattered
     (shard.py; `watch` makes `self.shard`, the optimizer's part).
@@ -225,7 +238,7 @@ class Reducer:
         self.tail_mib = tail_mib_from_env()
         self.world, self.device, self.grad_scale = world, device, 1.0 / world.size
         self.grad_reduce, self.stop_asked = grad_reduce, stop_asked
-        self.coll = communicator or device.communicator(world.comm)
+        self.coll = communicator or world.communicator(device)
         if hasattr(self.coll, "waits"):        # MPI's requests, waited for on the host: through the World's waits
             self.coll.waits = lambda requests: world.wait_all(requests, stop_asked)
         self.buckets: GradientBuckets = None     # type: ignore[assignment]  # watch() sets it, before any step

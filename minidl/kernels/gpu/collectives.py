@@ -110,6 +110,7 @@ class Communicator(ReductionStream):
         super().__init__()
         self.rank, self.size = mpi_comm.rank, mpi_comm.size
         self.comm: nccl.NcclCommunicator | None = None
+        self.closed = False                         # close() destroyed it: a World makes another
         self._setup_error: BaseException | None = None
         self._setup = threading.Thread(target=self._connect, args=(mpi_comm.size, uid, mpi_comm.rank,
                                                                    cp.cuda.Device().id), daemon=True)
@@ -186,6 +187,7 @@ class Communicator(ReductionStream):
         destroyed (NCCL 2.28's commDestroySync counts them), so the graphs go first: release_all(),
         and a collection for any held only by reference cycles. Captured steps cannot replay after."""
         self._setup.join()
+        self.closed = True
         if self.comm is not None:
             self.stream.synchronize()
             cp.cuda.get_current_stream().synchronize()

@@ -1,0 +1,52 @@
+"""One communicator a process (World.communicator): every Trainer of a data-parallel process reduces
+through the one its World made first, as every DDP model of a PyTorch process uses its process group,
+and a Trainer built after another trains the run it trains in a process of its own. Two ranks under
+mpiexec on the CPU."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+
+from tests.helpers.mpi_ranks import needs_mpi
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+_RANKS = r"""
+import sys
+import numpy as np
+import minidl as dl
+from minidl import distributed, models, optim
+
+world = distributed.init()
+dev = dl.get_device("cpu")
+rng = np.random.default_rng(0)
+data = rng.integers(0, 256, (256, 28, 28), dtype=np.uint8), rng.integers(0, 10, 256)
+
+
+def trained():
+    t = dl.Trainer(models.get("lenet", device=dev, seed=0), optim.get("momentum", lr=0.01, momentum=0.9),
+                   progress=False, log=lambda s: None, world=world)
+    t.fit(data, more_steps=4, batch_size=16)
+    return t
+
+
+trainers = [trained() for _ in range(int(sys.argv[2]))]
+colls = {id(t.reducer.coll) for t in trainers}
+assert len(colls) == 1 and trainers[0].reducer.coll is world.communicator(dev), colls
+if world.main:
+    np.save(sys.argv[1], dev.to_host(trainers[-1].model.flat))
+"""
+
+
+@needs_mpi
+def test_two_trainers_of_a_process_share_its_communicator_and_the_second_trains_as_if_alone(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
+    runs = {}
+    for n in (2, 1):
+        p = subprocess.run(["mpiexec", "-n", "2", sys.executable, "-c", _RANKS, str(tmp_path / f"{n}.npy"), str(n)],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        runs[n] = np.load(tmp_path / f"{n}.npy")
+    np.testing.assert_array_equal(runs[2], runs[1])
