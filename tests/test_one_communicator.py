@@ -50,3 +50,21 @@ def test_two_trainers_of_a_process_share_its_communicator_and_the_second_trains_
         assert p.returncode == 0, p.stderr[-2000:]
         runs[n] = np.load(tmp_path / f"{n}.npy")
     np.testing.assert_array_equal(runs[2], runs[1])
+
+
+def test_a_world_makes_its_communicator_once_a_backend_and_again_once_it_is_closed():
+    from types import SimpleNamespace
+
+    from minidl.distributed import World
+    made = []
+
+    def communicator(comm):
+        made.append(SimpleNamespace(comm=comm, closed=False))
+        return made[-1]
+    world = World(0, 2, comm="the MPI communicator")
+    gpu, cpu = (SimpleNamespace(name=n, communicator=communicator) for n in ("cuda", "cpu"))
+    first = world.communicator(gpu)
+    assert world.communicator(gpu) is first and first.comm == "the MPI communicator" and len(made) == 1
+    assert world.communicator(cpu) is not first and len(made) == 2
+    first.closed = True                           # a benchmark destroyed it: the next Trainer gets another
+    assert world.communicator(gpu) is made[2] and world.communicator(gpu) is made[2]
