@@ -317,6 +317,24 @@ def test_a_tabulated_schedule_follows_lr_changes_in_place():
     assert opt.current_lr == pytest.approx(0.0, abs=1e-12)
 
 
+def test_a_constant_schedule_is_lr_itself_with_no_step_arithmetic(monkeypatch):
+    """t - 1 is one launch a captured step on the GPU: a schedule that reads no step gets none, and lr
+    is the device's own 0-d array (a captured step reads what the optimizer last wrote there)."""
+    from minidl import layers as L
+    x = L.Input((3,))
+    model = dl.Model(x, L.Dense(2)(x))
+    opt = optim.SGD(0.5).setup(model)
+    called = []
+    monkeypatch.setattr(np, "subtract", lambda *a, **k: called.append(a))
+    lr = opt._lr_at()(opt._lr_dev, opt._t_dev)
+    assert lr is opt._lr_dev and called == []
+    monkeypatch.undo()
+    opt.lr = 0.25                                   # a later lr is read from the same array
+    opt.step()
+    assert opt.current_lr == 0.25 and float(opt._lr_at()(opt._lr_dev, opt._t_dev)) == 0.25
+    assert schedules.constant().reads_step is False and getattr(schedules.cosine(4), "reads_step", True)
+
+
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("scale", [0.5, 1 / 3])
 def test_grad_scale_is_the_update_of_the_scaled_gradient(case, scale):

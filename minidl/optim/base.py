@@ -164,13 +164,13 @@ class Optimizer:
 
         A schedule with a horizon (cosine) is tabulated once on the host, lr_t for t = 0 ..
         horizon + 1, and read with one gather: a few kernels in a captured step instead of one per
-        operation of its formula. The table is refilled in place when lr changes.
+        operation of its formula. The table is refilled in place when lr changes. No t - 1 for one that reads no step.
         """
         if self._lr_fn[0] is not self.schedule:
             schedule, horizon, xp = self.schedule, getattr(self.schedule, "horizon", None), self.xp
-            self._lr_table = None
-            if horizon is None:
-                fn = lambda lr, t: schedule(lr, xp.subtract(t, 1.0))     # noqa: E731  (not t - 1.0: schedules.py)
+            self._lr_table, step = None, getattr(schedule, "reads_step", True)      # constant: reads none
+            if horizon is None:       # not t - 1.0: schedules.py
+                fn = lambda lr, t: schedule(lr, xp.subtract(t, 1.0) if step else None)     # noqa: E731
             else:
                 self._lr_table = self.xp.asarray(self._tabulate(schedule, horizon))
                 table, last = self._lr_table, horizon + 1
