@@ -37,7 +37,7 @@ def _schedule(fn, name, **kw):
 def constant() -> Schedule:
     """lr = base_lr. It reads no step (`reads_step` False): an optimizer computes no t - 1 for it."""
     f = _schedule(lambda base_lr, step: base_lr, "constant")
-    f.reads_step = False          # type: ignore[attr-defined]  # a function attribute
+    f.reads_step = False          # a function attribute
     return f
 
 
