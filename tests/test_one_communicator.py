@@ -68,3 +68,23 @@ def test_a_world_makes_its_communicator_once_a_backend_and_again_once_it_is_clos
     assert world.communicator(cpu) is not first and len(made) == 2
     first.closed = True                           # a benchmark destroyed it: the next Trainer gets another
     assert world.communicator(gpu) is made[2] and world.communicator(gpu) is made[2]
+
+
+def test_the_shared_communicators_host_waits_hear_the_trainer_stepping():
+    """MPI's requests are waited for on the host through the waits of the Reducer whose step runs, so
+    a stop asked of that Trainer bounds a wait for ranks that never come, whichever Reducer was made last."""
+    from types import SimpleNamespace
+
+    import minidl as dl
+    from minidl import distributed, models
+    from minidl.graph import passes
+    model = models.get("lenet", device=dl.get_device("cpu"), seed=0)
+    net = model.lower(passes.training)
+    coll = SimpleNamespace(waits=None, start=lambda *a, **k: None, wait=lambda: None)
+    world = distributed.World(0, 2)
+    first, second = (distributed.Reducer(world, model.device, communicator=coll, stop_asked=lambda: None)
+                     for _ in range(2))
+    assert coll.waits is second._waits
+    first.watch(net)
+    first.begin()
+    assert coll.waits is first._waits

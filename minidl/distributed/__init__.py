@@ -239,8 +239,8 @@ class Reducer:
         self.world, self.device, self.grad_scale = world, device, 1.0 / world.size
         self.grad_reduce, self.stop_asked = grad_reduce, stop_asked
         self.coll = communicator or world.communicator(device)
-        if hasattr(self.coll, "waits"):        # MPI's requests, waited for on the host: through the World's waits
-            self.coll.waits = lambda requests: world.wait_all(requests, stop_asked)
+        self._waits = lambda requests: world.wait_all(requests, stop_asked)
+        self._bind_waits()
         self.buckets: GradientBuckets = None     # type: ignore[assignment]  # watch() sets it, before any step
         self.sharded, self.shard = shard, None  # type: bool, sharding.Shard | None  # watch() makes the Shard
 
@@ -278,7 +278,14 @@ class Reducer:
 
     def begin(self) -> Callable[[Layer], None]:
         """A step's backward begins: its hook ready(layer) for Model.backward."""
+        self._bind_waits()
         return self.buckets.begin()
+
+    def _bind_waits(self):
+        """MPI's requests are waited for on the host through the World's waits, hearing this Reducer's
+        stop requests: the communicator is the process's, and the Trainer stepping is this one."""
+        if hasattr(self.coll, "waits"):
+            self.coll.waits = self._waits
 
     def finish(self, flag: Array) -> None:
         """Before the update: start the buckets backward left, flag <- AND of every rank's flag (a
