@@ -1,5 +1,6 @@
 """kernels/gpu/timing.py's logic without a GPU: a stand-in CuPy (in a child process, so no other test
-sees it) records what time_queued asks of the stream; tests/gpu/test_timing.py times real kernels."""
+sees it) records what time_queued asks of the stream (the hold kernel's cycles, the events, the
+runs); tests/gpu/test_timing.py times real kernels."""
 import json
 import os
 import pathlib
@@ -39,7 +40,7 @@ made = []
 cp.cuda.Event.side_effect = lambda: made.append(Event("start" if not made else "stop")) or made[-1]
 cp.cuda.runtime.getDevice.return_value = 0
 cp.cuda.get_current_stream.return_value.ptr = 7
-cp.cuda.runtime.memsetAsync.side_effect = lambda *a: log.append("memset")
+timing._HOLD = type("Hold", (), {"get": lambda self, name: lambda grid, block, args: log.append(int(args[0]))})()
 cp.cuda.runtime.streamBeginCapture.side_effect = lambda *a: log.append("begin capture")
 cp.cuda.runtime.streamEndCapture.side_effect = lambda *a: log.append("end capture") or 99
 cp.cuda.get_elapsed_time.return_value = 5.0
@@ -57,7 +58,7 @@ out = []
 for _ in range(2):
     log.clear()
     out.append({"ms": timing.time_queued(fn, 10), "log": log[:],
-                "memsets_now": timing._clocks[0].memsets})
+                "cycles_now": timing._clocks[0].cycles})
 print(json.dumps(out))
 """
 
@@ -70,36 +71,31 @@ def _run(answers, fail_at=0):
 
 
 def _attempts(log):
-    """The memsets queued before each timed attempt (each attempt ends with `stop`)."""
-    counts, n = [], 0
-    for item in log:
-        if item == "memset":
-            n += 1
-        elif item == "stop":
-            counts.append(n)
-            n = 0
-    return counts
+    """The hold's cycles before each timed attempt (each attempt ends with `stop`)."""
+    return [item for item in log if isinstance(item, int)]
 
 
-def test_the_runs_are_queued_behind_memsets_and_timed_once_the_host_got_there_first():
+H = 1 << 18                                                     # timing.HOLD_CYCLES
+
+
+def test_the_runs_are_queued_behind_the_hold_and_timed_once_the_host_got_there_first():
     first, second = _run([False])
     assert first["ms"] == 0.5                                   # 5 ms between the events over 10 runs
     assert first["log"][:4] == ["run", "begin capture", "run", "end capture"]   # untimed, then captured once
-    assert _attempts(first["log"]) == [32]
-    assert first["log"][-12:] == ["start"] + ["run"] * 10 + ["stop"]
-    assert second["ms"] == 0.5 and _attempts(second["log"]) == [32]
+    assert first["log"][4:] == [H, "start"] + ["run"] * 10 + ["stop"]
+    assert second["ms"] == 0.5 and _attempts(second["log"]) == [H]
 
 
-def test_where_the_gpu_got_to_the_first_event_early_the_memsets_double_and_stay_doubled():
+def test_where_the_gpu_got_to_the_first_event_early_the_hold_doubles_and_stays_doubled():
     first, second = _run([True, True, False])
-    assert _attempts(first["log"]) == [32, 64, 128]
-    assert first["memsets_now"] == 128
-    assert _attempts(second["log"]) == [128]                    # the next candidate starts where it ended
+    assert _attempts(first["log"]) == [H, 2 * H, 4 * H]
+    assert first["log"].count("stop") == 3 and first["cycles_now"] == 4 * H
+    assert _attempts(second["log"]) == [4 * H]                  # the next candidate starts where it ended
 
 
-def test_the_memsets_stop_doubling_at_their_cap():
+def test_the_hold_stops_doubling_at_its_cap():
     first, _ = _run([True] * 20)
-    assert _attempts(first["log"]) == [32, 64, 128, 256, 512, 1024]
+    assert _attempts(first["log"]) == [H << k for k in range(11)]      # up to MAX_CYCLES, 1 << 28
     assert first["ms"] == 0.5
 
 
