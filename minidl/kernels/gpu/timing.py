@@ -25,10 +25,11 @@ HOLD_CYCLES = 1 << 18               # the first hold: about 0.13 ms at 2 GHz
 MAX_CYCLES = 1 << 28                # about 0.13 s
 
 _HOLD = Module(r"""
-extern "C" __global__ void minidl_hold(long long cycles) {
+template<int ONE>
+__global__ void minidl_hold(long long cycles) {
     long long t0 = clock64();
     while (clock64() - t0 < cycles) { }
-}""", ["minidl_hold"])
+}""", ["minidl_hold<1>"])      # a template, as every Module's kernels are named by their instantiation
 
 
 class _Clock:
@@ -69,7 +70,7 @@ def time_queued(fn: Callable[[], object], runs: int) -> float | None:
     stream, start, stop = cp.cuda.get_current_stream(), clock.start, clock.stop
     if not stream.ptr:                  # the legacy stream cannot capture: minidl's own, made current
         stream = compute_stream()
-    hold = _HOLD.get("minidl_hold")     # launched on the current stream, which is `stream`
+    hold = _HOLD.get("minidl_hold<1>")  # launched on the current stream, which is `stream`
     try:
         fn()
         _capture_once(fn, stream)
