@@ -1,5 +1,5 @@
 """The reduction stream's priority (kernels/gpu/collectives.py) without a GPU: a stand-in CuPy in a
-child process records the stream made. The GPU's highest priority by default, the default one under
+child process records the stream made, a stand-in driver answers the priority range. The GPU's highest priority by default, the default one under
 MINIDL_REDUCE_PRIORITY=normal (the stream was once made with none, whatever the docs said)."""
 import json
 import os
@@ -18,7 +18,14 @@ for name in ("cupy", "cupy.cuda", "cupy.cuda.nccl"):
     sys.modules[name] = mock.MagicMock(name=name)
 cp = sys.modules["cupy"]
 cp.cuda.nccl = sys.modules["cupy.cuda.nccl"]
-cp.cuda.runtime.deviceGetStreamPriorityRange.return_value = (0, -5)     # (least, greatest): CUDA's order
+import ctypes
+def range_of(least, greatest):                # the driver's cuCtxGetStreamPriorityRange on this GPU
+    ctypes.cast(least, ctypes.POINTER(ctypes.c_int))[0] = 0          # (least, greatest): CUDA's order
+    ctypes.cast(greatest, ctypes.POINTER(ctypes.c_int))[0] = -5
+    return 0
+real_cdll = ctypes.CDLL
+ctypes.CDLL = lambda name, *a, **k: (mock.Mock(cuCtxGetStreamPriorityRange=range_of) if name == "libcuda.so.1"
+                                     else real_cdll(name, *a, **k))
 from minidl.kernels.gpu.collectives import ReductionStream
 ReductionStream()
 print(json.dumps(cp.cuda.Stream.call_args.kwargs))

@@ -25,6 +25,7 @@ on one GPU, eager and captured, and two ranks against one GPU on two.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import gc
 import os
 import threading
@@ -50,7 +51,12 @@ def _priority():
     """The highest stream priority of the current GPU (CUDA: lower numbers run first), or 0."""
     if os.environ.get("MINIDL_REDUCE_PRIORITY", "high") == "normal":
         return 0
-    return cp.cuda.runtime.deviceGetStreamPriorityRange()[1]
+    cp.cuda.runtime.free(0)              # makes the current GPU's context, which the driver reads
+    least, greatest = ctypes.c_int(), ctypes.c_int()
+    err = ctypes.CDLL("libcuda.so.1").cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest))
+    if err:                              # CuPy names no such runtime call: the driver's, through ctypes
+        raise RuntimeError(f"cuCtxGetStreamPriorityRange failed (CUresult {err})")
+    return greatest.value
 
 
 class ReductionStream:
