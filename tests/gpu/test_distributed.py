@@ -89,6 +89,35 @@ def test_the_reduction_stream_forks_after_backward_and_joins_before_the_update(c
     assert bool(twin_step.finite) and int(twin_step.good_steps) == 6
 
 
+class _Streams(ReductionStream):
+    """Records the stream each reduction was given."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def _reduce(self, a, op, stream):
+        self.seen.append(stream)
+        with stream:
+            a *= 2
+
+
+def test_reductions_go_to_the_reduction_stream_only_inside_a_capture():
+    """Kernels run on another stream outside a graph slow every later replay of the process
+    (docs/distributed.md), so an uncaptured reduction runs in order on the current stream."""
+    dev = dl.get_device("cuda", seed=0)
+    r, a = _Streams(), cp.ones(1 << 20, cp.float32)
+    current = cp.cuda.get_current_stream()
+    r.start(a, "sum")
+    r.wait()
+    assert r.seen == [current] and not r._forked
+    call = dev.capture(lambda: (r.start(a, "sum"), r.wait()))
+    assert r.seen[1:] == [current, current, r.stream] and r.stream != current     # two warm-up runs, the capture
+    call.replay()
+    dev.sync()
+    assert int(a[0]) == 2 ** (1 + 2 + 1)       # run eagerly once, in the two warm-up runs and in one replay
+
+
 class _OneRankOverNCCL(distributed.World):
     """One rank that reduces anyway (over itself), so the NCCL path runs on a single GPU."""
 

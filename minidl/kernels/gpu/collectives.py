@@ -3,13 +3,14 @@ rank, set up over MPI. The CPU twin, kernels/cpu/collectives.py, goes through MP
 
 `allreduce` runs on the current (compute) stream, in order with everything else. `start` (and
 `reduce_scatter` and `all_gather`, the sharded optimizer's halves of the all-reduce: distributed/shard.py)
-runs on a second stream, the reduction stream, after the work queued so far on the compute stream (an
-event recorded there, which the reduction stream waits for), so backward goes on while the
-buckets of the last layers' gradients are summed; `wait` makes the compute stream wait for all
-that was started (an event recorded on the reduction stream), so the update that follows reads
-the sums. Inside a CUDA stream capture the first event forks the capture into the reduction
-stream and the second joins it back: the captured step holds the work of both streams in one
-graph. Every rank issues the same collectives in the same order, all on one stream per phase.
+inside a CUDA stream capture runs on a second stream, the reduction stream, after the work queued so
+far on the compute stream (an event recorded there, which the reduction stream waits for: the capture
+forks into it), so backward goes on while the buckets of the last layers' gradients are summed; `wait`
+makes the compute stream wait for all that was started (an event recorded on the reduction stream:
+the capture joins back), so the update that follows reads the sums, and the captured step holds the
+work of both streams in one graph. Outside a capture (the warm-up step, an uncaptured run) they run
+on the compute stream in order: kernels run on another stream outside a graph leave the process
+replaying every graph slower (`_fork`). Every rank issues the same collectives in the same order.
 
 The reduction stream has the device's highest priority, so the GPU may give the all-reduce's
 blocks the SMs that backward's kernels free rather than queue it behind them ($MINIDL_REDUCE_PRIORITY
@@ -68,35 +69,45 @@ class ReductionStream:
         self._forks = []                 # one event per reduction in flight, reused step after step
         self._join = cp.cuda.Event(disable_timing=True)
         self._in_flight = 0
+        self._forked = False             # a reduction of this step went to the reduction stream
 
     def start(self, a: Array, op: str, wire: Array | None = None) -> None:
         """a <- op over the ranks of a, on the reduction stream once the current stream's queued work is
         done; through `wire` (a's size, a narrower dtype) when given: rounded, reduced there, widened."""
-        self._fork()
+        stream = self._fork()
         if wire is None:
-            self._reduce(a, op, self.stream)
+            self._reduce(a, op, stream)
             return
-        with self.stream:
+        with stream:
             cast_copy(wire, a)
-        self._reduce(wire, op, self.stream)
-        with self.stream:
+        self._reduce(wire, op, stream)
+        with stream:
             cp.copyto(a, wire, casting="unsafe")
 
-    def _fork(self):
-        """The reduction stream's next work starts after the current stream's queued work."""
+    def _fork(self) -> cp.cuda.Stream:
+        """The stream the next reduction runs on. Inside a capture: the reduction stream, after the current
+        stream's queued work. Outside one: the current stream itself, in order, as `allreduce`: a process
+        whose other streams ran kernels outside a graph replays every captured step slower for the rest
+        of its life, which the reduction stream's uncaptured all-reduces did to every rank
+        (docs/distributed.md); a captured fork does not."""
         if self._in_flight == len(self._forks):          # made in the warm-up run, before any capture
             self._forks.append(cp.cuda.Event(disable_timing=True))
         fork = self._forks[self._in_flight]
         self._in_flight += 1
-        fork.record(cp.cuda.get_current_stream())
+        current = cp.cuda.get_current_stream()
+        if not current.is_capturing():
+            return current
+        self._forked = True
+        fork.record(current)
         self.stream.wait_event(fork)
+        return self.stream
 
     def wait(self) -> None:
-        """The current stream's next work starts after every reduction started (none in flight: no-op)."""
-        if self._in_flight:
+        """The current stream's next work starts after every reduction started (none forked: no-op)."""
+        if self._forked:
             self._join.record(self.stream)
             cp.cuda.get_current_stream().wait_event(self._join)
-            self._in_flight = 0
+        self._in_flight, self._forked = 0, False
 
     def _reduce(self, a, op, stream):
         raise NotImplementedError
@@ -162,24 +173,24 @@ class Communicator(ReductionStream):
         """This rank's chunk of a (a cut into `size` equal chunks, chunk r rank r's) <- op over the ranks of
         that chunk, in place (NCCL's in-place layout), on the reduction stream as `start`; the other chunks
         keep this rank's values. `wire`: as start's (the bucket rounded into it, the chunk widened back)."""
-        self._fork()
+        stream = self._fork()
         src = a if wire is None else wire
         n, r = a.size // self.size, self.rank
         if wire is not None:
-            with self.stream:
+            with stream:
                 cast_copy(wire, a)
         self._ready().reduceScatter(src.data.ptr, src[r * n:].data.ptr, n, _TYPES[src.dtype.name], _OPS[op],
-                                    self.stream.ptr)
+                                    stream.ptr)
         if wire is not None:
-            with self.stream:
+            with stream:
                 cp.copyto(a[r * n:(r + 1) * n], wire[r * n:(r + 1) * n], casting="unsafe")
 
     def all_gather(self, a: Array) -> None:
         """Every chunk of a (as reduce_scatter cuts it) <- its rank's, in place, on the reduction stream
         after the current stream's queued work (the update of this rank's chunk); wait() joins it back."""
-        self._fork()
+        stream = self._fork()
         n, r = a.size // self.size, self.rank
-        self._ready().allGather(a[r * n:].data.ptr, a.data.ptr, n, _TYPES[a.dtype.name], self.stream.ptr)
+        self._ready().allGather(a[r * n:].data.ptr, a.data.ptr, n, _TYPES[a.dtype.name], stream.ptr)
 
     def broadcast(self, a: Array, root: int = 0) -> None:
         """a <- rank `root`'s a, on the current stream."""
