@@ -6,7 +6,8 @@ still being differentiated. Data-parallel ranks therefore reduce the arena bucke
 backward goes on (PyTorch DDP's buckets, Li et al., VLDB 2020): the graph calls `ready(layer)` as
 each layer's parameter gradients become final (Model.backward), and a bucket is handed to
 `start(view)` when its last layer has reported. On the GPU `start` issues the NCCL all-reduce on a
-second stream after the work queued so far; on the CPU a non-blocking MPI all-reduce.
+second stream after the work queued so far (inside a captured step; outside one in order on the
+compute stream); on the CPU a non-blocking MPI all-reduce.
 
 The parameters lie in the arena in the model's forward order, so layers taken in backward order
 walk the arena from its end to its start, and a run of consecutive layers is one contiguous range:
