@@ -28,7 +28,7 @@ ACTIVITIES = ("none", "streams", "side-once", "main-eager", "null-eager", "graph
 
 
 def churn(activity, n, cp, world):
-    from minidl.kernels.gpu import timing
+    from minidl.kernels.gpu import record, timing
     x = cp.zeros(1 << 16, cp.float32)
 
     def tiny():
@@ -66,7 +66,7 @@ def churn(activity, n, cp, world):
             a.record(one), b.record(one)
             b.synchronize()
         elif activity == "capture-only":
-            timing._capture_once(tiny, one)
+            record.record_once(tiny, one)
         elif activity == "queued":
             timing.time_queued(tiny, 10)
         elif activity.startswith("ranks"):

@@ -1,6 +1,7 @@
 """The reduction stream's priority (kernels/gpu/collectives.py) without a GPU: a stand-in CuPy in a
-child process records the stream made, a stand-in driver answers the priority range. The GPU's highest priority by default, the default one under
-MINIDL_REDUCE_PRIORITY=normal (the stream was once made with none, whatever the docs said)."""
+child process records the stream made, a stand-in driver answers the priority range. The GPU's highest
+priority by default, the default one under MINIDL_REDUCE_PRIORITY=normal (the stream was once made with
+none, whatever the docs said; then the range was asked of a CuPy call that does not exist)."""
 import json
 import os
 import pathlib

@@ -212,8 +212,9 @@ class Reducer:
     In a training step (TrainStep): `watch(net)` once plans the buckets of net's gradient arena;
     each step `begin()` gives Model.backward its hook, which starts summing a bucket over the ranks
     as soon as backward has finished its layers (on the GPU on a second stream in the captured
-    step, in order on the compute stream outside one; under a precision policy its range is first cast from the compute-dtype copies,
-    net.gather, so half-precision buckets also travel while backward goes on), and `finish(flag)`
+    step, in order on the compute stream outside one; under a precision policy its range is first
+    cast from the compute-dtype copies, net.gather, so half-precision buckets also travel while
+    backward goes on), and `finish(flag)`
     starts what is left, ANDs the ranks' NaN flags behind it, and makes the update wait for all of it.
     The sum becomes the mean inside the update:
     `grad_scale` = 1/N is the optimizer's. Outside steps: `average(a)` (BatchNorm's running

@@ -1,5 +1,6 @@
-"""`_cuda.ahead` rehearsals run on one stream a GPU, made once and kept: a process that has made and
-destroyed streams that ran kernels replays its CUDA graphs slower (benchmarks/graph_churn.py)."""
+"""`_cuda.ahead` rehearsals are recorded on one stream a GPU, made once and kept, into graphs that never
+run: a process whose other streams ran kernels outside a graph replays its CUDA graphs slower
+(benchmarks/graph_churn.py, docs/distributed.md)."""
 import pytest
 
 cp = pytest.importorskip("cupy")
@@ -18,3 +19,22 @@ def test_rehearsals_share_one_kept_stream():
     _cuda.wait_ahead()
     assert len(seen) == 3 and len(set(seen)) == 1 and seen[0] != 0
     assert _cuda._rehearsal_streams[_cuda._pool_device[0]].ptr == seen[0]
+
+
+def test_a_rehearsal_compiles_its_kernels_and_runs_none_of_them():
+    dl.get_device("cuda")
+    if not _cuda._pool or _cuda._workers:
+        pytest.skip("no compile pool here, or compile worker processes rehearse instead")
+    a = cp.zeros(4, cp.float32)
+    capturing = []
+    kernel = cp.ElementwiseKernel("float32 x", "float32 y", "y = x + 1", "minidl_test_rehearsed_once")
+
+    def rehearsal():
+        capturing.append(cp.cuda.get_current_stream().is_capturing())
+        kernel(a, a)
+    _cuda.ahead(rehearsal)
+    _cuda.wait_ahead()
+    cp.cuda.Device().synchronize()
+    assert capturing == [True] and not a.any()         # recorded, never run
+    kernel(a, a)                                        # compiled and loaded by the rehearsal
+    assert a.tolist() == [1.0] * 4

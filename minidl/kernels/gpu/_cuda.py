@@ -8,9 +8,10 @@ after another, about half a second each), so:
   and beside the main thread's work; it starts when a cuda Device is made (or the first
   Module kernel or cuDNN handle is asked for), and a Module made later (its family imported after)
   joins the pool at once. MINIDL_PARALLEL_COMPILE=0: each compiles when first used.
-- `ahead(fn)` runs fn on the same pool before any Module waiting there: a rehearsal that calls CuPy
-  elementwise kernels on tiny arrays (gpu/ahead.py), whose code depends on the dtypes of a call and
-  so cannot be named as a Module's can; the first step then finds them compiled.
+- `ahead(fn)` records fn in a CUDA graph on the same pool, before any Module waiting there, and runs
+  none of it: a rehearsal that calls CuPy elementwise kernels on tiny arrays (gpu/ahead.py), whose
+  code depends on the dtypes of a call and so cannot be named as a Module's can; the first step then
+  finds them compiled and loaded.
 - NVRTC compiles one program at a time in a process (threads add little; docs/kernels.md, Notes
   from the code, has the figure), so on empty caches a cuda Device first starts worker
   processes (gpu/compile_workers.py, listed in `_workers`) that compile the Modules and run the
@@ -38,6 +39,7 @@ from typing import Any
 import cupy as cp
 
 from . import _dtypes, _nvrtc, affinity
+from .record import record_once
 
 # The 2-byte types of a precision policy, for RawKernels that read them as float (HALF_CODE's Acc).
 HALF_CTYPES = _dtypes.HALF_CTYPES
@@ -242,11 +244,12 @@ def _background(m, dev):
 
 
 def ahead(fn):
-    """Run fn() on the compile pool before the Modules queued there, on the pool's GPU and on a stream
-    of the rehearsals' own (one a GPU, kept: a process that has made and destroyed a few streams that
-    ran kernels replays its CUDA graphs slower, kernels/gpu/timing.py); an error is dropped (the real
-    call meets it again). Nothing without the pool, nor where compile workers run (they rehearse
-    gpu/ahead.py's list themselves)."""
+    """Record fn() on the compile pool before the Modules queued there, on the pool's GPU and a stream
+    of the rehearsals' own (one a GPU, kept), into a CUDA graph that is destroyed, never run: its
+    kernels compile and load, and none runs outside a graph on a stream but the compute stream, which
+    would leave the process replaying every graph slower (docs/distributed.md). An error is dropped
+    (the real call meets it again). Nothing without the pool, nor where compile workers run (they
+    rehearse gpu/ahead.py's list themselves)."""
     if not _pool or _workers:
         return
     done = threading.Event()
@@ -259,8 +262,7 @@ def ahead(fn):
                     stream = _rehearsal_streams.get(dev) or _rehearsal_streams.setdefault(
                         dev, cp.cuda.Stream(non_blocking=True))
                 with stream:
-                    fn()
-                stream.synchronize()
+                    record_once(fn, stream)
         except Exception:               # noqa: BLE001  the first step calls it again and raises there
             pass
         finally:

@@ -19,6 +19,7 @@ import cupy as cp
 import numpy as np
 
 from ._cuda import Module
+from .record import record_once
 from .stream import compute_stream
 
 HOLD_CYCLES = 1 << 18               # the first hold: about 0.13 ms at 2 GHz
@@ -47,17 +48,6 @@ class _Clock:
 _clocks: dict[int, _Clock] = {}
 
 
-def _capture_once(fn, stream):
-    """Record one fn() as a CUDA graph, and raise where it cannot be: such a candidate is none, since a
-    training step is captured whole. The graph is destroyed, never instantiated."""
-    cp.cuda.runtime.streamBeginCapture(stream.ptr, cp.cuda.runtime.streamCaptureModeRelaxed)
-    try:
-        fn()
-    finally:
-        graph = cp.cuda.runtime.streamEndCapture(stream.ptr)
-        cp.cuda.runtime.graphDestroy(graph)
-
-
 def time_queued(fn: Callable[[], object], runs: int) -> float | None:
     """Milliseconds of one fn() (the mean of `runs`) on the current stream (minidl's where that is the
     legacy one), or None where it fails to run or be captured.
@@ -73,7 +63,7 @@ def time_queued(fn: Callable[[], object], runs: int) -> float | None:
     hold = _HOLD.get("minidl_hold<1>")  # launched on the current stream, which is `stream`
     try:
         fn()
-        _capture_once(fn, stream)
+        record_once(fn, stream)      # what cannot be captured is no candidate: a step is captured whole
         while True:
             hold((1,), (1,), (np.int64(clock.cycles),))
             start.record(stream)
