@@ -9,7 +9,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "minidl"
 
 ALLOWED = {
     "kernels/gpu/stream.py": "the compute stream itself",
-    "kernels/gpu/collectives.py": "the reduction stream: forked to only inside a capture (ReductionStream._fork)",
+    "kernels/gpu/collectives.py": "the reduction stream: forked to only inside a capture (ReductionStream._fork), "
+                                  "and the one-element all-reduce that connects the ranks",
     "kernels/gpu/_cuda.py": "the rehearsals' stream: recorded into graphs that never run (record.record_once)",
     "kernels/gpu/compile_workers.py": "a compile worker process's own stream: another process",
 }

@@ -137,7 +137,9 @@ class Communicator(ReductionStream):
     def _connect(self, size, uid, rank, dev):
         """Create the communicator and run one small all-reduce, in a thread of its own: NCCL connects
         the ranks at their first collective, and both together took 1-3 s of a cold start, which the
-        model's build and the first step's compiles now cover (docs/cold-start.md)."""
+        model's build and the first step's compiles now cover (docs/cold-start.md). Its one kernel runs on
+        the reduction stream outside a graph, the only such: one left the step as it was where ten slowed
+        it (docs/distributed.md), and the compute stream may be capturing in the main thread meanwhile."""
         try:
             cp.cuda.runtime.setDevice(dev)          # not `with Device(dev)`, whose exit would make this
             self.comm = nccl.NcclCommunicator(size, uid, rank)     # thread's GPU 0 current: a context there
