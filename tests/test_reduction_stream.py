@@ -1,7 +1,12 @@
-"""Which stream a bucket's reduction runs on (kernels/gpu/collectives.py), without a GPU: a stand-in CuPy in
-a child process. Inside a capture the reduction stream, forked from the current stream and joined back;
-outside one the current stream, in order, with no event: kernels run on another stream outside a graph
-left the process replaying every captured step slower (docs/distributed.md)."""
+"""The reduction stream (kernels/gpu/collectives.py) without a GPU: a stand-in CuPy in a child process.
+
+- Its priority: the GPU's highest by default, the default one under MINIDL_REDUCE_PRIORITY=normal (the
+  stream was once made with none, whatever the docs said; then the range was asked of a CuPy call that
+  does not exist, which a stand-in CuPy answered anyway: the range now comes from a stand-in driver).
+- Which stream a bucket's reduction runs on: inside a capture the reduction stream, forked from the
+  current stream and joined back; outside one the current stream, in order, with no event (kernels run
+  on another stream outside a graph left the process replaying every captured step slower,
+  docs/distributed.md)."""
 import json
 import os
 import pathlib
@@ -12,13 +17,29 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-_CHILD = """
-import json, sys
+_STAND_IN = """
+import ctypes, json, sys
 from unittest import mock
 for name in ("cupy", "cupy.cuda", "cupy.cuda.nccl"):
     sys.modules[name] = mock.MagicMock(name=name)
 cp = sys.modules["cupy"]
 cp.cuda.nccl = sys.modules["cupy.cuda.nccl"]
+def range_of(least, greatest):                # the driver's cuCtxGetStreamPriorityRange on this GPU
+    ctypes.cast(least, ctypes.POINTER(ctypes.c_int))[0] = 0          # (least, greatest): CUDA's order
+    ctypes.cast(greatest, ctypes.POINTER(ctypes.c_int))[0] = -5
+    return 0
+real_cdll = ctypes.CDLL
+ctypes.CDLL = lambda name, *a, **k: (mock.Mock(cuCtxGetStreamPriorityRange=range_of) if name == "libcuda.so.1"
+                                     else real_cdll(name, *a, **k))
+"""
+
+_PRIORITY = _STAND_IN + """
+from minidl.kernels.gpu.collectives import ReductionStream
+ReductionStream()
+print(json.dumps(cp.cuda.Stream.call_args.kwargs))
+"""
+
+_FORKS = _STAND_IN + """
 current, reduction = mock.MagicMock(name="current"), mock.MagicMock(name="reduction")
 current.is_capturing.return_value = sys.argv[1] == "captured"
 cp.cuda.get_current_stream.return_value = current
@@ -39,6 +60,20 @@ print(json.dumps({"ran": ran, "events": len(r._forks), "forks_recorded": sum(e.r
 """
 
 
+def _child(code, *args, setting=None):
+    env = {k: v for k, v in os.environ.items() if k != "MINIDL_REDUCE_PRIORITY"}
+    env.update(PYTHONPATH=str(ROOT), **({"MINIDL_REDUCE_PRIORITY": setting} if setting else {}))
+    p = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("setting, priority", [(None, -5), ("high", -5), ("normal", 0)])
+def test_the_reduction_stream_runs_at_the_gpus_highest_priority_unless_asked_not_to(setting, priority):
+    assert _child(_PRIORITY, setting=setting) == {"non_blocking": True, "priority": priority}
+
+
 @pytest.mark.parametrize("mode, expected", [
     ("eager", {"ran": ["current"] * 4, "events": 2, "forks_recorded": 0, "reduction_waited": 0, "joins": 0,
                "current_waited": 0}),
@@ -46,8 +81,4 @@ print(json.dumps({"ran": ran, "events": len(r._forks), "forks_recorded": sum(e.r
                   "current_waited": 2}),
 ])
 def test_a_reduction_forks_to_the_reduction_stream_only_inside_a_capture(mode, expected):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), MINIDL_REDUCE_PRIORITY="normal")
-    p = subprocess.run([sys.executable, "-c", _CHILD, mode], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=60)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert json.loads(p.stdout.splitlines()[-1]) == expected
+    assert _child(_FORKS, mode) == expected
