@@ -12,7 +12,9 @@ timing of a candidate), `nccl-init` (a one-rank NCCL communicator made), `nccl` 
 second stream), `none`. Under an MPI launcher of N ranks, each rank on its GPU, the ranks' own: `ranks-init`
 (an N-rank NCCL communicator made, one all-reduce), `ranks` (n all-reduces), `ranks-destroy` (made, one
 all-reduce, destroyed), `minidl-comm` (minidl's Communicator made, one all-reduce), `peer` (peer
-access to every other GPU enabled, no NCCL).
+access to every other GPU enabled, no NCCL), `minidl-start` (minidl's Communicator, n uncaptured
+`start` + `wait`: the reduction stream's path outside a capture, which slowed the ranks until it moved
+onto the compute stream, docs/distributed.md).
 One line of JSON: the step's GPU time before and after (the best of 3 x 100 replays), every rank's.
 """
 import argparse
@@ -24,7 +26,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 ACTIVITIES = ("none", "streams", "side-once", "main-eager", "null-eager", "graphs", "graphs-kept", "events",
               "capture-only", "queued", "nccl-init", "nccl", "ranks-init", "ranks", "ranks-destroy", "minidl-comm",
-              "peer")
+              "minidl-start", "peer")
 
 
 def churn(activity, n, cp, world):
@@ -85,6 +87,12 @@ def churn(activity, n, cp, world):
             kept.append(Communicator(world.comm))
             kept[0].allreduce(x, "sum")
             break
+        elif activity == "minidl-start":
+            from minidl.kernels.gpu.collectives import Communicator
+            if not kept:
+                kept.append(Communicator(world.comm))
+            kept[0].start(x, "sum")
+            kept[0].wait()
         elif activity == "peer":
             for d in range(cp.cuda.runtime.getDeviceCount()):
                 if d != cp.cuda.Device().id:
