@@ -180,7 +180,7 @@ _tasks: list[tuple[int, int, Any]] = []      # (priority, order, task): each poo
 _tasks_lock, _order = threading.Lock(), itertools.count()
 _rehearsals: list[threading.Event] = []      # set as each `ahead` rehearsal ends
 _workers: list[Any] = []                      # the compile worker processes (subprocess.Popen), if started
-_rehearsal_streams: dict[int, Any] = {}       # GPU -> the stream `ahead` rehearsals run on
+_rehearsal_streams: dict[tuple, Any] = {}     # (GPU, pool thread) -> the stream its rehearsals record on
 _rehearsal_lock = threading.Lock()
 AHEAD, MODULE = 0, 1                          # priorities: rehearsals first (each is short)
 WORKER_WAIT_S = 120                           # the longest the pool waits for a compile worker
@@ -245,7 +245,8 @@ def _background(m, dev):
 
 def ahead(fn):
     """Record fn() on the compile pool before the Modules queued there, on the pool's GPU and a stream
-    of the rehearsals' own (one a GPU, kept), into a CUDA graph that is destroyed, never run: its
+    of the rehearsals' own (one a GPU and pool thread, kept: two captures cannot share a stream, and
+    the pool's threads rehearse at once), into a CUDA graph that is destroyed, never run: its
     kernels compile and load, and none runs outside a graph on a stream but the compute stream, which
     would leave the process replaying every graph slower (docs/distributed.md). An error is dropped
     (the real call meets it again). Nothing without the pool, nor where compile workers run (they
@@ -258,9 +259,10 @@ def ahead(fn):
     def rehearse(dev):
         try:
             with cp.cuda.Device(dev):
-                with _rehearsal_lock:       # one stream a GPU for every rehearsal, never destroyed
-                    stream = _rehearsal_streams.get(dev) or _rehearsal_streams.setdefault(
-                        dev, cp.cuda.Stream(non_blocking=True))
+                key = (dev, threading.get_ident())
+                with _rehearsal_lock:       # never destroyed: the pool's threads live as long
+                    stream = _rehearsal_streams.get(key) or _rehearsal_streams.setdefault(
+                        key, cp.cuda.Stream(non_blocking=True))
                 with stream:
                     record_once(fn, stream)
         except Exception:               # noqa: BLE001  the first step calls it again and raises there
