@@ -1,4 +1,4 @@
-"""The reduction stream (kernels/gpu/collectives.py) without a GPU: a stand-in CuPy in a child process.
+"""The GPU communicator (kernels/gpu/collectives.py) without a GPU: a stand-in CuPy in a child process.
 
 - Its priority: the GPU's highest by default, the default one under MINIDL_REDUCE_PRIORITY=normal (the
   stream was once made with none, whatever the docs said; then the range was asked of a CuPy call that
@@ -6,7 +6,9 @@
 - Which stream a bucket's reduction runs on: inside a capture the reduction stream, forked from the
   current stream and joined back; outside one the current stream, in order, with no event (kernels run
   on another stream outside a graph left the process replaying every captured step slower,
-  docs/distributed.md)."""
+  docs/distributed.md).
+- Ranks given one GPU: every rank refuses together, naming the two ranks, the GPU and the host, before
+  NCCL is asked for anything (it failed at the first collective, in its own words)."""
 import json
 import os
 import pathlib
@@ -82,3 +84,42 @@ def test_the_reduction_stream_runs_at_the_gpus_highest_priority_unless_asked_not
 ])
 def test_a_reduction_forks_to_the_reduction_stream_only_inside_a_capture(mode, expected):
     assert _child(_FORKS, mode) == expected
+
+
+_SHARED = _STAND_IN + """
+from minidl.kernels.gpu import collectives
+cp.cuda.Device.return_value.pci_bus_id = "0000:1B:00.0"
+class Ranks:                                   # rank 1 of three; sys.argv[1]: every rank's (host, GPU), as JSON
+    rank, size = 1, 3
+    def allgather(self, mine):
+        gpus = [tuple(g) for g in json.loads(sys.argv[1])]
+        assert gpus[self.rank] == mine, (gpus, mine)
+        return gpus
+    def bcast(self, value, root=0):
+        return value
+try:
+    collectives.Communicator(Ranks())._setup.join()
+    said = None
+except collectives.SharedGPU as e:
+    said = [str(e), e.collective, e.exit_status]
+print(json.dumps({"said": said, "nccl_asked": collectives.nccl.NcclCommunicator.called}))
+"""
+
+
+@pytest.mark.parametrize("others, said", [
+    ([["a", "0000:1A:00.0"], ["a", "0000:1C:00.0"]], None),
+    ([["b", "0000:1B:00.0"], ["c", "0000:1B:00.0"]], None),                  # one bus id on other hosts
+    ([["a", "0000:1A:00.0"], ["a", "0000:1B:00.0"]], "ranks 1 and 2 share GPU 0000:1B:00.0 on host a"),
+    ([["a", "0000:1B:00.0"], ["a", "0000:1B:00.0"]], "ranks 0 and 1 share GPU 0000:1B:00.0 on host a"),
+])
+def test_ranks_on_one_gpu_are_refused_together_before_nccl(others, said):
+    import platform
+    gpus = [others[0], [platform.node(), "0000:1B:00.0"], others[1]]
+    gpus = [[platform.node() if h == "a" else h, bus] for h, bus in gpus]
+    out = _child(_SHARED, json.dumps(gpus))
+    if said is None:
+        assert out == {"said": None, "nccl_asked": True}
+    else:
+        line, collective, status = out["said"]
+        assert line.startswith(said.replace("host a", f"host {platform.node()}")) and "CUDA_VISIBLE_DEVICES" in line
+        assert (collective, status, out["nccl_asked"]) == (True, 1, False)

@@ -300,3 +300,15 @@ def test_ranks_started_with_other_flags_exit_2_naming_the_first_difference():
                        capture_output=True, text=True, timeout=120)
     said = [line for line in p.stderr.splitlines() if "rank 1: -n is 30, rank 0 has 20" in line]
     assert p.returncode == 2 and len(said) == 1 and time.perf_counter() - t0 < 60, p.stderr[-2000:]
+
+
+@pytest.mark.skipif(not os.environ.get("MINIDL_DATA"), reason="MINIDL_DATA (real MNIST) is not set")
+def test_two_ranks_shown_one_gpu_exit_1_naming_it_once():
+    """CUDA_VISIBLE_DEVICES=0 exported to two ranks (a rank shown one GPU takes it, as Slurm's
+    --gpus-per-task=1 needs): both ranks on GPU 0, which NCCL refused at the first collective in its own
+    words; now every rank ends at the communicator's making and rank 0 names the two ranks and the GPU."""
+    common = [sys.executable, "-m", "minidl.train", "-n", "20", "-m", "10", "-b", "16", "--device", "cuda"]
+    p = subprocess.run(_launcher() + ["-n", "2", *common], env=dict(_env(), CUDA_VISIBLE_DEVICES="0"),
+                       capture_output=True, text=True, timeout=180)
+    said = [line for line in p.stderr.splitlines() if line.startswith("error: ranks 0 and 1 share GPU ")]
+    assert p.returncode == 1 and len(said) == 1 and "NCCL failure" not in p.stderr, p.stderr[-2000:]

@@ -29,6 +29,7 @@ import atexit
 import ctypes
 import gc
 import os
+import platform
 import threading
 from typing import TYPE_CHECKING
 
@@ -113,15 +114,36 @@ class ReductionStream:
         raise NotImplementedError
 
 
+class SharedGPU(ValueError):
+    """Two ranks were given one GPU, which NCCL refuses at the first collective in its own words; every
+    rank raises it together, from the same gathered list (distributed.World.guard: rank 0 says it)."""
+    collective, exit_status = True, 1
+
+
+def one_gpu_each(gpus: list[tuple[str, str]]) -> None:
+    """gpus: each rank's (host, GPU PCI bus id), rank by rank. SharedGPU naming the first two ranks on one
+    GPU: a launcher that shows one GPU to ranks that each take the first they see (CUDA_VISIBLE_DEVICES=0
+    exported to `mpiexec -n 2`), or a host with fewer GPUs than ranks told otherwise."""
+    first: dict[tuple[str, str], int] = {}
+    for rank, gpu in enumerate(gpus):
+        if gpu in first:
+            raise SharedGPU(f"ranks {first[gpu]} and {rank} share GPU {gpu[1]} on host {gpu[0]}, and NCCL needs a GPU "
+                            "for each rank: show every rank its host's GPUs, or each rank one of its own "
+                            "(CUDA_VISIBLE_DEVICES)")
+        first[gpu] = rank
+
+
 class Communicator(ReductionStream):
     """In-place collectives over CuPy arrays among the ranks of the MPI communicator `mpi_comm`.
 
     Every rank must have made its GPU current (backend.get_device(gpu=local rank)) before this:
-    NCCL binds the communicator to the current device. Creation is collective (all ranks call it).
+    NCCL binds the communicator to the current device, a GPU no other rank has (`one_gpu_each`).
+    Creation is collective (all ranks call it).
     op: "sum", "min", "max", or "and" for a bool array (MIN over its bytes, 0 or 1).
     """
 
     def __init__(self, mpi_comm: MPI.Comm) -> None:
+        one_gpu_each(mpi_comm.allgather((platform.node(), cp.cuda.Device().pci_bus_id)))
         uid = nccl.get_unique_id() if mpi_comm.rank == 0 else None
         uid = mpi_comm.bcast(uid, root=0)           # rank 0's id reaches every rank over MPI
         super().__init__()
