@@ -20,8 +20,8 @@ The last bucket is final only when backward ends, so its collective is the one n
 Greedy cutting leaves it whatever remains (ResNet-50 at 25 MiB: 7.5 MiB, its first 50 layers,
 most of them final well before the stem's). A `tail` cap splits it: the layers backward finishes last,
 up to `tail` bytes (at least one), become a bucket of their own, and the rest goes out while they
-are differentiated. One collective more a step; off by default ($MINIDL_BUCKET_TAIL_MIB) until
-measured on GPUs.
+are differentiated. One collective more a step; off by default ($MINIDL_BUCKET_TAIL_MIB): on GPUs
+it gained nothing (docs/distributed.md).
 """
 from __future__ import annotations
 
