@@ -89,10 +89,12 @@ def test_a_reduction_forks_to_the_reduction_stream_only_inside_a_capture(mode, e
 _SHARED = _STAND_IN + """
 from minidl.kernels.gpu import collectives
 cp.cuda.Device.return_value.pci_bus_id = "0000:1B:00.0"
-class Ranks:                                   # rank 1 of three; sys.argv[1]: every rank's (host, GPU), as JSON
+import platform
+here = {"a": platform.node(), "A": collectives._boot_id()}         # "a", "A": this host's name and boot
+class Ranks:                      # rank 1 of three; sys.argv[1]: every rank's (host, boot, GPU), as JSON
     rank, size = 1, 3
     def allgather(self, mine):
-        gpus = [tuple(g) for g in json.loads(sys.argv[1])]
+        gpus = [tuple(here.get(x, x) for x in g) for g in json.loads(sys.argv[1])]
         assert gpus[self.rank] == mine, (gpus, mine)
         return gpus
     def bcast(self, value, root=0):
@@ -107,16 +109,15 @@ print(json.dumps({"said": said, "nccl_asked": collectives.nccl.NcclCommunicator.
 
 
 @pytest.mark.parametrize("others, said", [
-    ([["a", "0000:1A:00.0"], ["a", "0000:1C:00.0"]], None),
-    ([["b", "0000:1B:00.0"], ["c", "0000:1B:00.0"]], None),                  # one bus id on other hosts
-    ([["a", "0000:1A:00.0"], ["a", "0000:1B:00.0"]], "ranks 1 and 2 share GPU 0000:1B:00.0 on host a"),
-    ([["a", "0000:1B:00.0"], ["a", "0000:1B:00.0"]], "ranks 0 and 1 share GPU 0000:1B:00.0 on host a"),
+    ([["a", "A", "0000:1A:00.0"], ["a", "A", "0000:1C:00.0"]], None),
+    ([["b", "B", "0000:1B:00.0"], ["c", "C", "0000:1B:00.0"]], None),       # one bus id on other hosts
+    ([["a", "B", "0000:1B:00.0"], ["a", "C", "0000:1B:00.0"]], None),       # ... hosts of one name
+    ([["a", "A", "0000:1A:00.0"], ["a", "A", "0000:1B:00.0"]], "ranks 1 and 2 share GPU 0000:1B:00.0 on host a"),
+    ([["a", "A", "0000:1B:00.0"], ["a", "A", "0000:1B:00.0"]], "ranks 0 and 1 share GPU 0000:1B:00.0 on host a"),
 ])
 def test_ranks_on_one_gpu_are_refused_together_before_nccl(others, said):
     import platform
-    gpus = [others[0], [platform.node(), "0000:1B:00.0"], others[1]]
-    gpus = [[platform.node() if h == "a" else h, bus] for h, bus in gpus]
-    out = _child(_SHARED, json.dumps(gpus))
+    out = _child(_SHARED, json.dumps([others[0], ["a", "A", "0000:1B:00.0"], others[1]]))
     if said is None:
         assert out == {"said": None, "nccl_asked": True}
     else:

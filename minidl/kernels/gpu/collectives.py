@@ -120,17 +120,27 @@ class SharedGPU(ValueError):
     collective, exit_status = True, 1
 
 
-def one_gpu_each(gpus: list[tuple[str, str]]) -> None:
-    """gpus: each rank's (host, GPU PCI bus id), rank by rank. SharedGPU naming the first two ranks on one
-    GPU: a launcher that shows one GPU to ranks that each take the first they see (CUDA_VISIBLE_DEVICES=0
-    exported to `mpiexec -n 2`), or a host with fewer GPUs than ranks told otherwise."""
-    first: dict[tuple[str, str], int] = {}
+def one_gpu_each(gpus: list[tuple[str, str, str]]) -> None:
+    """gpus: each rank's (host name, boot id, GPU PCI bus id), rank by rank: a host is its name and its boot,
+    as NCCL tells hosts apart (two hosts' containers may share a name; their bus ids often repeat).
+    SharedGPU naming the first two ranks on one GPU: a launcher that shows one GPU to ranks that each take
+    the first they see (CUDA_VISIBLE_DEVICES=0 exported to `mpiexec -n 2`)."""
+    first: dict[tuple[str, str, str], int] = {}
     for rank, gpu in enumerate(gpus):
         if gpu in first:
-            raise SharedGPU(f"ranks {first[gpu]} and {rank} share GPU {gpu[1]} on host {gpu[0]}, and NCCL needs a GPU "
+            raise SharedGPU(f"ranks {first[gpu]} and {rank} share GPU {gpu[2]} on host {gpu[0]}, and NCCL needs a GPU "
                             "for each rank: show every rank its host's GPUs, or each rank one of its own "
                             "(CUDA_VISIBLE_DEVICES)")
         first[gpu] = rank
+
+
+def _boot_id() -> str:
+    """This boot of this host's kernel (Linux), or '' where it cannot be read."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 class Communicator(ReductionStream):
@@ -143,7 +153,7 @@ class Communicator(ReductionStream):
     """
 
     def __init__(self, mpi_comm: MPI.Comm) -> None:
-        one_gpu_each(mpi_comm.allgather((platform.node(), cp.cuda.Device().pci_bus_id)))
+        one_gpu_each(mpi_comm.allgather((platform.node(), _boot_id(), cp.cuda.Device().pci_bus_id)))
         uid = nccl.get_unique_id() if mpi_comm.rank == 0 else None
         uid = mpi_comm.bcast(uid, root=0)           # rank 0's id reaches every rank over MPI
         super().__init__()
