@@ -425,6 +425,21 @@ def test_loader_reshuffles_per_epoch_reproducibly_and_batch_matches_iteration():
         a.batch(0, len(a))
 
 
+def test_loader_draws_and_sends_the_next_epochs_order_once_at_the_middle_batch():
+    """Not at the epoch's first batch, where a device just waited for would sit idle for the draw;
+    the batches stay those of each epoch's own order."""
+    images, labels = _toy()
+    loader = Loader(images, labels, 16, Device("cpu"), seed=7, classes=103)
+    drawn, order, at = [], loader.order, [None]
+    loader.order = lambda epoch: drawn.append((epoch, at[0])) or order(epoch)
+    mid = len(loader) // 2
+    for e in range(3):
+        for k in range(len(loader)):
+            at[0] = (e, k)
+            np.testing.assert_array_equal(loader.indices(e, k), order(e)[k * 16:(k + 1) * 16])
+    assert drawn == [(0, (0, 0)), (1, (0, mid)), (2, (1, mid)), (3, (2, mid))]
+
+
 @pytest.mark.parametrize("labels, words", [
     (np.array([0, -1, 2, 3]), "label -1 at index 1 is out of range 0-9"),   # was class 9
     (np.array([0, 1, 15, 3]), "label 15 at index 2 is out of range 0-9"),   # was an IndexError

@@ -196,6 +196,18 @@ def test_first_step_uses_base_lr_and_lr_is_settable():
     assert opt.current_lr == pytest.approx(0.02 / 3)
 
 
+def test_current_lr_reads_the_device_only_for_a_schedule_that_reads_the_step(monkeypatch):
+    """A read of the step count waits for every step queued on a GPU: a constant lr needs none."""
+    reads = []
+    for schedule, lr in ((None, 0.5), (schedules.inverse_time(1.0), 0.5 / 2)):
+        opt = optim.SGD(0.5, schedule=schedule).setup(fake_model())
+        opt.step()
+        opt.step()
+        monkeypatch.setattr(opt.device, "to_host", lambda a, name=opt.schedule.__name__: reads.append(name) or a.copy())
+        assert opt.current_lr == pytest.approx(lr)
+    assert reads == ["inverse_time"]
+
+
 def test_changing_lr_between_steps_matches_reference():
     model = fake_model()
     opt = optim.Adam(0.01).setup(model)

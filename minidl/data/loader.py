@@ -137,6 +137,7 @@ class Loader:
         x, self.blank = on_device(images, scale, device, normalize)     # (N, C, H, W); the background's value
         self.x, self.y = x, device.asarray(labels, dtype=np.int32)
         self._order: tuple[int | None, Array] = (None, None)  # (epoch, device index array): for batch() calls
+        self._next: tuple[int | None, Array] = (None, None)   # the next epoch's, sent mid-epoch (indices)
 
     exhausted = False    # the whole set is at hand: an epoch never runs out early (host_loader.HostLoader's can)
 
@@ -150,11 +151,18 @@ class Loader:
 
     def indices(self, epoch: int, k: int) -> Array:
         """The device indices of this rank's part of the k-th batch of epoch `epoch` (a view: no
-        copy, no transfer); empty for a rank past the end of a last, partial batch."""
+        copy, no transfer); empty for a rank past the end of a last, partial batch.
+
+        One transfer an epoch: the next epoch's order is drawn and sent at this one's middle batch,
+        while the device still has steps queued. Drawn at the epoch's first batch instead, it kept
+        the device idle for the draw (a permutation of N) wherever the host had just waited for the
+        device there (the epoch's History record reads the step count under a schedule)."""
         if not 0 <= k < len(self):
             raise IndexError(f"batch {k} out of range: an epoch has {len(self)} batches")
         if self._order[0] != epoch:
-            self._order = (epoch, self.device.asarray(self.order(epoch)))  # one transfer per epoch
+            self._order = self._next if self._next[0] == epoch else (epoch, self.device.asarray(self.order(epoch)))
+        if k == len(self) // 2 and self._next[0] != epoch + 1:
+            self._next = (epoch + 1, self.device.asarray(self.order(epoch + 1)))
         start = k * self.global_batch + self.rank * self.batch_size
         return self._order[1][start:start + self.batch_size]
 

@@ -236,7 +236,10 @@ class Optimizer:
 
     @property
     def current_lr(self) -> float:
-        """The learning rate of the last step taken (the base one before any)."""
+        """The learning rate of the last step taken (the base one before any). A schedule that reads
+        no step (constant) reads nothing from the device: no wait for the steps queued there."""
+        if not getattr(self.schedule, "reads_step", True):
+            return self._lr
         return float(self.schedule(self._lr, max(self.t - 1, 0)))
 
     def device_arrays(self) -> list[Array]:
