@@ -136,6 +136,15 @@ def test_flags_given_win_over_the_fast_recipe():
     assert plan("--recipe", "default").batch_size == recipes.DEFAULT_BATCH == plan().batch_size == 32
 
 
+def test_the_fast_recipe_scores_the_test_set_in_one_batch_unless_x_is_given():
+    """Its target evaluates every 12 steps: ten batches of 1,000 a time cost more host launches than it trained."""
+    p = cli.parser()
+    args = lambda *argv: cli.check_args(p, p.parse_args(list(argv)))     # noqa: E731
+    assert args("--recipe", "fast").test_batch == recipes.NAMED["fast"]["test_batch"] == 10000
+    assert args("--recipe", "fast", "-x", "500").test_batch == 500
+    assert args().test_batch == args("--recipe", "default").test_batch == recipes.DEFAULT_TEST_BATCH == 1000
+
+
 @needs_mnist
 def test_the_command_line_stops_at_the_target_and_prints_step_epoch_and_seconds(tmp_path):
     p = train("-n", "300", "-m", "1000", "--target-accuracy", "60", "--eval-every", "5", "--device", "cpu",

@@ -95,7 +95,10 @@ def add_seed(p: Parser) -> None:
 
 def add_test(p: Parser) -> None:
     """-x, -y: the evaluation's batch size and number of batches."""
-    p.add_argument("-x", dest="test_batch", type=positive, default=1000, help="test batch size (1000)")
+    # default None: a named recipe's test batch where -x is left out (recipes.fill, in check_args)
+    p.add_argument("-x", dest="test_batch", type=positive, default=None,
+                   help=f"test batch size ({recipes.DEFAULT_TEST_BATCH}; --recipe fast: "
+                        f"{recipes.NAMED['fast']['test_batch']})")
     p.add_argument("-y", dest="test_steps", type=positive, default=10,
                    help="test steps (10: the whole test set at -x 1000)")
 

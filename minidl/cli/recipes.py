@@ -49,9 +49,13 @@ MODEL_DATASET = {("lenet", "fashion-mnist"): {"weight_decay": 2e-4}}
 # the same images (512: not reached in 3 epochs).
 NAMED = {
     "fast": {"model": "lenet", "batch_size": 256, "epochs": 3, "optimizer": "adam", "lr": 7e-3, "schedule": "cosine",
-             "warmup": 20, "weight_decay": 0.0, "label_smoothing": 0.1, "shift": 1, "flip": False, "eval_every": 12},
+             "warmup": 20, "weight_decay": 0.0, "label_smoothing": 0.1, "shift": 1, "flip": False, "eval_every": 12,
+             "test_batch": 10000},
 }
+# `fast` scores the whole test set as one batch: its target's evaluations (one every 12 steps) spent their time
+# in the host's launches of ten batches, more than its training took (docs/results.md)
 DEFAULT_BATCH = 32           # -b where neither the flag nor a named recipe gives it
+DEFAULT_TEST_BATCH = 1000    # -x where neither the flag nor a named recipe gives it
 # The learning-rate schedules a run plan names (RunPlan.schedule_fn builds each over the run).
 SCHEDULES = ("cosine", "constant", "step", "inverse-time")
 # An optimizer other than the recipe's (--optimizer without --lr) takes its own class's `default_lr`.
@@ -71,11 +75,13 @@ def named(args: argparse.Namespace) -> dict[str, Any]:
 
 def fill(a: dict[str, Any]) -> None:
     """What a named recipe plans where the flags leave it out (a: the parsed flags as a dict, changed in
-    place): -b (else DEFAULT_BATCH), without -n and --epochs the run's length in epochs, and with
-    --target-accuracy the steps between its evaluations."""
+    place): -b (else DEFAULT_BATCH), -x (else DEFAULT_TEST_BATCH), without -n and --epochs the run's length
+    in epochs, and with --target-accuracy the steps between its evaluations."""
     recipe = NAMED.get(a.get("recipe") or "default", {})
     if "batch_size" in a and a["batch_size"] is None:
         a["batch_size"] = recipe.get("batch_size", DEFAULT_BATCH)
+    if "test_batch" in a and a["test_batch"] is None:
+        a["test_batch"] = recipe.get("test_batch", DEFAULT_TEST_BATCH)
     if "epochs" in recipe and a.get("epochs") is None and a.get("steps") is None:
         a["epochs"] = recipe["epochs"]
     if "eval_every" in recipe and a.get("target_accuracy") is not None and a.get("eval_every") is None:

@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..backend import DtypeError
-from . import reference, sharded
-from . import registry as _registry
-from . import schedules as _schedules
+from . import reference, registry as _registry, schedules as _schedules, sharded
 from .controls import ControlState, check_clip, check_groups, group_names
 
 if TYPE_CHECKING:
@@ -236,9 +234,8 @@ class Optimizer:
 
     @property
     def current_lr(self) -> float:
-        """The learning rate of the last step taken (the base one before any). A schedule that reads
-        no step (constant) reads nothing from the device: no wait for the steps queued there."""
-        if not getattr(self.schedule, "reads_step", True):
+        """The learning rate of the last step taken (the base one before any); a constant one reads no device."""
+        if not getattr(self.schedule, "reads_step", True):         # a read would wait for every queued step
             return self._lr
         return float(self.schedule(self._lr, max(self.t - 1, 0)))
 
