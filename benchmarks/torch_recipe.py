@@ -48,13 +48,14 @@ def parser():
     p.add_argument("--target-accuracy", type=float, metavar="PERCENT", help="stop at this test accuracy")
     p.add_argument("--eval-every", type=int, metavar="STEPS",
                    help="with --target-accuracy (the recipe's, else a tenth of an epoch)")
+    p.add_argument("-x", dest="test_batch", type=int, help="test batch size (the recipe's, else 1000)")
     p.add_argument("--seed", type=int, default=0)
     return p
 
 
 DEFAULTS = {"model": "resnet18", "epochs": 5, "batch_size": 32, "optimizer": "momentum", "lr": 0.025,
             "weight_decay": 0.0, "label_smoothing": 0.1, "shift": 0, "warmup": 0, "schedule": "cosine",
-            "eval_every": None}
+            "eval_every": None, "test_batch": 1000}
 
 
 def resolve(args):
@@ -124,7 +125,8 @@ def main(argv=None):
     def accuracy():
         net.eval()
         with torch.no_grad():
-            predicted = torch.cat([net(tx[i:i + 1000]).argmax(1) for i in range(0, len(tx), 1000)])
+            b = args.test_batch
+            predicted = torch.cat([net(tx[i:i + b]).argmax(1) for i in range(0, len(tx), b)])
         net.train()
         return float((predicted == ty).float().mean()) * 100
 

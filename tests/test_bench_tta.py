@@ -75,9 +75,9 @@ def test_torch_recipe_takes_the_named_recipe_where_flags_are_left_out():
     fast = recipes.NAMED["fast"]
     args = torch_recipe.resolve(torch_recipe.parser().parse_args(["--model", "lenet", "--recipe", "fast"]))
     for k in ("batch_size", "epochs", "optimizer", "lr", "weight_decay", "label_smoothing", "shift", "warmup",
-              "schedule", "eval_every"):
+              "schedule", "eval_every", "test_batch"):
         assert getattr(args, k) == fast.get(k), k
     args = torch_recipe.resolve(torch_recipe.parser().parse_args(["--recipe", "fast", "-b", "64"]))
     assert args.batch_size == 64
     plain = torch_recipe.resolve(torch_recipe.parser().parse_args([]))
-    assert (plain.model, plain.batch_size, plain.lr, plain.warmup) == ("resnet18", 32, 0.025, 0)
+    assert (plain.model, plain.batch_size, plain.lr, plain.warmup, plain.test_batch) == ("resnet18", 32, 0.025, 0, 1000)
