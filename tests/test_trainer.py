@@ -201,6 +201,19 @@ def test_epochs_run_len_loader_steps_each_a_permutation(monkeypatch):
     assert not np.array_equal(first, e2)                     # reshuffled every epoch
 
 
+def test_fit_reads_nothing_from_the_device_between_its_monitoring_steps(monkeypatch):
+    """A read waits for every step queued on a GPU: each epoch's end (its History record) read the
+    optimizer's step count for the lr, and the device then sat idle while the next epoch was drawn."""
+    N, B = 320, 32
+    images, labels = _indexed_images(N), (np.arange(N) % 10).astype(np.uint8)
+    trainer = dl.Trainer(tiny_net(), optim.SGD(lr=0.01), device="cpu", progress=False, log=lambda s: None)
+    real, reads = trainer.device.to_host, []
+    monkeypatch.setattr(trainer.device, "to_host", lambda a: reads.append(trainer.step) or real(a))
+    history = trainer.fit((images, labels), epochs=4, batch_size=B, monitor=15)     # 10 steps an epoch
+    assert trainer.step == 40 and len(history.history["lr"]) == 4
+    assert set(reads) <= {15, 30, 40}, sorted(set(reads))      # the monitoring intervals' metrics, and the end
+
+
 # -- (6) a model ending in Softmax trains on its logits -----------------------------------------
 
 def test_softmax_model_uses_the_logits_for_loss_and_gradient():
