@@ -157,14 +157,18 @@ class Loader:
         while the device still has steps queued. Drawn at the epoch's first batch instead, it kept
         the device idle for the draw (a permutation of N) wherever the host had just waited for the
         device there (the epoch's History record reads the step count under a schedule)."""
-        if not 0 <= k < len(self):
-            raise IndexError(f"batch {k} out of range: an epoch has {len(self)} batches")
+        n = len(self)
+        if not 0 <= k < n:
+            raise IndexError(f"batch {k} out of range: an epoch has {n} batches")
         if self._order[0] != epoch:
-            self._order = self._next if self._next[0] == epoch else (epoch, self.device.asarray(self.order(epoch)))
-        if k == len(self) // 2 and self._next[0] != epoch + 1:
-            self._next = (epoch + 1, self.device.asarray(self.order(epoch + 1)))
+            self._order = self._next if self._next[0] == epoch else self._sent(epoch)
+        if k == n // 2 and self._next[0] != epoch + 1:
+            self._next = self._sent(epoch + 1)
         start = k * self.global_batch + self.rank * self.batch_size
         return self._order[1][start:start + self.batch_size]
+
+    def _sent(self, epoch):
+        return epoch, self.device.asarray(self.order(epoch))
 
     def batch(self, epoch: int, k: int) -> tuple[Array, Array]:
         """The k-th batch (x, y) of epoch `epoch`, gathered on the device."""
