@@ -174,3 +174,53 @@ def test_warm_start_with_and_without_the_plan_cache(tmp_path, model):
         print(f"  plans={plans}: first step {r['first_step'] * 1e3:.0f} ms, cudnn builds {r['cudnn_build']:.3f} s,"
               f" plan loads {r['plan_load']:.3f} s (loaded {stats.get('loaded', 0)}, built {stats.get('built', 0)}),"
               f" ready {r['ready_wall']:.2f} s, process {wall:.2f} s")
+
+
+_TRAIN = r"""
+import json, sys
+import numpy as np
+import minidl as dl
+from minidl import models, optim
+from minidl.kernels.gpu import plan_cache, plans_ahead
+
+rng = np.random.default_rng(0)
+images, labels = rng.integers(0, 256, (256, 28, 28), dtype=np.uint8), rng.integers(0, 10, 256).astype(np.uint8)
+dev = dl.get_device("cuda", seed=0)
+thread = plans_ahead._run.get("thread")          # started by the device, before the model exists
+trainer = dl.Trainer(models.get("lenet", device=dev), optim.SGD(lr=0.01), progress=False, log=lambda s: None)
+trainer.fit((images, labels), steps=3, batch_size=64, monitor=3)
+if thread is not None:
+    thread.join()
+np.save(sys.argv[1], dev.to_host(trainer.model.flat))
+print(json.dumps({"started": thread is not None, "warmed": plans_ahead.stats["warmed"],
+                  "failed": plans_ahead.stats["failed"], "loaded": plan_cache.stats["loaded"]}))
+"""
+
+
+def _train(cache, out):
+    env = dict(os.environ, MINIDL_CACHE=str(cache), PYTHONPATH=_pythonpath())
+    p = subprocess.run([sys.executable, "-c", _TRAIN, str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    listed = json.loads((cache / "cudnn-plans" / "recent.json").read_text())["lists"]
+    return json.loads(p.stdout.strip().splitlines()[-1]), listed, np.load(out)
+
+
+def test_the_plans_a_run_built_or_loaded_slowly_are_warmed_on_a_thread_by_the_next_one(tmp_path):
+    """kernels/gpu/plans_ahead.py on the GPU: the first run lists the plans it built; the next one's
+    device loads exactly those on its thread, and the one after that still finds the slow ones listed
+    (their step loads were fast, the thread's were not); all three train the same bits."""
+    first, listed, w1 = _train(tmp_path / "cache", tmp_path / "1.npy")
+    assert not first["started"] and len(listed) == 1         # one machine
+    names = next(iter(listed.values()))
+    assert names and all((tmp_path / "cache" / "cudnn-plans" / n).exists() for n in names)
+    second, listed2, w2 = _train(tmp_path / "cache", tmp_path / "2.npy")
+    print(f"\nlisted after a cold run: {len(names)}; warmed: {second['warmed']}; loaded by the step: "
+          f"{second['loaded']}; still slow after a warm one: {len(next(iter(listed2.values())))}")
+    assert second["started"] and second["warmed"] == len(names) and second["failed"] == 0
+    assert second["loaded"] >= len(names)
+    names2 = next(iter(listed2.values()))
+    assert names2 and set(names2) <= set(names)   # judged by the thread's loads: a warmed plan stays listed
+    third, _, w3 = _train(tmp_path / "cache", tmp_path / "3.npy")
+    assert third["started"] and third["warmed"] == len(names2)
+    assert np.array_equal(w1, w2) and np.array_equal(w1, w3)     # bit for bit: the same plans ran
