@@ -3,8 +3,10 @@ accuracy against PyTorch eager with the data on the GPU (benchmarks/torch_recipe
 (LeNet-5 from the same initial weights), the same named recipe and the same stop rule (the test set
 scored every tenth of an epoch and at the last step, the run stopped at the first score that reaches
 the target; StopAtAccuracy). Each run is a process of its own, timed end to end; one run of each,
-untimed, comes first, so the caches are warm (CuPy's kernels, cuDNN's engine choices, the decoded data
-set, the OS's file cache). Per framework and seed: seconds of training to the target (evaluations
+untimed, comes first, so the caches are warm (CuPy's kernels, cuDNN's engine choices and plans, the
+decoded data set, the OS's file cache, and Python's bytecode: the children run without
+PYTHONDONTWRITEBYTECODE, which a machine may set, so that imports read what the warm-up compiled, as
+on a machine where the packages were installed). Per framework and seed: seconds of training to the target (evaluations
 left out), the first step's seconds, the step reached, the whole process's seconds; then the means
 over the seeds and PyTorch's over minidl's. Prints figures and ratios; judges nothing.
 """
@@ -56,6 +58,7 @@ def parse(framework: str, out: str) -> dict[str, Any] | None:
 def run_one(framework: str, seed: int, recipe: str, target: float) -> dict[str, Any]:
     """One run in a process of its own; its figures and `process_s`, or `error` with the output's tail."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)          # a warm machine has its bytecode (the docstring)
     t = time.perf_counter()
     p = subprocess.run(commands(framework, seed, recipe, target), cwd=ROOT, env=env, capture_output=True, text=True)
     process_s = time.perf_counter() - t

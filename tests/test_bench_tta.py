@@ -1,6 +1,7 @@
 """benchmarks/bench_tta.py (bench.py tta) and torch_recipe's recipe, without a GPU: the result lines of
 both frameworks are read, the means and ratios printed, and PyTorch runs minidl's named recipe."""
 import json
+import subprocess
 
 from benchmarks import bench_tta, torch_recipe
 
@@ -81,3 +82,16 @@ def test_torch_recipe_takes_the_named_recipe_where_flags_are_left_out():
     assert args.batch_size == 64
     plain = torch_recipe.resolve(torch_recipe.parser().parse_args([]))
     assert (plain.model, plain.batch_size, plain.lr, plain.warmup, plain.test_batch) == ("resnet18", 32, 0.025, 0, 1000)
+
+
+def test_a_run_is_a_child_that_writes_bytecode_as_a_warm_machine_has_it(monkeypatch):
+    seen = {}
+
+    def run(cmd, cwd, env, capture_output, text):
+        seen.update(env=env, cmd=cmd)
+        return subprocess.CompletedProcess(cmd, 0, "time to accuracy: " + json.dumps({"reached": False}), "")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setattr(bench_tta.subprocess, "run", run)
+    r = bench_tta.run_one("pytorch", 3, "fast", 99.0)
+    assert r["reached"] is False and r["seed"] == 3 and r["process_s"] >= 0
+    assert "PYTHONDONTWRITEBYTECODE" not in seen["env"] and str(bench_tta.ROOT) in seen["env"]["PYTHONPATH"]
