@@ -57,7 +57,6 @@ class CUDA(Backend):
         cp = _import_cupy()
         if gpu is not None:              # a data-parallel rank: the GPU of its local rank
             _use_gpu(cp, gpu)
-        _gpu("plans_ahead").warm(cp.cuda.runtime.getDevice())     # the plans last run loaded slowly, on a thread
         if gpu in (None, 0):             # on empty caches, worker processes compile (one set a host),
             _gpu("compile_workers").start(cp.cuda.runtime.getDevice())
         _gpu("_cuda").prefetch()         # the modules load meanwhile,

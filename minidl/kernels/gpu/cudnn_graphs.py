@@ -83,11 +83,6 @@ def version() -> int:
     return _fe.backend_version()
 
 
-def plan_machine(dev: int) -> tuple | None:
-    """What a built plan on GPU `dev` is valid for (plan_cache.machine); None with the plan cache off."""
-    return plan_cache.machine(dev, version(), getattr(_fe, "__version__", "?")) if plan_cache.enabled() else None
-
-
 def handle(dev: int | None = None) -> Any:
     """This device's cuDNN handle, bound to CuPy's current stream."""
     dev = cp.cuda.runtime.getDevice() if dev is None else dev
@@ -197,6 +192,11 @@ def workspace(size: int) -> int:
     return held[-1][0].data.ptr
 
 
+def _pin_workspace(dev):
+    """An execute is being captured: the current workspace must outlive the CUDA graph."""
+    _workspaces[dev][-1][1] = True
+
+
 def _io_type(arrays):
     """The graph's io type: DOUBLE if any array is float64, else HALF/BFLOAT16 if any is 2-byte, else FLOAT."""
     dtypes = {a.dtype for a in arrays.values()}
@@ -272,7 +272,8 @@ def run(op: str, arrays: dict[str, Array], build: Callable[[Any, Any], None], sc
     tune = conv and engines.autotune_enabled()     # convolutions are pure: timing them is harmless
     if gr is _graphs:
         tune_key = _disk_key(key, dev) if tune else None
-        pkey = (machine := plan_machine(dev)) and plan_cache.key(machine, key[:1] + key[2:], tune)
+        machine = plan_cache.enabled() and plan_cache.machine(dev, version(), getattr(_fe, "__version__", "?"))
+        pkey = machine and plan_cache.key(machine, key[:1] + key[2:], tune)
         gr = pkey and plan_cache.load(pkey, lambda: _fe.pygraph(handle=handle()), [*arrays, *(scalars or ())],
                                       tune_key and engines.remembered(tune_key), _Graph)
         if gr:                          # the built plan loaded whole (gpu/plan_cache.py)
@@ -297,7 +298,7 @@ def run(op: str, arrays: dict[str, Array], build: Callable[[Any, Any], None], sc
         pack[uids[k]] = h.ctypes.data
     gr.execute(pack, handle(dev))
     if cp.cuda.get_current_stream().is_capturing():
-        _workspaces[dev][-1][1] = True          # an execute captured: the workspace must outlive the graph
+        _pin_workspace(dev)
     calls[op] += 1
 
 

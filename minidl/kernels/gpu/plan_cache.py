@@ -8,7 +8,7 @@ python/pygraph/pygraph.cpp) returns the graph's description, the JSON of the pla
 (`plans.candidate`: the last plan built, or the heuristics' first) and its tensors' uids, as a list
 of byte values; `pygraph.deserialize(sequence_of_bytes)` on a graph made with a handle loads that
 plan without heuristics or checks (a `str` would be read as a graph description without a plan, and
-pybind11 refuses `bytes` for it: `deserialize`). NVIDIA documents serialisation for runtime-compiled
+pybind11 refuses `bytes` for it: `_deserialize`). NVIDIA documents serialisation for runtime-compiled
 engines and a GPU identical to the one that built the plan; where cuDNN cannot serialise a plan
 `serialize` raises and the graph is simply built the next time, as before.
 
@@ -40,7 +40,6 @@ from ... import files
 FORMAT = 1
 MAGIC = b"minidl cudnn plan\n"
 stats: collections.Counter[str] = collections.Counter()   # loaded, saved, passed over, unserialisable, seconds
-seen: dict[str, float | None] = {}   # plan file -> seconds its load took here, None: built here (plans_ahead.py)
 _log = logging.getLogger(__name__)
 _writer: list[concurrent.futures.ThreadPoolExecutor] = []
 _pending: list[concurrent.futures.Future] = []
@@ -91,8 +90,8 @@ def encode(key: str, blob: bytes, uids: dict[str, int], remembered: str | None) 
     return MAGIC + json.dumps(head, sort_keys=True).encode() + b"\n" + blob
 
 
-def _split(data: bytes) -> tuple[dict[str, Any], bytes]:
-    """(header, plan) of a plan file's bytes, its format and checksum checked; ValueError saying why not."""
+def decode(data: bytes, key: str, names: Collection[str], remembered: str | None) -> tuple[bytes, dict[str, int]]:
+    """(plan, uids) from a file's bytes; ValueError saying why it is not this graph's plan."""
     if not data.startswith(MAGIC):
         raise ValueError("not a plan file")
     line, sep, blob = data[len(MAGIC):].partition(b"\n")
@@ -104,22 +103,10 @@ def _split(data: bytes) -> tuple[dict[str, Any], bytes]:
         raise ValueError("damaged header")
     if head.get("format") != FORMAT:
         raise ValueError(f"format {head.get('format')!r}, not {FORMAT}")
-    if head.get("size") != len(blob) or head.get("sha256") != hashlib.sha256(blob).hexdigest():
-        raise ValueError("damaged plan")
-    return head, blob
-
-
-def plan_bytes(data: bytes) -> bytes:
-    """The plan in a plan file's bytes, whatever graph it is for (gpu/plans_ahead.py warms it); ValueError
-    where the file is not an intact plan file."""
-    return _split(data)[1]
-
-
-def decode(data: bytes, key: str, names: Collection[str], remembered: str | None) -> tuple[bytes, dict[str, int]]:
-    """(plan, uids) from a file's bytes; ValueError saying why it is not this graph's plan."""
-    head, blob = _split(data)
     if head.get("key") != key:
         raise ValueError("written for another GPU, library or graph")
+    if head.get("size") != len(blob) or head.get("sha256") != hashlib.sha256(blob).hexdigest():
+        raise ValueError("damaged plan")
     uids = head.get("uids")
     if not isinstance(uids, dict) or not all(isinstance(u, int) for u in uids.values()) or set(names) - set(uids):
         raise ValueError("its tensors are not the graph's")
@@ -144,20 +131,18 @@ def load(key: str, make_graph: Callable[[], Any], names: Collection[str], rememb
         return None                     # not built before (or not readable): built now, no note
     try:
         blob, uids = decode(data, key, names, remembered)
-        got = wrap(deserialize(make_graph, blob), uids)
+        got = wrap(_deserialize(make_graph, blob), uids)
     except Exception as e:              # noqa: BLE001  stale, foreign, damaged, or refused by cuDNN
         stats["passed_over"] += 1
         _log.debug("cuDNN plan %s passed over (%s); the graph is built again", os.path.basename(file),
                    str(e).splitlines()[0] if str(e) else type(e).__name__)
         return None
-    dt = time.perf_counter() - t
     stats["loaded"] += 1
-    seen.setdefault(file, dt)
-    stats["load_s"] += dt                          # type: ignore[assignment]  # a Counter holds seconds too
+    stats["load_s"] += time.perf_counter() - t     # type: ignore[assignment]  # a Counter holds seconds too
     return got
 
 
-def deserialize(make_graph: Callable[[], Any], blob: bytes) -> Any:
+def _deserialize(make_graph, blob):
     """A new graph with `blob` loaded. The binding casts its argument to std::vector<uint8_t>, which
     pybind11 2.13 does from a sequence of ints but not from bytes (and a str would be read as a graph
     description): a bytearray, a sequence without a Python int per byte; a list where it is refused."""
@@ -185,7 +170,6 @@ def save(key: str, g: Any, index: int | None, uids: dict[str, int], remembered: 
         _log.debug("cuDNN plan not kept: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
         return
     data = encode(key, blob, uids, remembered)
-    seen[path(key)] = None
     stats["save_s"] += time.perf_counter() - t     # type: ignore[assignment]
     if not _writer:
         _writer.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="minidl-plans"))
