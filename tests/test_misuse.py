@@ -7,6 +7,7 @@ import pytest
 import minidl as dl
 from minidl import layers as L
 from minidl import models, optim
+from minidl.data.loader import Loader
 
 
 def quiet(model, opt=None):
@@ -24,6 +25,23 @@ def test_too_few_outputs_for_the_labels_names_the_last_layer():
         quiet(model).fit(data(), steps=1)
     with pytest.raises(ValueError, match=r"dense \(Dense\)"):
         quiet(model).evaluate(data())
+
+
+def test_a_loader_s_labels_are_checked_against_the_model_from_the_host_each_evaluation():
+    """The largest label is read once, where the Loader is made: an evaluation of a Loader (StopAtAccuracy
+    scores one every few steps) reads nothing of its labels from the device."""
+    model = dl.Sequential([L.Flatten(), L.Dense(5)], (1, 28, 28))
+    trainer = quiet(models.lenet5())
+    loader = Loader(*data(), 32, trainer.device, shuffle=False, drop_last=False)
+
+    class Unread(np.ndarray):
+        def max(self, *a, **k):
+            raise AssertionError("the labels' maximum read again")
+    loader.y = loader.y.view(Unread)
+    assert loader.label_max == data()[1].max()
+    trainer.evaluate(loader)
+    with pytest.raises(ValueError, match=r"layer dense \(Dense\): the model outputs shape \(N, 5\).*\(N, 10\)"):
+        quiet(model).evaluate(loader)
 
 
 def test_an_empty_batch_and_an_empty_input_shape_are_named():

@@ -136,6 +136,7 @@ class Loader:
         self.normalize = normalize
         x, self.blank = on_device(images, scale, device, normalize)     # (N, C, H, W); the background's value
         self.x, self.y = x, device.asarray(labels, dtype=np.int32)
+        self.label_max = int(labels.max())     # read here, from the host: a check per evaluation costs no device read
         self._order: tuple[int | None, Array] = (None, None)  # (epoch, device index array): for batch() calls
         self._next: tuple[int | None, Array] = (None, None)   # the next epoch's, sent mid-epoch (indices)
 

@@ -91,8 +91,8 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
                steps_per_epoch: int | None = None, data_format: str | None = None, augment: Augment | None = None,
                fits: Callable[[Any], None] = lambda labels: None) -> Loader | HostLoader:
     """fit's or evaluate's data (x, and y where labels come apart, Keras's order) as one loader for
-    `model` on `device`; `fits(labels)`: the trainer's check of the labels against the model's output
-    (called with the arrays' labels, or None where labels come batch by batch)."""
+    `model` on `device`; `fits(top)`: the trainer's check of the labels against the model's output
+    (called with the largest label, or None where labels come batch by batch)."""
     apart = _is_array(x) or isinstance(x, list)        # images, with their labels in y
     if y is not None and (isinstance(x, (Loader, HostLoader, tuple, dict)) or not apart):
         raise ValueError(f"{where}: labels given twice, or with data that holds them: pass {where}((images, labels)),"
@@ -108,7 +108,7 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
         if data_format is not None or augment is not None or steps_per_epoch is not None:
             raise ValueError(f"{where}: data_format, augment and steps_per_epoch apply to the data fit makes a "
                              f"loader from, not to a {type(data).__name__}: pass the data itself")
-        fits(data.y if isinstance(data, Loader) else None)
+        fits(data.label_max if isinstance(data, Loader) else None)
         check_normalization(model, data, where)   # type: ignore[arg-type]
         return data
     if isinstance(data, dict) or isinstance(data, (str, bytes)) or _is_array(data):
@@ -119,7 +119,7 @@ def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batc
     fixed = "steps_per_epoch is for a source without len() (a generator); an epoch here is its whole set"
     if _is_pair_of_arrays(data):
         images, labels = np.asarray(data[0]), np.asarray(data[1])
-        fits(labels)
+        fits(int(labels.max()) if labels.size and labels.dtype.kind in "iu" else None)
         if steps_per_epoch is not None:
             raise ValueError(f"{where}: {fixed}")
         if augment is None:

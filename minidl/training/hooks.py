@@ -56,7 +56,7 @@ class Trains(Protocol):
 
     def evaluate(self, x: Any) -> Score: ...
 
-    def _check_fits(self, labels: Any) -> None: ...      # the labels against the model's classes (trainer.py)
+    def _check_fits(self, top: int | None) -> None: ...  # the largest label against the model's classes (trainer.py)
 
 
 class TrainingDiverged(RuntimeError):

@@ -129,15 +129,15 @@ class Trainer(Saving):
             self._trained_on = loader
         return loader
 
-    def _check_fits(self, labels):
-        """The model's output must be (N, classes) with a class for every label the data holds (None:
-        labels come batch by batch, checked as they come)."""
+    def _check_fits(self, top: int | None) -> None:
+        """The model's output must be (N, classes) with a class for the largest label the data holds,
+        `top` (None: labels come batch by batch, checked as they come)."""
         if len(self.model.outputs) != 1:
             names = ", ".join(o.layer.name for o in self.model.outputs)
             raise ValueError(f"{self.model.name} has {len(self.model.outputs)} outputs ({names}): fit and evaluate "
                              f"train and score a model of one output (the logits the loss reads)")
         out = self.model.outputs[0].shape
-        top = int(labels.max()) if getattr(labels, "size", 0) and getattr(labels.dtype, "kind", "") in "iu" else 0
+        top = top or 0
         if len(out) != 2 or out[1] <= top:
             last = self.model.outputs[0].layer
             shape = "(" + ", ".join("N" if d is None else str(d) for d in out) + ")"
