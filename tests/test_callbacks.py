@@ -148,17 +148,19 @@ rng = np.random.default_rng(0)
 x, y = rng.integers(0, 256, (64, 8, 8), dtype=np.uint8), rng.integers(0, 10, 64).astype(np.uint8)
 seen = Seen()
 trainer.fit((x, y), steps=100, batch_size=8, monitor=2, save_to=sys.argv[1], callbacks=[seen])
-print(f"rank {trainer.world.rank}/{trainer.world.size} step {trainer.step} steps {seen.steps} losses {seen.losses}")
+with open(f"{sys.argv[2]}.{trainer.world.rank}", "w") as f:     # a file a rank: mpiexec may merge stdout lines
+    w = trainer.world
+    f.write(f"rank {w.rank}/{w.size} step {trainer.step} steps {seen.steps} losses {seen.losses}")
 """
 
 
 @pytest.mark.skipif(not MPI, reason="mpiexec or mpi4py missing (pip install 'minidl[dist]')")
 def test_a_user_callback_runs_on_every_rank_and_stops_them_together(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
-    p = subprocess.run(["mpiexec", "-n", "2", sys.executable, "-c", WORKER, str(tmp_path / "w.npz")], env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(["mpiexec", "-n", "2", sys.executable, "-c", WORKER, str(tmp_path / "w.npz"),
+                        str(tmp_path / "seen")], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    lines = sorted(line for line in p.stdout.splitlines() if line.startswith("rank "))
+    lines = sorted((tmp_path / f"seen.{r}").read_text() for r in range(2) if (tmp_path / f"seen.{r}").exists())
     assert [line.split(" step")[0] for line in lines] == ["rank 0/2", "rank 1/2"]
     assert len({line.split(" ", 2)[2] for line in lines}) == 1        # the same steps and summed losses
     assert "step 5 steps [1, 2, 3, 4, 5]" in lines[0] and len(eval(lines[0].split("losses ")[1])) == 3
