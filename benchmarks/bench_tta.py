@@ -6,9 +6,10 @@ the target; StopAtAccuracy). Each run is a process of its own, timed end to end;
 untimed, comes first, so the caches are warm (CuPy's kernels, cuDNN's engine choices and plans, the
 decoded data set, the OS's file cache, and Python's bytecode: the children run without
 PYTHONDONTWRITEBYTECODE, which a machine may set, so that imports read what the warm-up compiled, as
-on a machine where the packages were installed). Per framework and seed: seconds of training to the target (evaluations
-left out), the first step's seconds, the step reached, the whole process's seconds; then the means
-over the seeds and PyTorch's over minidl's. Prints figures and ratios; judges nothing.
+on a machine where the packages were installed). Per framework and seed: seconds of training to the
+target (evaluations left out), the first step's seconds, the step reached, the whole process's
+seconds; then the means over the seeds and PyTorch's over minidl's. Prints figures and ratios;
+judges nothing.
 """
 from __future__ import annotations
 

@@ -89,7 +89,7 @@ def _label_ndim(data: Any, where: str) -> int:
 def loader_for(x: Any, y: Any, model: Model, device: Device, *, where: str, batch_size: int, training: bool,
                seed: int = 0, rank: int = 0, world: int = 1, steps: int | None = None, epochs: int | None = None,
                steps_per_epoch: int | None = None, data_format: str | None = None, augment: Augment | None = None,
-               fits: Callable[[Any], None] = lambda labels: None) -> Loader | HostLoader:
+               fits: Callable[[int | None], None] = lambda top: None) -> Loader | HostLoader:
     """fit's or evaluate's data (x, and y where labels come apart, Keras's order) as one loader for
     `model` on `device`; `fits(top)`: the trainer's check of the labels against the model's output
     (called with the largest label, or None where labels come batch by batch)."""
