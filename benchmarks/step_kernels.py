@@ -1,11 +1,10 @@
 """python benchmarks/step_kernels.py [--rows lenet-b32 lenet-b256] [--precisions fp32 bf16] [--reps N]: a bench row's
-captured training step (benchmarks/bench_train.py's cases: model, batch, optimizer; random 28x28 images) four ways
+captured training step (benchmarks/bench_train.py's cases: model, batch, optimizer; random 28x28 images) three ways
 in one process: `before` (the operations issue 42's fusions replaced, benchmarks/old_step_ops.py patched in),
-`books` (the books and the batch gather fused, the dense layers as before: cuBLAS, an add and a bias-gradient
-kernel), `fprop` (the dense forward's bias in its GEMM too, the bias gradient still its own kernel) and `after`
-(all of it). Printed: the CUDA graph's nodes by type (cuGraphGetNodes, no profiler) and the median time of one
-replay (CUDA events around N back-to-back replays, 5 rounds; N 500 for LeNet-5's rows, 50 for ResNet-50's). The
-ways run twice, interleaved, so drift shows as a difference between the repeats. Needs a GPU and CuPy."""
+`books` (the books and the batch gather fused, the dense forward as before: cuBLAS and an add) and `after` (all of
+it). Printed: the CUDA graph's nodes by type (cuGraphGetNodes, no profiler) and the median time of one replay (CUDA
+events around N back-to-back replays, 5 rounds; N 500 for LeNet-5's rows, 50 for ResNet-50's). The three ways run
+twice, interleaved, so drift shows as a difference between the repeats. Needs a GPU and CuPy."""
 from __future__ import annotations
 
 import argparse
@@ -20,7 +19,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.bench_train import TRAIN_CASES  # noqa: E402
 
-WAYS = ("before", "books", "fprop", "after")
+WAYS = ("before", "books", "after")
 
 
 def measure(row: str, precision: str, reps: int, way: str) -> tuple[dict, float]:
@@ -42,9 +41,9 @@ def measure(row: str, precision: str, reps: int, way: str) -> tuple[dict, float]
             undo.append((obj, name, getattr(obj, name)))
             setattr(obj, name, value)
         patch_old(setattr_, dev)
-        kept = {"books": 2, "fprop": 3}.get(way, 0)     # the first of patch_old's: books, gather, dense forward
-        for obj, name, value in undo[:kept]:
-            setattr(obj, name, value)
+        if way == "books":                               # the fused books and gather back, the dense forward old
+            for obj, name, value in undo[:2]:
+                setattr(obj, name, value)
     try:
         model = models.get(case["model"], depth=case["depth"], device=dev, seed=0)
         opt = optim.get(case["optimizer"], lr=case["lr"],
