@@ -1,7 +1,6 @@
 """What a captured training step ran before issue 42's fusions (its books and its batch gather one kernel
-each, the dense layers' bias in the GEMM's epilogue and their bias gradient in the wgrad GEMM's): the
-operations, one launch each, for tests and benchmarks/step_kernels.py to compare against (patched in as
-the families' functions)."""
+each, the dense layers' bias in the GEMM's epilogue): the operations, one launch each, for tests and
+benchmarks/step_kernels.py to compare against (patched in as the families' functions)."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +37,6 @@ def patch_old(setattr_, device, dense=True):
     setattr_(device.kernels.augment, "gather_batch", old_gather)
     if dense:
         setattr_(device.kernels.dense, "dense_fprop", old_dense_fprop)
-        setattr_(device.kernels.dense, "dense_wgrad", old_dense_wgrad)
 
 
 def old_dense_fprop(x, w, b=None, out=None):
@@ -51,13 +49,3 @@ def old_dense_fprop(x, w, b=None, out=None):
     if b is not None:
         cp.add(y, b, out=y)
     return y
-
-
-def old_dense_wgrad(x, gy, gw, accumulate=True, gb=None):
-    """dense.dense_wgrad as cuBLAS's GEMM and, with a bias, bias_grad's kernel: two launches."""
-    from minidl.kernels.gpu._cublas import gemm
-    from minidl.kernels.gpu.dense import bias_grad
-    gemm(gy, x, gw, trans_a=True, beta=1.0 if accumulate else 0.0)
-    if gb is not None:
-        bias_grad(gy, gb, accumulate)
-    return gw

@@ -59,9 +59,8 @@ class Dense(Protocol):
         """x (N, C), w (K, C), b (K,) -> y = x w^T + b (N, K)."""
     def dense_dgrad(self, gy: Array, w: Array, out: Array | None = None) -> Array:
         """gy (N, K), w (K, C) -> gx (N, C)."""
-    def dense_wgrad(self, x: Array, gy: Array, gw: Array, accumulate: bool = True, gb: Array | None = None) -> None:
-        """Adds gy^T x into gw (K, C), and where gb is given gy summed over N into gb (K,) (bias_grad's):
-        a dense layer's weight and bias gradients in one call (the GPU: one GEMM where it can)."""
+    def dense_wgrad(self, x: Array, gy: Array, gw: Array, accumulate: bool = True) -> None:
+        """Adds gy^T x into gw (K, C)."""
     def bias_grad(self, gy: Array, gb: Array, accumulate: bool = True) -> None:
         """Adds gy summed over every axis but 1 into gb."""
 

@@ -75,5 +75,7 @@ class Dense(Layer):
         x, y = self.saved
         if self.activation:
             gy = self.act.relu_bprop(y, gy)
-        self.kern.dense_wgrad(x, gy, self.w.grad, gb=None if self.b is None else self.b.grad, **need.grad_kw)
+        self.kern.dense_wgrad(x, gy, self.w.grad, **need.grad_kw)
+        if self.b is not None:
+            self.kern.bias_grad(gy, self.b.grad, **need.grad_kw)
         return (self.kern.dense_dgrad(gy, self.w.data) if need.input(0) else None,)

@@ -19,14 +19,12 @@ def dense_dgrad(gy: Array, w: Array, out: Array | None = None) -> Array:
     return np.matmul(gy, w, out=out)
 
 
-def dense_wgrad(x: Array, gy: Array, gw: Array, accumulate: bool = True, gb: Array | None = None) -> None:
-    """Adds gy^T x into gw (K, C), and gy summed over N into gb where given; accumulate=False overwrites."""
+def dense_wgrad(x: Array, gy: Array, gw: Array, accumulate: bool = True) -> None:
+    """Adds gy^T x into gw (K, C); accumulate=False overwrites gw."""
     if accumulate:
         gw += gy.T @ x
     else:
         np.matmul(gy.T, x, out=gw)
-    if gb is not None:
-        bias_grad(gy, gb, accumulate)
 
 
 def bias_grad(gy: Array, gb: Array, accumulate: bool = True) -> None:

@@ -13,10 +13,6 @@ once (host work, so a captured call only records the matmul); cuBLASLt's matmuls
 a fixed workspace (cuBLAS's, _cublas.workspace). Row-major y = x wᵀ is column-major yᵀ = w xᵀ: A = w
 read transposed, B = xᵀ as it lies, C = zᵀ and D = yᵀ with K rows, the bias one value a row.
 
-A dense layer's backward is the other GEMM here (`wgrad_bgrad`, kernels/gpu/dense.py): gw = gyᵀ x with
-the BGRADB epilogue, which writes the bias gradient, gy's column sums, as the GEMM reads gy, so the bias
-gradient costs no kernel of its own.
-
 The bindings (`bindings()`): nvmath-python's `nvmath.bindings.cublasLt`, generated from cuBLASLt's headers,
 where it imports (pyproject.toml's `nvmath` extra), else `_Ctypes`, the few calls and values used here bound
 by ctypes and named as nvmath names them, so that the code is written once over either. Both call the
@@ -56,7 +52,7 @@ class _Ctypes:
         TRANSA, TRANSB, EPILOGUE, BIAS_POINTER = 3, 4, 7, 8
 
     class Epilogue:                             # cublasLtEpilogue_t
-        DEFAULT, RELU, BIAS, RELU_BIAS, BGRADB = 1, 2, 4, 6, 512
+        DEFAULT, RELU, BIAS, RELU_BIAS = 1, 2, 4, 6
 
     class MatmulPreferenceAttribute:            # cublasLtMatmulPreferenceAttributes_t (bytes)
         MAX_WORKSPACE_BYTES = 1
@@ -156,22 +152,22 @@ def takes(dtype) -> bool:
     return np.dtype(dtype) in _TYPES
 
 
-def _plan(lt, handle, key, dtype, trans, shapes, epilogue, bias, tf32, aligns, what):
+def _plan(lt, handle, key, M, K, C, dtype, relu, bias, tf32, aligns):
     """(matmul descriptor, layouts of A, B, C/D, heuristic result, algorithm pointer, bias pointer's buffer
-    and its address, the attribute's code) for this GEMM, made once. trans: (TRANSA, TRANSB); shapes: the
-    column-major (rows, columns) of A, B and C/D as they lie; `bias`: the bias pointer or None (the
-    heuristics read its alignment from it); what: the GEMM in words, for Unsupported."""
-    D, P = lt.MatmulDescAttribute, lt.MatmulPreferenceAttribute
+    and its address, the attribute's code) for this shape, made once. `bias`: the bias pointer or None (the
+    heuristics read its alignment from it)."""
+    D, E, P = lt.MatmulDescAttribute, lt.Epilogue, lt.MatmulPreferenceAttribute
     compute = _COMPUTE_32F_FAST_TF32 if tf32 and dtype == np.float32 else _COMPUTE_32F
     desc = lt.matmul_desc_create(compute, _R32F)
-    _set(lt.matmul_desc_set_attribute, desc, D.TRANSA, trans[0], np.int32)
-    _set(lt.matmul_desc_set_attribute, desc, D.TRANSB, trans[1], np.int32)
+    _set(lt.matmul_desc_set_attribute, desc, D.TRANSA, 1, np.int32)
+    _set(lt.matmul_desc_set_attribute, desc, D.TRANSB, 0, np.int32)
+    epilogue = (E.RELU_BIAS if relu else E.BIAS) if bias else (E.RELU if relu else E.DEFAULT)
     _set(lt.matmul_desc_set_attribute, desc, D.EPILOGUE, int(epilogue), np.uint32)
     if bias:
         _set(lt.matmul_desc_set_attribute, desc, D.BIAS_POINTER, bias, np.uint64)
     t = _TYPES[dtype]
-    layouts = [lt.matrix_layout_create(t, rows, cols, rows) for rows, cols in shapes]
-    pref = lt.matmul_preference_create()
+    layouts = [lt.matrix_layout_create(t, rows, cols, rows) for rows, cols in ((C, K), (C, M), (K, M))]
+    pref = lt.matmul_preference_create()        # A = w (C x K), B = xᵀ, C = D = yᵀ
     _set(lt.matmul_preference_set_attribute, pref, P.MAX_WORKSPACE_BYTES, workspace().nbytes, np.uint64)
     for attr, align in zip((P.MIN_ALIGNMENT_A_BYTES, P.MIN_ALIGNMENT_B_BYTES, P.MIN_ALIGNMENT_C_BYTES,
                             P.MIN_ALIGNMENT_D_BYTES), aligns):
@@ -183,37 +179,11 @@ def _plan(lt, handle, key, dtype, trans, shapes, epilogue, bias, tf32, aligns, w
     except lt.cuBLASLtError:
         found[0] = 0
     if found[0] < 1:
-        raise Unsupported(f"cuBLASLt has no algorithm for {what}")
+        raise Unsupported(f"cuBLASLt has no algorithm for {M}x{C} by {C}x{K} ({np.dtype(dtype).name})")
     bias_ptr = np.zeros(1, np.uint64)           # the descriptor copies the bias pointer at each call
     _plans[key] = plan = (desc, layouts, result, result.ctypes.data, bias_ptr, bias_ptr.ctypes.data,
                           int(D.BIAS_POINTER))
     return plan
-
-
-def _run(key, what, make, a, b, c, d, bias):
-    """D = epilogue(A B + C) (C: None, beta 0) with the plan for `key` (make(lt, handle, key) makes it the
-    first time; a key without an algorithm is asked once: Unsupported naming `what`, the GEMM in words);
-    a, b, c, d, bias: device arrays or None."""
-    lt = bindings()
-    dev = cp.cuda.runtime.getDevice()
-    handle = _handles.get(dev)
-    if handle is None:
-        handle = _handles[dev] = lt.create()
-    key = (dev, *key)
-    plan = _plans.get(key, _plans)
-    if plan is _plans:
-        _plans[key] = None                      # until made: a shape without an algorithm is asked once
-        plan = make(lt, handle, key)
-    if plan is None:
-        raise Unsupported(f"cuBLASLt has no algorithm for {what}")
-    desc, (al, bl, cd), _, algo, bias_ptr, bias_addr, bias_attr = plan
-    if bias is not None:            # the bias pointer lives in the descriptor: set for this call
-        bias_ptr[0] = bias.data.ptr
-        lt.matmul_desc_set_attribute(desc, bias_attr, bias_addr, 8)
-    ws = workspace()
-    src = d if c is None else c
-    lt.matmul(handle, desc, _ONE, a.data.ptr, al, b.data.ptr, bl, _ZERO if c is None else _ONE, src.data.ptr, cd,
-              d.data.ptr, cd, algo, ws.data.ptr, ws.nbytes, cp.cuda.get_current_stream().ptr)
 
 
 def matmul(x: cp.ndarray, w: cp.ndarray, y: cp.ndarray, b: cp.ndarray | None = None, z: cp.ndarray | None = None,
@@ -221,28 +191,25 @@ def matmul(x: cp.ndarray, w: cp.ndarray, y: cp.ndarray, b: cp.ndarray | None = N
     """y = act(x wᵀ + b + z): x (M, C), w (K, C), y and z (M, K), b (K,); C-contiguous, one float dtype
     (`takes`), b of it too. act is the ReLU if `relu`. Returns y."""
     (M, C), K = x.shape, w.shape[0]
-    aligns = tuple(_alignment(a.data.ptr) for a in (w, x, y if z is None else z, y))
-    bias, what = None if b is None else b.data.ptr, f"{M}x{C} by {C}x{K} ({x.dtype.name})"
-
-    def make(lt, handle, key):                  # A = w (C x K) read transposed, B = xᵀ, C = D = yᵀ
-        E = lt.Epilogue
-        epilogue = (E.RELU_BIAS if relu else E.BIAS) if bias else (E.RELU if relu else E.DEFAULT)
-        return _plan(lt, handle, key, x.dtype, (1, 0), ((C, K), (C, M), (K, M)), epilogue, bias, tf32, aligns, what)
-    key = (M, K, C, x.dtype.char, relu, None if b is None else _alignment(b.data.ptr), bool(tf32), aligns)
-    _run(key, what, make, w, x, z, y, b)
+    lt = bindings()
+    dev = cp.cuda.runtime.getDevice()
+    handle = _handles.get(dev)
+    if handle is None:
+        handle = _handles[dev] = lt.create()
+    src = y if z is None else z
+    aligns = tuple(_alignment(a.data.ptr) for a in (w, x, src, y))
+    key = (dev, M, K, C, x.dtype.char, relu, None if b is None else _alignment(b.data.ptr), bool(tf32), aligns)
+    plan = _plans.get(key, _plans)
+    if plan is _plans:
+        _plans[key] = None                      # until made: a shape without an algorithm is asked once
+        plan = _plan(lt, handle, key, M, K, C, x.dtype, relu, None if b is None else b.data.ptr, tf32, aligns)
+    if plan is None:
+        raise Unsupported(f"cuBLASLt has no algorithm for {M}x{C} by {C}x{K} ({x.dtype.name})")
+    desc, (a, bl, cd), _, algo, bias_ptr, bias_addr, bias_attr = plan
+    if b is not None:               # the bias pointer lives in the descriptor: set for this call
+        bias_ptr[0] = b.data.ptr
+        lt.matmul_desc_set_attribute(desc, bias_attr, bias_addr, 8)
+    ws = workspace()
+    lt.matmul(handle, desc, _ONE, w.data.ptr, a, x.data.ptr, bl, _ZERO if z is None else _ONE, src.data.ptr, cd,
+              y.data.ptr, cd, algo, ws.data.ptr, ws.nbytes, cp.cuda.get_current_stream().ptr)
     return y
-
-
-def wgrad_bgrad(x: cp.ndarray, gy: cp.ndarray, gw: cp.ndarray, gb: cp.ndarray) -> None:
-    """gw = gyᵀ x and gb = gy summed over its rows, one GEMM (the BGRADB epilogue, FP32 math): a dense
-    layer's weight and bias gradients. x (N, C), gy (N, K), gw (K, C), gb (K,), C-contiguous float32.
-    Column-major gwᵀ (C x K) = A B with A = xᵀ as it lies and B = gy read transposed (N x K): the bias
-    gradient is B's column sums."""
-    (N, C), K = x.shape, gy.shape[1]
-    aligns = tuple(_alignment(a.data.ptr) for a in (x, gy, gw, gw))
-    what = f"the wgrad {K}x{N} by {N}x{C} with its bias gradient ({x.dtype.name})"
-
-    def make(lt, handle, key):
-        return _plan(lt, handle, key, x.dtype, (0, 1), ((C, N), (K, N), (C, K)), lt.Epilogue.BGRADB,
-                     gb.data.ptr, False, aligns, what)
-    _run(("wgrad", N, K, C, x.dtype.char, _alignment(gb.data.ptr), aligns), what, make, x, gy, None, gw, gb)

@@ -62,7 +62,7 @@ PART = 4096                         # values per block; parts per channel at mos
 MAX_PARTS = 128
 
 
-_NO_EPILOGUE: set[tuple] = set()     # the fprop and wgrad shapes cuBLASLt refused: cuBLAS, and a kernel for the bias
+_NO_EPILOGUE: set[tuple] = set()     # (x shape, w shape, dtype) cuBLASLt refused: cuBLAS and the add
 
 
 def dense_fprop(x: Array, w: Array, b: Array | None = None, out: Array | None = None) -> Array:
@@ -98,32 +98,9 @@ def dense_dgrad(gy: Array, w: Array, out: Array | None = None) -> Array:
     return gemm(gy, w, gx)
 
 
-def dense_wgrad(x: Array, gy: Array, gw: Array, accumulate: bool = True, gb: Array | None = None) -> Array:
-    """gw += gy.T @ x (gw = ... if not accumulate), and gb (+)= gy summed over N where gb is given.
-    x (N, C), gy (N, K), gw (K, C), gb (K,). An overwriting float32 call is one cuBLASLt matmul with the
-    bias gradient in its epilogue where cuBLASLt takes it (the epilogue writes gb, never adds); else
-    cuBLAS's GEMM and bias_grad."""
-    if gb is not None and not accumulate and _bgrad_epilogue(x, gy, gw, gb):
-        return gw
-    gemm(gy, x, gw, trans_a=True, beta=1.0 if accumulate else 0.0)
-    if gb is not None:
-        bias_grad(gy, gb, accumulate)
-    return gw
-
-
-def _bgrad_epilogue(x, gy, gw, gb):
-    """gw = gyᵀ x and gb = gy summed over N as one cuBLASLt matmul (the BGRADB epilogue), FP32 math;
-    False (nothing launched) where cuBLASLt does not take it."""
-    key = ("wgrad", x.shape, gy.shape, x.dtype.char)
-    if (key in _NO_EPILOGUE or x.dtype != np.float32 or x.ndim != 2 or 0 in x.shape or 0 in gy.shape
-            or not all(a.dtype == x.dtype and a.flags.c_contiguous for a in (x, gy, gw, gb))):
-        return False
-    try:
-        _lt.wgrad_bgrad(x, gy, gw, gb)
-    except (_lt.Unsupported, _lt.bindings().cuBLASLtError):     # refused before anything was launched
-        _NO_EPILOGUE.add(key)
-        return False
-    return True
+def dense_wgrad(x: Array, gy: Array, gw: Array, accumulate: bool = True) -> Array:
+    """gw += gy.T @ x (gw = ... if not accumulate).   x (N, C), gy (N, K), gw (K, C)."""
+    return gemm(gy, x, gw, trans_a=True, beta=1.0 if accumulate else 0.0)
 
 
 def bias_grad(gy: Array, gb: Array, accumulate: bool = True) -> Array:
