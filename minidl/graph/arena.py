@@ -8,6 +8,11 @@ convolution's filters permuted to K, kH, kW, C within their range), cast from th
 every forward (one pass over memory, no matter how many layers, and one per permuted filter), its
 gradients gathered back into the master's gradient arena after backward. The optimizer, the
 checkpoints and the gradient all-reduce see only the float32 arenas.
+
+The master's own filters are laid K, kH, kW, C in place (`lay_krsc`) where a channels-last training lowering
+reads them in the master's dtype, so cuDNN need not transpose them at every call. Only the arena's order
+changes: a Parameter's `data` is still (K, C, kH, kW), and what leaves the process (weights, the optimizer's
+state, `canonical`) is in that order.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 import numpy as np
 
 from .._types import Array
-from ..kernels.shapes import filter_view
+from ..kernels.shapes import cast_filters, filter_view
 
 if TYPE_CHECKING:
     from ..backend import Device
@@ -78,6 +83,7 @@ class Copies:
         permuted = []                                          # (offset, K, C, kH, kW) of the channels_last ones
         for copy, master, cl in pairs:
             o, n = master.offset, master.size
+            cl = cl or not master.data.flags.c_contiguous     # a copy lies as a master laid K, kH, kW, C does
             copy.data, copy.grad = (self.kernels.filter_view(a[o:o + n], copy.shape, True) if cl
                                     else a[o:o + n].reshape(copy.shape) for a in (self.flat, self.grads))
             copy.offset = o
@@ -143,3 +149,36 @@ def share(params: Mapping[str, Parameter], dtypes: Mapping[str, np.dtype], krsc:
                              f"{dtypes[k].name}: such a layer must declare keeps_fp32")
         pairs.setdefault(dtypes[k], []).append((p, master, k in krsc))
     return [Copies(device, master_flat, ps, dt) for dt, ps in pairs.items()]
+
+
+Filters = tuple[tuple[int, ...], ...]     # ((offset, K, C, kH, kW), ...) in an arena
+
+
+def lay_krsc(params: Sequence[Parameter]) -> None:
+    """Lay each (K, C, kH, kW) parameter K, kH, kW, C within its arena range, values and gradients kept, views
+    rebound; one laid already, or lying alike both ways (a 1x1 or one-channel filter), is left as it is."""
+    for p in params:
+        if p.data is None or p.data.ndim != 4 or not p.data.flags.c_contiguous:
+            continue
+        for attr in ("data", "grad"):
+            a = getattr(p, attr)
+            laid = filter_view(a.reshape(-1), p.shape, True)
+            if laid.flags.c_contiguous:
+                break
+            laid[...] = a.copy()
+            setattr(p, attr, laid)
+
+
+def laid_krsc(params: Mapping[str, Parameter]) -> Filters:
+    """The trainable filters lying K, kH, kW, C in the arena: ((offset, K, C, kH, kW), ...), offset order."""
+    return tuple(sorted((p.offset,) + tuple(p.shape) for p in params.values()
+                        if p.weight and p.data is not None and p.data.ndim == 4 and not p.data.flags.c_contiguous))
+
+
+def canonical(a: np.ndarray, filters: Filters, to_arena: bool = False) -> np.ndarray:
+    """A host copy of arena-shaped array `a` (the optimizer's state) with `filters` in (K, C, kH, kW) order, as
+    checkpoints keep them; to_arena: the other way, as the arena lies."""
+    out = np.array(a)
+    if filters:
+        cast_filters(out, np.asarray(a), filters, to_krsc=to_arena)
+    return out

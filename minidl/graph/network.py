@@ -1,12 +1,12 @@
 """Network: a DAG of layers built on a device, its parameters in one flat buffer, run forward and backward.
 
-`layer(node)` records an edge; a network of (inputs, outputs) orders the DAG once, names layers the
-way the C++ trainer printed them (ir.Graph.name_layers), builds every layer (shape inference), and lays
-all parameters out in one flat buffer with their gradients in a second. Backward runs in reverse order, tells each
-layer which input gradients are read and whether parameter gradients add up, and sums the
-gradients of nodes that feed several layers (ResNet shortcuts). `lower(passes)` gives the same
-network rewritten by graph passes, training the same parameters (see minidl.graph.passes). It is all a
-training step and an inference lowering run; Model (model.py) is a Network as its user holds it.
+`layer(node)` records an edge; a network of (inputs, outputs) orders the DAG once, names layers the way the C++
+trainer printed them (ir.Graph.name_layers), builds every layer (shape inference), and lays all parameters out in one
+flat buffer with their gradients in a second. Backward runs in reverse order, tells each layer which input gradients
+are read and whether parameter gradients add up, and sums the gradients of nodes that feed several layers (ResNet
+shortcuts). `lower(passes)` gives the same network rewritten by graph passes, training the same parameters (see
+minidl.graph.passes). It is all a training step and an inference lowering run; Model (model.py) is a Network as its
+user holds it.
 """
 from __future__ import annotations
 
@@ -127,11 +127,13 @@ class Network:
             self.set_weights(weights)
 
     def _build_shared(self, model):
-        """The model's arenas; layers computing in another dtype get copies of its weights (arena.Copies)."""
+        """The model's arenas: compute-dtype copies of its weights, its filters read channels-last laid K, kH, kW, C
+        (arena.Copies, arena.lay_krsc: not while another lowering, a captured step, reads them as they lie)."""
         self._infer_shapes(model.device)
         self.flat, self.grads, self.state_flat = model.flat, model.grads, model.state_flat
-        self.copies = arena.share(self.params, self._dtypes, arena.krsc_keys(self.layers), model.name, model.params,
-                                  model.flat, model.device)
+        krsc, alone = arena.krsc_keys(self.layers), not any(r() is not None for r in model._lowerings)
+        arena.lay_krsc([model.params[k] for k in sorted(krsc) if alone and k in model.params])
+        self.copies = arena.share(self.params, self._dtypes, krsc, model.name, model.params, model.flat, model.device)
 
     def _allocate(self):
         """The arenas (graph/arena.py): one in the device's dtype, one more per other dtype layers compute in."""

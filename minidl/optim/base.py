@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..backend import DtypeError
+from ..graph import arena
 from . import reference, registry as _registry, schedules as _schedules, sharded
 from .controls import ControlState, check_clip, check_groups, group_names
 
@@ -21,34 +22,32 @@ if TYPE_CHECKING:
 class Optimizer:
     """Base optimizer: p <- update(p, g, state, lr_t) with lr_t = schedule(lr, t - 1) at step t >= 1.
 
-    The step count t, the base learning rate and lr_t live on the device as 0-d arrays, and
-    `step()` computes lr_t there: the same update runs eagerly and inside a captured CUDA graph
-    (whose replays then advance t and the schedule themselves), with nothing read back to the host.
-    A new optimizer is one class in one file, `optim/<name>.py` (docs/training.md, Writing an optimizer):
-    `name` (it registers under it: optim.get, optim.OPTIMIZERS and the command line's --optimizer
-    follow), `default_lr` (the command line's lr for it), `slots` (state arrays, each zeros_like(flat)),
-    `hyper` (the constructor's other hyper-parameters, kept as attributes) and `rule(xp, p, g, state,
-    lr, t) -> new p`, its update written once over the array module (optim/reference.py applies it on
-    every device, the controls and the gate around it). Where a device holds a fused kernel for it
-    (`fused`, a name in the optim family's FUSED), `fused_update` calls that instead. `register=False` in
-    the class statement keeps a subclass out of the registry.
+    The step count t, the base learning rate and lr_t live on the device as 0-d arrays, and `step()` computes lr_t
+    there: the same update runs eagerly and inside a captured CUDA graph (whose replays then advance t and the
+    schedule themselves), with nothing read back to the host. A new optimizer is one class in one file,
+    `optim/<name>.py` (docs/training.md, Writing an optimizer): `name` (it registers under it: optim.get,
+    optim.OPTIMIZERS and the command line's --optimizer follow), `default_lr` (the command line's lr for it), `slots`
+    (state arrays, each zeros_like(flat)), `hyper` (the constructor's other hyper-parameters, kept as attributes) and
+    `rule(xp, p, g, state, lr, t) -> new p`, its update written once over the array module (optim/reference.py applies
+    it on every device, the controls and the gate around it). Where a device holds a fused kernel for it (`fused`, a
+    name in the optim family's FUSED), `fused_update` calls that instead. `register=False` in the class statement
+    keeps a subclass out of the registry.
 
-    grad_scale: the gradients enter the update multiplied by it, inside the update kernel; given at
-    `setup` by whoever knows how the gradients arrive: 1/N among N data-parallel ranks (minidl.training.step: the
-    ranks sum their gradients, the update takes the mean); at 1, one process, the kernels skip the multiply.
-    A Python number, so a captured step holds it as it was at the capture.
+    grad_scale: the gradients enter the update multiplied by it, inside the update kernel; given at `setup` by whoever
+    knows how the gradients arrive: 1/N among N data-parallel ranks (minidl.training.step: the ranks sum their
+    gradients, the update takes the mean); at 1, one process, the kernels skip the multiply. A Python number, so a
+    captured step holds it as it was at the capture.
 
-    Training controls, keyword-only, for every optimizer (docs/training.md; optim/controls.py):
-    weight_decay: coupled (g + wd p, torch.optim.Adam's) unless decoupled_weight_decay=True:
-    p -= lr_t wd p before the update (Loshchilov & Hutter; torch.optim.AdamW's, Keras's base).
-    clip_norm: the gradients are scaled so that their global L2 norm (over every trainable element) is at
-    most clip_norm (torch.nn.utils.clip_grad_norm_, Keras's global_clipnorm); clip_value: then clipped to
-    [-clip_value, clip_value] (Keras's clipvalue). groups: PyTorch's parameter groups, a list of
-    {"params": [...], "lr": ..., "weight_decay": ...}: params as Parameters, model.parameters() arrays,
-    layers or names; a group's lr is a multiplier of the base lr (group lr / lr), so schedules and
-    ReduceLROnPlateau move every group alike. Frozen weights (Parameter.trainable = False, layer.trainable,
-    model.freeze) are left as they are, their optimizer state too, even when frozen after a capture.
-    Without any of these the update kernels run as they always did.
+    Training controls, keyword-only, for every optimizer (docs/training.md; optim/controls.py): weight_decay: coupled
+    (g + wd p, torch.optim.Adam's) unless decoupled_weight_decay=True: p -= lr_t wd p before the update (Loshchilov &
+    Hutter; torch.optim.AdamW's, Keras's base). clip_norm: the gradients are scaled so that their global L2 norm (over
+    every trainable element) is at most clip_norm (torch.nn.utils.clip_grad_norm_, Keras's global_clipnorm);
+    clip_value: then clipped to [-clip_value, clip_value] (Keras's clipvalue). groups: PyTorch's parameter groups, a
+    list of {"params": [...], "lr": ..., "weight_decay": ...}: params as Parameters, model.parameters() arrays, layers
+    or names; a group's lr is a multiplier of the base lr (group lr / lr), so schedules and ReduceLROnPlateau move
+    every group alike. Frozen weights (Parameter.trainable = False, layer.trainable, model.freeze) are left as they
+    are, their optimizer state too, even when frozen after a capture. Without any of these the update kernels run as
+    they always did.
     """
     name = "optimizer"
     default_lr: float | None = None    # the command line's lr for this optimizer (--optimizer without --lr)
@@ -57,6 +56,7 @@ class Optimizer:
     fused: str | None = None           # the optim family's fused kernel that replaces `rule` where a device has it
     grad_scale = 1.0
     shard: Any = None                  # distributed.shard.Shard: the update runs on this rank's pieces alone
+    _krsc: arena.Filters = ()          # the filters laid K, kH, kW, C in the arena (graph/arena.py) the state follows
     flat: Array          # the model's parameters and gradients, bound by setup()
     grads: Array
 
@@ -104,16 +104,17 @@ class Optimizer:
     def setup(self, model: Model, grad_scale: float = 1.0, shard: Any = None) -> Optimizer:
         """Bind model.flat / model.grads and the device's optim kernels; allocate zeroed state.
 
-        State loaded before setup is applied now. Setting up the same model again keeps the state:
-        in place if its buffers are unchanged (captured CUDA graphs stay valid), else copied over
-        to the new buffers (model.to(device) reallocates the arena); another model starts afresh.
+        State loaded before setup is applied now. Setting up the same model again keeps the state: in place if its
+        buffers are unchanged (captured CUDA graphs stay valid), else copied over to the new buffers (model.to(device)
+        reallocates the arena; a lowering lays filters K, kH, kW, C, graph/arena.py); another model starts afresh.
         grad_scale: what the gradients are multiplied by in the update (1/N: the mean of N ranks' sums).
         shard: this rank's part of the arena among N sharding ranks (ZeRO stage 1, optim/sharded.py), or None.
         """
         if not (math.isfinite(grad_scale) and grad_scale > 0):
             raise ValueError(f"{type(self).__name__}: grad_scale must be a finite number > 0, got {grad_scale!r}")
         self.grad_scale = float(grad_scale)
-        if model is self.model and model.flat is self.flat and model.grads is self.grads and shard is self.shard:
+        if (model is self.model and model.flat is self.flat and model.grads is self.grads and shard is self.shard
+                and arena.laid_krsc(model.params) == self._krsc):      # the arena laid as the state is
             return self
         why = model.device.dtype_problem(("optim",))
         if why:
@@ -123,14 +124,13 @@ class Optimizer:
             pending = self.state_dict()
         t, same = self.t, model is self.model
         self.model, self.device, self.shard = model, model.device, shard
-        self.flat, self.grads = model.flat, model.grads
+        self.flat, self.grads, self._krsc = model.flat, model.grads, arena.laid_krsc(model.params)
         self.xp, self.kernels = model.device.xp, model.device.kernels.optim
         fused = self.fused
         self._fused = getattr(self.kernels, fused) if fused in getattr(self.kernels, "FUSED", ()) and fused else None
         self.state = {k: self.xp.zeros(shard.size if shard else self.flat.size, self.flat.dtype) for k in self.slots}
         # 0-d device scalars: a captured step reads and advances them at every replay.
-        self._t_dev = self.xp.zeros((), np.float64)
-        self._lr_dev = self.xp.zeros((), np.float64)
+        self._t_dev, self._lr_dev = self.xp.zeros((), np.float64), self.xp.zeros((), np.float64)
         self._lr_fn, self._lr_table = (None, None), None      # the schedule on this device, made at the first step
         self.t, self.lr = (t if same else 0), self._lr
         if pending is not None:
@@ -146,11 +146,8 @@ class Optimizer:
 
     # -- the step ---------------------------------------------------------------------------
     def step(self, gate: Array | None = None) -> None:
-        """Apply one update in place from model.grads; the first step is t = 1.
-
-        gate: a 0-d device bool; where False the update changes nothing, the step count t included
-        (the trainer's NaN guard, a step skipped by loss scaling).
-        """
+        """Apply one update in place from model.grads; the first step is t = 1. gate: a 0-d device bool; where
+        False the update changes nothing, t included (the trainer's NaN guard, a step skipped by loss scaling)."""
         if self.model is None:
             raise RuntimeError(f"{type(self).__name__}.step() before setup(model)")
         self.refresh()                      # a weight frozen since the last step
@@ -262,9 +259,9 @@ class Optimizer:
         return cfg
 
     def state_dict(self) -> dict[str, Any]:
-        """{"name", "config", "t", "arrays": {slot: NumPy host copy}}."""
-        arrays = self.shard.whole() if self.shard else {k: np.array(self.device.to_host(v)) for k, v in
-                                                       self.state.items()}
+        """{"name", "config", "t", "arrays": {slot: NumPy host copy, filters in (K, C, kH, kW) order}}."""
+        arrays = self.shard.whole() if self.shard else {k: self.device.to_host(v) for k, v in self.state.items()}
+        arrays = {k: arena.canonical(a, self._krsc) for k, a in arrays.items()}
         return {"name": self.name, "config": self.config(), "t": self.t, "arrays": arrays}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -299,7 +296,8 @@ class Optimizer:
                 raise ValueError(f"{self.name} state {k!r} has {np.size(a)} values of "
                                  f"{getattr(a, 'dtype', type(a).__name__)}, the model has {self.flat.size} "
                                  "float parameters")
-        for k, a in arrays.items():
+        for k, a in arrays.items():                           # filters into the order the arena lies in
+            a = arena.canonical(a, self._krsc, to_arena=True)
             self.state[k][...] = self.xp.asarray(sharded.own(self, a), dtype=self.state[k].dtype)
         for k, v in hyper.items():
             setattr(self, k, v)

@@ -14,6 +14,7 @@ pytest.importorskip("cudnn")
 import minidl as dl  # noqa: E402
 from minidl import models, optim  # noqa: E402
 from minidl.backend import get_device  # noqa: E402
+from minidl.graph import arena  # noqa: E402
 from minidl.kernels.gpu import cudnn_graphs as cudnn  # noqa: E402
 from minidl.kernels.gpu._util import channels_last, lies_in  # noqa: E402
 from minidl.precision import dtype_of  # noqa: E402
@@ -179,7 +180,7 @@ def _train(channels_last, graph, precision="fp32", steps=4):
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, 256, (256, 28, 28), dtype=np.uint8), rng.integers(0, 10, 256)
     trainer.fit((x, y), steps=steps, batch_size=32, monitor=steps)
-    return trainer, dev.to_host(model.flat)
+    return trainer, arena.canonical(dev.to_host(model.flat), arena.laid_krsc(model.params))   # laid or not
 
 
 @pytest.mark.parametrize("graph", [False, True])

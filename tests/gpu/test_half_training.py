@@ -10,6 +10,7 @@ pytest.importorskip("cudnn")
 import minidl as dl  # noqa: E402
 from minidl import inference, layers as L, models, optim  # noqa: E402
 from minidl.data.loader import Loader  # noqa: E402
+from minidl.graph import arena  # noqa: E402
 from minidl.kernels.gpu import cudnn_graphs as cudnn  # noqa: E402
 from minidl.models.resnet import build_resnet  # noqa: E402
 from minidl.precision import LossScale, policy  # noqa: E402
@@ -40,7 +41,8 @@ def train(model_name, device, precision, graph, steps=4):
     trainer = dl.Trainer(model, optim.Momentum(0.02), seed=0, graph=graph, progress=False, log=lambda s: None,
                          precision=policy(precision, always=True))      # the half paths, however small the net
     result = trainer.fit(data(), steps=steps, batch_size=32, monitor=steps)
-    return model.device.to_host(model.flat), model.device.to_host(w0), result, trainer
+    flat = arena.canonical(model.device.to_host(model.flat), arena.laid_krsc(model.params))   # the CPU's order
+    return flat, model.device.to_host(w0), result, trainer
 
 
 @pytest.mark.parametrize("model_name", ["lenet", "resnet"])
