@@ -87,7 +87,7 @@ class Copies:
             copy.data, copy.grad = (self.kernels.filter_view(a[o:o + n], copy.shape, True) if cl
                                     else a[o:o + n].reshape(copy.shape) for a in (self.flat, self.grads))
             copy.offset = o
-            if cl and master.data.flags.c_contiguous:        # a master lying K, kH, kW, C is copied as it lies
+            if master.data.flags.c_contiguous and not copy.data.flags.c_contiguous:    # else copied as it lies
                 permuted.append((o,) + tuple(copy.shape))
             else:
                 mask[o:o + n] = True
