@@ -14,14 +14,8 @@ pytest.importorskip("cudnn")
 import minidl as dl  # noqa: E402
 from minidl import models, optim  # noqa: E402
 from minidl.graph import arena, passes  # noqa: E402
-from minidl.kernels.gpu import cudnn_graphs as cudnn  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def no_tf32():
-    cudnn.set_tf32(False)
-    yield
-    cudnn.set_tf32(True)
+pytestmark = pytest.mark.usefixtures("no_tf32")      # full FP32 convolutions (conftest.py)
 
 
 def data(n=128, seed=0):
