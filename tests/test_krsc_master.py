@@ -152,3 +152,35 @@ def test_a_half_copy_lies_as_its_laid_master_does():
         assert copy is not master and not copy.data.flags.c_contiguous
         np.testing.assert_array_equal(np.asarray(copy.data, np.float32),
                                       np.asarray(master.data).astype(copy.data.dtype).astype(np.float32))
+
+
+def test_a_sharded_optimizers_state_leaves_in_checkpoints_order(cpu_answers_channels_last, tmp_path):
+    """A rank sharding its optimizer (here the one rank of MPI's world) over laid filters saves the state in
+    (K, C, kH, kW) order, as the unsharded, unlaid run does, and a resumed sharded rank saves it back alike."""
+    MPI = pytest.importorskip("mpi4py.MPI")
+    from minidl import distributed
+
+    class OneShardingRank(distributed.World):
+        def reducer(self, device, bucket_mib=None, grad_reduce="fp32", stop_asked=None, shard=False):
+            return distributed.Reducer(self, device, bucket_mib=0.0005, grad_reduce=grad_reduce,
+                                       stop_asked=stop_asked, shard=True)
+
+    def trainer_on(world, channels_last):
+        return dl.Trainer(net(), optim.Momentum(0.05, momentum=0.9), world=world, channels_last=channels_last,
+                          progress=False, log=lambda s: None)
+
+    sharded = trainer_on(OneShardingRank(0, 1, 0, MPI.COMM_WORLD), True)
+    plain = trainer_on(distributed.World(), False)
+    for t, name in ((sharded, "sharded"), (plain, "plain")):
+        t.fit(data(), steps=4, batch_size=8)
+        t.save(str(tmp_path / f"{name}.npz"))
+    assert sharded.optimizer.shard is not None and len(arena.laid_krsc(sharded.model.params)) == 2
+    again = trainer_on(OneShardingRank(0, 1, 0, MPI.COMM_WORLD), True)
+    again.resume(str(tmp_path / "sharded.npz"))
+    again.save(str(tmp_path / "again.npz"))
+    files = {name: np.load(tmp_path / f"{name}.npz") for name in ("sharded", "plain", "again")}
+    slots = [k for k in files["plain"].files if k.startswith("optim/")]
+    assert slots and all(np.any(files["plain"][k]) for k in slots)
+    for name in ("sharded", "again"):
+        for k in slots:
+            np.testing.assert_array_equal(files[name][k], files["plain"][k], err_msg=f"{name} {k}")
